@@ -1,0 +1,32 @@
+"""Build the served library from settings: the one place settings become live objects."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ingot.settings import Settings
+from mcp_server.embedding import load_embedder
+from mcp_server.library import Library
+from mcp_server.registry import Limits
+from mcp_server.router import Calibration
+
+
+def calibration_from(settings: Settings) -> Calibration:
+    cal = Calibration()
+    if settings.route_match_threshold is not None:
+        cal = replace(cal, match_threshold=settings.route_match_threshold)
+    if settings.route_related_threshold is not None:
+        cal = replace(cal, related_threshold=settings.route_related_threshold)
+    return cal
+
+
+def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> Library:
+    """Load the embedder (checksum verified), index every skill root, and return the library."""
+    embedder = load_embedder(settings.embed_model_dir, settings.embed_model_sha256,
+                             settings.vector_cache_path, threads=settings.embed_threads)
+    limits = Limits(max_file_bytes=settings.max_file_bytes, max_skill_bytes=settings.max_skill_bytes,
+                    max_files=settings.max_skill_files)
+    library = Library(roots or settings.skills_dirs, embedder, limits, calibration_from(settings))
+    library.reload()
+    return library

@@ -1,0 +1,66 @@
+"""Run the MCP server and the UI together in one process (two uvicorn servers, one event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+
+import uvicorn
+
+from ingot.errors import ConfigError
+from mcp_server.library import Library
+from mcp_server.server import build_server
+
+log = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def mcp_app(library: Library, host: str, allowed_hosts: tuple[str, ...]):
+    """The MCP ASGI app with strict Host/Origin checking (DNS-rebinding protection)."""
+    hosts = ["127.0.0.1", "localhost", "[::1]", *allowed_hosts]
+    if not is_loopback(host) and host not in ("0.0.0.0", "::"):
+        hosts.append(host)
+    patterns = [p for h in hosts for p in (h, f"{h}:*")]
+    return build_server(library).http_app(
+        path="/mcp", host_origin_protection=True, allowed_hosts=patterns,
+    )
+
+
+async def _serve_all(servers: list[uvicorn.Server]) -> None:
+    await asyncio.gather(*(s.serve() for s in servers))
+
+
+def serve(library: Library, host: str, mcp_port: int, ui_port: int | None,
+          allowed_hosts: tuple[str, ...] = (), watch: bool = True, log_level: str = "info") -> None:
+    """Block serving MCP (and the UI unless `ui_port` is None) until interrupted."""
+    if not is_loopback(host):
+        if not allowed_hosts:
+            raise ConfigError(
+                f"refusing to bind {host}: the MCP server has no authentication. Bind 127.0.0.1, "
+                "or set MCP_ALLOWED_HOSTS to the host names clients use (e.g. in Docker, where "
+                "the port is published on 127.0.0.1 only)"
+            )
+        log.warning("MCP server bound to %s; make sure the port is not reachable from other machines", host)
+    from ui.app import build_app
+
+    servers = [uvicorn.Server(uvicorn.Config(mcp_app(library, host, allowed_hosts), host=host,
+                                             port=mcp_port, log_level=log_level, lifespan="on"))]
+    if ui_port is not None:
+        ui = build_app(library, mcp_url=f"http://{host}:{mcp_port}/mcp")
+        servers.append(uvicorn.Server(uvicorn.Config(ui, host=host, port=ui_port,
+                                                     log_level=log_level)))
+    if watch:
+        library.start_watching()
+    try:
+        asyncio.run(_serve_all(servers))
+    finally:
+        library.stop_watching()

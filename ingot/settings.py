@@ -1,0 +1,73 @@
+"""Every setting Ingot reads, parsed once from the environment and `.env` into a frozen record.
+
+Only entry points (the CLI, scripts) call `load_settings`; everything else receives values as
+arguments. Invalid values are reported together in one `ConfigError`. `.env.example` lists every
+field here with a comment, and a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from ingot.errors import ConfigError
+
+
+class Settings(BaseSettings):
+    """Ingot's configuration. Environment variable names are the field names in upper case."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+
+    skills_dirs: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(Path("skills"),), description="Skills roots, comma-separated; the first wins on duplicate names."
+    )
+    runs_dir: Path = Field(default=Path("runs"), description="Where Ingot keeps its state.")
+    mcp_host: str = Field(default="127.0.0.1", description="Address the MCP server binds.")
+    mcp_port: int = Field(default=8000, ge=1, le=65535)
+    ui_port: int = Field(default=8080, ge=1, le=65535)
+    mcp_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), description="Extra Host header values the MCP server accepts (e.g. a Docker service name)."
+    )
+    embed_model_dir: Path | None = Field(default=None, description="Folder with model.onnx + tokenizer.json.")
+    embed_model_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
+    embed_threads: int = Field(default=2, ge=1, le=64)
+    max_file_bytes: int = Field(default=1 << 20, ge=1024)
+    max_skill_bytes: int = Field(default=16 << 20, ge=1024)
+    max_skill_files: int = Field(default=512, ge=1)
+    route_match_threshold: float | None = Field(default=None, ge=0, le=2)
+    route_related_threshold: float | None = Field(default=None, ge=0, le=2)
+    watch_skills: bool = Field(default=True, description="Re-index skills when files change on disk.")
+    log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
+
+    @field_validator("skills_dirs", mode="before")
+    @classmethod
+    def _split_paths(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(Path(p.strip()) for p in value.split(",") if p.strip())
+        return value
+
+    @field_validator("mcp_allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(h.strip() for h in value.split(",") if h.strip())
+        return value
+
+    @property
+    def vector_cache_path(self) -> Path:
+        return self.runs_dir / "cache" / "vectors.sqlite"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build `Settings` from env/.env plus explicit overrides; raise `ConfigError` listing every problem."""
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']).upper() or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}. Fix them in the environment or .env") from exc

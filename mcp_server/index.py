@@ -1,0 +1,146 @@
+"""The search index over the served skills: dense vectors and BM25, rebuilt incrementally.
+
+Per skill it holds three kinds of vectors (name + description; name + description + the opening
+of the body; each description sentence) and two BM25 fields (name + description; body), and
+scores a query against all of them in one pass. Vectors come from a content-keyed cache, so
+rebuilding after an edit embeds only the edited skill. BM25 statistics are global, so the
+lexical side is rebuilt whole (milliseconds at 1k skills). Ranking and decisions live in
+router.py; this module only produces raw component scores.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+import bm25s
+import numpy as np
+import Stemmer
+from bm25s.stopwords import STOPWORDS_EN
+
+from mcp_server.embedding import CachedEmbedder, text_digest
+from mcp_server.registry import Skill
+
+BODY_OPENING_CHARS = 1500  # the tokenizer truncates at 256 tokens anyway
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(`])")
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")
+_STOP = frozenset(STOPWORDS_EN)
+_stemmer = Stemmer.Stemmer("english")
+
+
+def humanise(name: str) -> str:
+    return name.replace("-", " ")
+
+
+def description_text(skill: Skill) -> str:
+    return f"{humanise(skill.name)}: {skill.description}"
+
+
+def body_text(skill: Skill) -> str:
+    return f"{humanise(skill.name)}: {skill.description}\n{skill.body[:BODY_OPENING_CHARS]}"
+
+
+def sentence_texts(skill: Skill) -> list[str]:
+    parts = [p.strip() for p in _SENTENCE_SPLIT.split(skill.description) if len(p.strip()) > 3]
+    return [f"{humanise(skill.name)}: {p}" for p in parts] or [description_text(skill)]
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased, stop-word-free, stemmed word tokens (the BM25 vocabulary)."""
+    return _stemmer.stemWords([w for w in _TOKEN.findall(text.lower()) if w not in _STOP])
+
+
+@lru_cache(maxsize=4096)
+def _skill_terms(name: str, revision: str, text: str) -> frozenset[str]:
+    return frozenset(terms(text))
+
+
+def skill_terms(skill: Skill) -> frozenset[str]:
+    """Every term of a skill's name, description and body (cached per revision)."""
+    text = f"{humanise(skill.name)} {skill.description} {skill.body}"
+    return _skill_terms(skill.name, skill.revision, text)
+
+
+def _bm25(texts: list[str]) -> bm25s.BM25:
+    index = bm25s.BM25(k1=1.5, b=0.75)
+    tokens = bm25s.tokenize(texts, stopwords="en", stemmer=_stemmer, show_progress=False)
+    index.index(tokens, show_progress=False)
+    return index
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Raw per-skill component scores for one query, aligned with `Index.names`."""
+
+    dense_description: np.ndarray
+    dense_body: np.ndarray
+    dense_sentence: np.ndarray
+    bm25_description: np.ndarray
+    bm25_body: np.ndarray
+
+
+class Index:
+    """Immutable snapshot of the searchable library; build a new one to change it."""
+
+    def __init__(self, skills: Mapping[str, Skill], embedder: CachedEmbedder,
+                 previous: Index | None = None) -> None:
+        self.names: tuple[str, ...] = tuple(sorted(skills))
+        self._vectors: dict[str, np.ndarray] = {}
+        self.skills = {name: skills[name] for name in self.names}
+        ordered = [self.skills[n] for n in self.names]
+        dim = embedder.dim
+        if not ordered:
+            self._desc = self._body = self._sent = np.zeros((0, dim), dtype=np.float32)
+            self._sent_owner = np.zeros(0, dtype=np.int64)
+            self._bm25_desc = self._bm25_body = None
+            return
+        sentences: list[str] = []
+        owners: list[int] = []
+        for i, skill in enumerate(ordered):
+            for text in sentence_texts(skill):
+                sentences.append(text)
+                owners.append(i)
+        texts = [description_text(s) for s in ordered] + [body_text(s) for s in ordered] + sentences
+        vectors = self._embed(texts, embedder, previous)
+        n = len(ordered)
+        self._desc, self._body, self._sent = vectors[:n], vectors[n : 2 * n], vectors[2 * n :]
+        self._sent_owner = np.asarray(owners, dtype=np.int64)
+        self._sent_starts = np.flatnonzero(np.r_[True, np.diff(self._sent_owner) != 0])
+        self._bm25_desc = _bm25([f"{humanise(s.name)} {s.description}" for s in ordered])
+        self._bm25_body = _bm25([s.body for s in ordered])
+
+    def _embed(self, texts: list[str], embedder: CachedEmbedder, previous: Index | None) -> np.ndarray:
+        """Vectors for `texts`, reusing the previous snapshot's rows so an edit embeds only itself."""
+        digests = [text_digest(t) for t in texts]
+        known = previous._vectors if previous is not None else {}
+        missing = [(d, t) for d, t in dict(zip(digests, texts, strict=True)).items() if d not in known]
+        fresh = embedder.embed([t for _, t in missing]) if missing else []
+        self._vectors = {d: known[d] for d in digests if d in known}
+        self._vectors.update({d: v for (d, _), v in zip(missing, fresh, strict=True)})
+        return np.vstack([self._vectors[d] for d in digests])
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def score(self, query_vector: np.ndarray, query_terms: list[str]) -> Scores:
+        n = len(self.names)
+        if n == 0:
+            empty = np.zeros(0, dtype=np.float32)
+            return Scores(empty, empty, empty, empty, empty)
+        sentence = np.maximum.reduceat(self._sent @ query_vector, self._sent_starts)
+        return Scores(
+            dense_description=self._desc @ query_vector,
+            dense_body=self._body @ query_vector,
+            dense_sentence=sentence,
+            bm25_description=self._lexical(self._bm25_desc, query_terms, n),
+            bm25_body=self._lexical(self._bm25_body, query_terms, n),
+        )
+
+    @staticmethod
+    def _lexical(index: bm25s.BM25 | None, query_terms: list[str], n: int) -> np.ndarray:
+        known = [t for t in query_terms if index is not None and t in index.vocab_dict]
+        if not known:
+            return np.zeros(n, dtype=np.float32)
+        return np.asarray(index.get_scores(known), dtype=np.float32)

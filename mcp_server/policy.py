@@ -1,0 +1,183 @@
+"""Routing policy: which skills a caller may be routed to, decided before anything is ranked.
+
+A skill declares its constraints under `metadata` in its frontmatter (Agent Skills allows any
+string map there). Each is checked against the *caller's* context (its harness, platform, cwd,
+tools and MCP servers), never the server's. A constraint the caller gave no context for is not
+enforced and is reported as unchecked. A malformed value disables only that skill, with a reason.
+
+    metadata:
+      harnesses: "claude-code, codex"     # only for these harnesses
+      platforms: "linux, darwin"          # caller platform (linux / darwin / windows)
+      requires-tools: "bash"              # caller must have these tools
+      requires-mcps: "github"             # ... and these MCP servers
+      project: "~/work/billing"           # caller cwd must be inside one of these folders
+      paths: "**/*.sql, migrations/**"    # caller cwd must contain a matching file
+      trust: "trusted"                    # trusted | unverified | blocked (never served)
+      activation: "auto"                  # auto | manual (never routed; get_skill still works)
+      priority: "5"                       # -100..100; wins declared conflicts and exact ties
+      conflicts: "other-skill"            # never routed together with these skills
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any
+
+PATHS_SCAN_LIMIT = 4000  # files looked at under a caller's cwd for `paths` patterns
+_PLATFORM_ALIASES = {"macos": "darwin", "osx": "darwin", "mac": "darwin", "win32": "windows",
+                     "win": "windows", "linux2": "linux"}
+TRUST_VALUES = ("trusted", "unverified", "blocked")
+ACTIVATION_VALUES = ("auto", "manual")
+
+
+class PolicyInvalid(ValueError):
+    """A skill's routing metadata cannot be parsed; the skill is disabled until it is fixed."""
+
+
+@dataclass(frozen=True)
+class CallerContext:
+    """What the calling agent told us about itself. None means 'not said'."""
+
+    harness: str | None = None
+    platform: str | None = None
+    cwd: str | None = None
+    available_tools: tuple[str, ...] | None = None
+    available_mcps: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A skill's parsed routing constraints."""
+
+    harnesses: tuple[str, ...] = ()
+    platforms: tuple[str, ...] = ()
+    requires_tools: tuple[str, ...] = ()
+    requires_mcps: tuple[str, ...] = ()
+    projects: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+    trust: str = "unverified"
+    activation: str = "auto"
+    priority: int = 0
+    conflicts: tuple[str, ...] = ()
+
+    @property
+    def routable(self) -> bool:
+        return self.trust != "blocked" and self.activation != "manual"
+
+
+def normalise_platform(value: str) -> str:
+    value = value.strip().lower()
+    return _PLATFORM_ALIASES.get(value, value)
+
+
+def _as_list(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items = [part.strip() for part in value.split(",")]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        items = [v.strip() for v in value]
+    else:
+        raise PolicyInvalid(f"metadata.{key} must be a comma-separated string, got {value!r}")
+    return tuple(item for item in items if item)
+
+
+def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value.strip().lower() not in allowed:
+        raise PolicyInvalid(f"metadata.{key} must be one of {', '.join(allowed)}, got {value!r}")
+    return value.strip().lower()
+
+
+def parse_policy(metadata: Mapping[str, Any]) -> Policy:
+    """Read the routing keys from a skill's `metadata`; other keys are left alone."""
+    fields: dict[str, Any] = {}
+    lists = {"harnesses": "harnesses", "platforms": "platforms", "requires-tools": "requires_tools",
+             "requires-mcps": "requires_mcps", "project": "projects", "paths": "paths",
+             "conflicts": "conflicts"}
+    for key, attr in lists.items():
+        if key in metadata:
+            fields[attr] = _as_list(key, metadata[key])
+    if "platforms" in fields:
+        fields["platforms"] = tuple(normalise_platform(p) for p in fields["platforms"])
+    if "harnesses" in fields:
+        fields["harnesses"] = tuple(h.lower() for h in fields["harnesses"])
+    if "trust" in metadata:
+        fields["trust"] = _choice("trust", metadata["trust"], TRUST_VALUES)
+    if "activation" in metadata:
+        fields["activation"] = _choice("activation", metadata["activation"], ACTIVATION_VALUES)
+    if "priority" in metadata:
+        raw = metadata["priority"]
+        try:
+            priority = int(str(raw).strip())
+        except ValueError:
+            raise PolicyInvalid(f"metadata.priority must be an integer, got {raw!r}") from None
+        if not -100 <= priority <= 100 or isinstance(raw, bool):
+            raise PolicyInvalid(f"metadata.priority must be between -100 and 100, got {raw!r}")
+        fields["priority"] = priority
+    return Policy(**fields)
+
+
+def _inside(cwd: str, project: str) -> bool:
+    base = PurePath(os.path.expanduser(project))
+    here = PurePath(cwd)
+    return here == base or base in here.parents
+
+
+def _has_matching_file(cwd: str, patterns: tuple[str, ...]) -> bool | None:
+    """True/False if `cwd` is readable here; None if the server cannot see the caller's folder."""
+    root = Path(cwd)
+    if not root.is_dir():
+        return None
+    looked = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "node_modules"]
+        rel_dir = Path(dirpath).relative_to(root)
+        for name in filenames:
+            rel = (rel_dir / name).as_posix()
+            if any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p) for p in patterns):
+                return True
+            looked += 1
+            if looked >= PATHS_SCAN_LIMIT:
+                return None
+    return False
+
+
+def check(policy: Policy, ctx: CallerContext) -> tuple[str | None, tuple[str, ...]]:
+    """(reason the skill is excluded or None, constraints that could not be checked)."""
+    if policy.trust == "blocked":
+        return "trust: blocked", ()
+    if policy.activation == "manual":
+        return "activation: manual", ()
+    unchecked: list[str] = []
+    if policy.harnesses:
+        if ctx.harness is None:
+            unchecked.append("harness")
+        elif ctx.harness.strip().lower() not in policy.harnesses:
+            return "harness", ()
+    if policy.platforms:
+        if ctx.platform is None:
+            unchecked.append("platform")
+        elif normalise_platform(ctx.platform) not in policy.platforms:
+            return "platform", ()
+    for attr, given, label in (("requires_tools", ctx.available_tools, "tools"),
+                               ("requires_mcps", ctx.available_mcps, "mcps")):
+        needed = getattr(policy, attr)
+        if needed:
+            if given is None:
+                unchecked.append(label)
+            elif not set(needed) <= set(given):
+                return label, ()
+    if policy.projects:
+        if ctx.cwd is None:
+            unchecked.append("project")
+        elif not any(_inside(ctx.cwd, p) for p in policy.projects):
+            return "project", ()
+    if policy.paths:
+        found = None if ctx.cwd is None else _has_matching_file(ctx.cwd, policy.paths)
+        if found is None:
+            unchecked.append("paths")
+        elif not found:
+            return "paths", ()
+    return None, tuple(unchecked)

@@ -1,0 +1,380 @@
+"""Find the skills under one or more roots, validate them, and name each by its content.
+
+A skill is a direct sub-folder of a root holding a `SKILL.md` (YAML frontmatter with `name` and
+`description`, then a markdown body), per the Agent Skills spec. Its revision is the SHA-256 of
+a canonical-JSON manifest of every file in the folder (relative path, sha256, size; the SEP-2640
+manifest shape), so it changes iff a byte of a file changes and never depends on file order or
+mtime. Symlinks that leave the folder, device files and files over the size cap are refused.
+One broken skill is reported and skipped; it never breaks the others. Reads only: nothing here
+writes a skills root (that is `optimize/promote.py`'s job).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import frontmatter
+import rfc8785
+import yaml
+from frontmatter.default_handlers import YAMLHandler
+
+from ingot.errors import SkillChanged, SkillInvalid, SkillNotFound
+
+log = logging.getLogger(__name__)
+
+NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+MAX_NAME = 64
+MAX_DESCRIPTION = 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Safety caps applied to every skill folder."""
+
+    max_file_bytes: int = 1 << 20
+    max_skill_bytes: int = 16 << 20
+    max_files: int = 512
+
+
+@dataclass(frozen=True)
+class SkillFile:
+    """One file of a skill, as it appears in the manifest."""
+
+    path: str  # POSIX, relative to the skill folder
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Skill:
+    """One valid skill at one revision, with its text held in memory."""
+
+    name: str
+    description: str
+    body: str
+    root: Path
+    folder: Path
+    revision: str
+    files: tuple[SkillFile, ...]
+    frontmatter: Mapping[str, Any]
+    metadata: Mapping[str, Any]
+
+    @property
+    def short_revision(self) -> str:
+        return self.revision[:12]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A skill folder that was skipped, and why."""
+
+    folder: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReloadReport:
+    """What one reload changed."""
+
+    added: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    invalid: tuple[Problem, ...] = ()
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "added": len(self.added),
+            "changed": len(self.changed),
+            "removed": len(self.removed),
+            "invalid": len(self.invalid),
+        }
+
+
+def manifest_revision(files: Iterable[SkillFile]) -> str:
+    """SHA-256 over the canonical JSON of the sorted manifest: the skill's revision."""
+    entries = sorted(
+        ({"path": f.path, "sha256": f.sha256, "size": f.size} for f in files),
+        key=lambda e: e["path"],
+    )
+    return hashlib.sha256(rfc8785.dumps({"files": entries})).hexdigest()
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader without anchors/aliases: a YAML 'billion laughs' cannot expand in memory."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.YAMLError(f"YAML aliases are not allowed in frontmatter ({event.start_mark})")
+        return super().compose_node(parent, index)
+
+
+class _StrictYAMLHandler(YAMLHandler):
+    def load(self, fm: str, **kwargs: object) -> Any:
+        data = yaml.load(fm, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+        if not isinstance(data, dict):
+            raise SkillInvalid("frontmatter must be a YAML mapping of keys to values")
+        return data
+
+
+def _json_safe(value: Any) -> Any:
+    """YAML can yield dates and non-string keys; the MCP wire format wants plain JSON."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, dt.date | dt.datetime | dt.time):
+        return value.isoformat()
+    if isinstance(value, float) and value != value:  # NaN is not JSON
+        return str(value)
+    return value
+
+
+def parse_skill_md(text: str, folder_name: str) -> tuple[str, str, str, dict[str, Any]]:
+    """Validate SKILL.md text; return (name, description, body, frontmatter)."""
+    if not text.lstrip("\ufeff").startswith("---"):
+        raise SkillInvalid("SKILL.md must start with YAML frontmatter between '---' lines")
+    try:
+        post = frontmatter.loads(text.lstrip("\ufeff"), handler=_StrictYAMLHandler())
+    except SkillInvalid:
+        raise
+    except (yaml.YAMLError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SkillInvalid(f"frontmatter is not valid YAML: {reason}") from exc
+    meta = _json_safe(dict(post.metadata))
+    name, description, body = meta.get("name"), meta.get("description"), post.content
+    if not isinstance(name, str) or not name:
+        raise SkillInvalid("frontmatter needs a 'name' (a non-empty string)")
+    if len(name) > MAX_NAME or not NAME_PATTERN.match(name):
+        raise SkillInvalid(
+            f"name {name[:80]!r} must be 1-{MAX_NAME} lowercase letters, digits and single "
+            "hyphens (no leading, trailing or double hyphen)"
+        )
+    if name != folder_name:
+        raise SkillInvalid(f"name {name!r} must equal the folder name {folder_name!r}")
+    if not isinstance(description, str) or not description.strip():
+        raise SkillInvalid("frontmatter needs a 'description' (a non-empty string)")
+    if len(description) > MAX_DESCRIPTION:
+        raise SkillInvalid(
+            f"description is {len(description)} characters; the limit is {MAX_DESCRIPTION}"
+        )
+    if not body.strip():
+        raise SkillInvalid("SKILL.md has no body after the frontmatter")
+    metadata = meta.get("metadata", {})
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise SkillInvalid("'metadata' must be a mapping of keys to values")
+    return name, description.strip(), body, meta
+
+
+def _walk_files(folder: Path, limits: Limits) -> list[tuple[str, Path]]:
+    """Every non-hidden file under `folder` as (relative POSIX path, real path), checked."""
+    real_folder = folder.resolve()
+    found: list[tuple[str, Path]] = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        base = Path(dirpath)
+        for entry in sorted(dirnames):
+            path = base / entry
+            if entry.startswith("."):
+                dirnames.remove(entry)
+            elif path.is_symlink():
+                raise SkillInvalid(
+                    f"{path.relative_to(folder).as_posix()} is a symlinked directory; "
+                    "replace it with a real folder"
+                )
+        for entry in sorted(filenames):
+            if entry.startswith("."):
+                continue
+            path = base / entry
+            rel = path.relative_to(folder).as_posix()
+            info = path.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                target = path.resolve()
+                if not target.is_relative_to(real_folder):
+                    raise SkillInvalid(f"{rel} is a symlink that leaves the skill folder")
+                info = target.stat()
+            if not stat.S_ISREG(info.st_mode):
+                raise SkillInvalid(f"{rel} is not a regular file (device, socket or pipe)")
+            if info.st_size > limits.max_file_bytes:
+                raise SkillInvalid(
+                    f"{rel} is {info.st_size} bytes, over the {limits.max_file_bytes}-byte "
+                    "file limit (MAX_FILE_BYTES)"
+                )
+            found.append((rel, path))
+            if len(found) > limits.max_files:
+                raise SkillInvalid(f"more than {limits.max_files} files (MAX_SKILL_FILES)")
+    return found
+
+
+def read_skill(root: Path, folder: Path, limits: Limits) -> Skill:
+    """Read, hash and validate one skill folder, or raise `SkillInvalid` saying why."""
+    try:
+        entries = _walk_files(folder, limits)
+        if "SKILL.md" not in {rel for rel, _ in entries}:
+            raise SkillInvalid("no SKILL.md in the folder")
+        files: list[SkillFile] = []
+        contents: dict[str, bytes] = {}
+        total = 0
+        for rel, path in entries:
+            data = path.read_bytes()
+            if len(data) > limits.max_file_bytes:  # grew since lstat
+                raise SkillInvalid(f"{rel} is over the {limits.max_file_bytes}-byte file limit")
+            total += len(data)
+            if total > limits.max_skill_bytes:
+                raise SkillInvalid(f"folder is over the {limits.max_skill_bytes}-byte skill limit")
+            files.append(SkillFile(rel, hashlib.sha256(data).hexdigest(), len(data)))
+            contents[rel] = data
+    except OSError as exc:
+        raise SkillInvalid(f"cannot read the folder: {exc.strerror or exc}") from exc
+    raw = contents["SKILL.md"]
+    if b"\x00" in raw:
+        raise SkillInvalid("SKILL.md is binary (contains NUL bytes); it must be UTF-8 text")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SkillInvalid(f"SKILL.md is not valid UTF-8 (byte {exc.start}); re-save it as UTF-8") from exc
+    name, description, body, meta = parse_skill_md(text, folder.name)
+    return Skill(
+        name=name,
+        description=description,
+        body=body,
+        root=root,
+        folder=folder,
+        revision=manifest_revision(files),
+        files=tuple(sorted(files, key=lambda f: f.path)),
+        frontmatter=MappingProxyType(meta),
+        metadata=MappingProxyType(dict(meta.get("metadata") or {})),
+    )
+
+
+def _fingerprint(folder: Path) -> tuple:
+    """Cheap change detector (paths, sizes, mtimes, inodes); the revision stays content-based."""
+    marks = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for entry in sorted(filenames):
+            if entry.startswith("."):
+                continue
+            try:
+                info = os.stat(os.path.join(dirpath, entry))
+                marks.append((dirpath, entry, info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns))
+            except OSError:
+                marks.append((dirpath, entry, -1, -1, -1, -1))
+    return tuple(marks)
+
+
+@dataclass
+class _Entry:
+    fingerprint: tuple
+    skill: Skill | None
+    problem: Problem | None
+
+
+@dataclass
+class Registry:
+    """The skills under `roots`, re-read incrementally: only folders that changed are parsed."""
+
+    roots: tuple[Path, ...]
+    limits: Limits = field(default_factory=Limits)
+    _entries: dict[Path, _Entry] = field(default_factory=dict)
+    _skills: dict[str, Skill] = field(default_factory=dict)
+    _problems: list[Problem] = field(default_factory=list)
+
+    def skills(self) -> Mapping[str, Skill]:
+        return MappingProxyType(self._skills)
+
+    def problems(self) -> list[Problem]:
+        return list(self._problems)
+
+    def folders(self) -> list[tuple[Path, Path]]:
+        """(root, folder) for every candidate skill folder, roots in priority order."""
+        found = []
+        for root in self.roots:
+            try:
+                children = sorted(root.iterdir(), key=lambda p: p.name)
+            except FileNotFoundError:
+                log.warning("skills root %s does not exist; serving nothing from it", root)
+                continue
+            except OSError as exc:
+                log.warning("cannot list skills root %s: %s", root, exc)
+                continue
+            for child in children:
+                if not child.name.startswith(".") and child.is_dir():
+                    found.append((root, child))
+        return found
+
+    def reload(self) -> ReloadReport:
+        """Re-scan every root; parse only folders whose files changed since the last scan."""
+        before = {name: skill.revision for name, skill in self._skills.items()}
+        seen: dict[Path, _Entry] = {}
+        for root, folder in self.folders():
+            fingerprint = _fingerprint(folder)
+            old = self._entries.get(folder)
+            if old is not None and old.fingerprint == fingerprint:
+                seen[folder] = old
+                continue
+            try:
+                seen[folder] = _Entry(fingerprint, read_skill(root, folder, self.limits), None)
+            except SkillInvalid as exc:
+                seen[folder] = _Entry(fingerprint, None, Problem(folder, str(exc)))
+                log.warning("skipped skill folder %s: %s", folder, exc)
+        self._entries = seen
+        self._skills, self._problems = self._resolve(seen)
+        after = {name: skill.revision for name, skill in self._skills.items()}
+        report = ReloadReport(
+            added=tuple(sorted(set(after) - set(before))),
+            changed=tuple(sorted(n for n in after if n in before and after[n] != before[n])),
+            removed=tuple(sorted(set(before) - set(after))),
+            invalid=tuple(self._problems),
+        )
+        return report
+
+    def _resolve(self, entries: dict[Path, _Entry]) -> tuple[dict[str, Skill], list[Problem]]:
+        skills: dict[str, Skill] = {}
+        problems: list[Problem] = []
+        for folder, entry in entries.items():  # insertion order = root priority order
+            if entry.problem is not None:
+                problems.append(entry.problem)
+            elif entry.skill is not None:
+                if entry.skill.name in skills:
+                    winner = skills[entry.skill.name].folder
+                    log.warning(
+                        "duplicate skill %r at %s ignored; %s (earlier root) wins",
+                        entry.skill.name, folder, winner,
+                    )
+                    continue
+                skills[entry.skill.name] = entry.skill
+        return skills, problems
+
+    def read_file(self, name: str, rel: str) -> bytes:
+        """The bytes of one file of the served revision, checked against its manifest digest."""
+        skill = self._skills.get(name)
+        if skill is None:
+            raise SkillNotFound(f"no skill named {name!r}; call suggest_skills to see what exists")
+        listed = {f.path: f for f in skill.files}.get(rel)
+        if listed is None:
+            raise SkillNotFound(f"skill {name!r} has no file {rel!r}")
+        try:
+            data = (skill.folder / rel).read_bytes()
+        except OSError as exc:
+            raise SkillChanged(
+                f"{name}/{rel} is gone from disk since revision {skill.short_revision} was indexed; "
+                "call reload_skills and retry"
+            ) from exc
+        if hashlib.sha256(data).hexdigest() != listed.sha256:
+            raise SkillChanged(
+                f"{name}/{rel} changed on disk since revision {skill.short_revision} was indexed; "
+                "call reload_skills and retry"
+            )
+        return data

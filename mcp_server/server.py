@@ -1,0 +1,156 @@
+"""The MCP front end: routing tools and skill:// resources over streamable HTTP.
+
+Tools: `suggest_skills`, `get_skill`, `route_and_load`, `reload_skills`. Skills are also exposed
+as SEP-2640 `skill://<name>/...` resources with their manifests (fastmcp's Skills extension),
+each file checked against the served revision's digest before it is returned. At most one
+skill body crosses the boundary per call. Tool failures come back as tool errors the calling
+model can read; nothing a client sends can crash the server. Host and Origin headers are
+checked (DNS-rebinding protection), and the default bind is loopback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from fastmcp import FastMCP
+from fastmcp.exceptions import ToolError
+from fastmcp.skills import SkillFile as WireFile
+from fastmcp.skills import SkillFrontmatter, SkillManifest
+from fastmcp.skills.provider import SkillFileResource, SkillManifestProvider
+from pydantic import Field
+
+from ingot import __version__
+from ingot.errors import IngotError
+from mcp_server.library import Library
+from mcp_server.policy import CallerContext
+from mcp_server.registry import Skill
+
+log = logging.getLogger(__name__)
+MAX_TASK_CHARS = 8000
+
+
+class LibrarySkills(SkillManifestProvider):
+    """Serve the library's current revisions as skill:// resources."""
+
+    def __init__(self, library: Library) -> None:
+        super().__init__()
+        self._library = library
+
+    async def load_manifests(self) -> Mapping[str, SkillManifest]:
+        manifests = {}
+        for name, skill in self._library.skills().items():
+            try:
+                self._library.get(name)  # skips blocked / disabled skills
+                manifests[name] = _manifest(skill)
+            except (IngotError, ValueError) as exc:
+                log.debug("not advertising %s: %s", name, exc)
+        return manifests
+
+    async def read_file(self, resource: SkillFileResource) -> bytes:
+        return self._library.read_file(resource.skill_path, resource.file_path)
+
+
+def _manifest(skill: Skill) -> SkillManifest:
+    return SkillManifest(
+        frontmatter=SkillFrontmatter(dict(skill.frontmatter)),
+        files={f.path: WireFile(digest=f"sha256:{f.sha256}", size=f.size) for f in skill.files},
+    )
+
+
+def _files(skill: Skill) -> list[dict[str, Any]]:
+    return [{"path": f.path, "sha256": f.sha256, "size": f.size} for f in skill.files]
+
+
+def _check_task(task: str) -> str:
+    if not task or not task.strip():
+        raise ToolError("task is empty: describe what you need done in one or two sentences")
+    if len(task) > MAX_TASK_CHARS:
+        raise ToolError(f"task is {len(task)} characters; send at most {MAX_TASK_CHARS} "
+                        "(a summary of the request, not the whole conversation)")
+    return task
+
+
+def build_server(library: Library) -> FastMCP:
+    """An MCP server whose tools and resources read from `library`."""
+    mcp = FastMCP(
+        "ingot",
+        version=__version__,
+        instructions=(
+            "Ingot serves approved skills. Call route_and_load(task) once per request: follow "
+            "skill_body when match is set, adapt it when related_match is set, and handle the "
+            "task yourself when novel is true."
+        ),
+        providers=[LibrarySkills(library)],
+    )
+
+    @mcp.tool
+    def suggest_skills(
+        task: Annotated[str, Field(description="What the user wants done.")],
+        k: Annotated[int, Field(ge=1, le=50, description="How many suggestions at most.")] = 5,
+    ) -> list[dict[str, Any]]:
+        """List the skills that fit a task, best first, without loading any body.
+
+        Each item has name, description, score, related (true when the skill is only close
+        enough to adapt, not a direct match) and revision. Empty when nothing is even related."""
+        suggestions = library.suggest(_check_task(task), k)
+        skills = library.skills()
+        return [
+            {"name": c.name, "description": skills[c.name].description, "score": c.score,
+             "related": c.related, "revision": skills[c.name].revision}
+            for c in suggestions if c.name in skills
+        ]
+
+    @mcp.tool
+    def get_skill(name: Annotated[str, Field(description="Skill name, e.g. 'pdf-forms'.")]) -> dict[str, Any]:
+        """Load one skill by name: its served revision, body and file manifest."""
+        try:
+            skill = library.get(name)
+        except IngotError as exc:
+            raise ToolError(str(exc)) from exc
+        return {"name": skill.name, "revision": skill.revision, "body": skill.body,
+                "files": _files(skill)}
+
+    @mcp.tool
+    def route_and_load(
+        task: Annotated[str, Field(description="What the user wants done.")],
+        harness: Annotated[str | None, Field(description="Calling harness, e.g. 'claude-code'.")] = None,
+        platform: Annotated[str | None, Field(description="Caller OS: linux, darwin or windows.")] = None,
+        cwd: Annotated[str | None, Field(description="Caller's working directory.")] = None,
+        available_tools: Annotated[list[str] | None, Field(description="Tools the caller has.")] = None,
+        available_mcps: Annotated[list[str] | None, Field(description="MCP servers the caller has.")] = None,
+    ) -> dict[str, Any]:
+        """Pick the skill for a task and load its approved revision in one call.
+
+        Returns match (a direct fit) or related_match (close enough to adapt) with that skill's
+        body and revision, or novel=true when nothing fits (handle the task yourself).
+        Alternatives are listed by name and score only; call get_skill to load one."""
+        context = CallerContext(
+            harness=harness, platform=platform, cwd=cwd,
+            available_tools=tuple(available_tools) if available_tools is not None else None,
+            available_mcps=tuple(available_mcps) if available_mcps is not None else None,
+        )
+        result = library.route(_check_task(task), context)
+        skill = result.skill
+        return {
+            "match": result.match,
+            "related_match": result.related_match,
+            "novel": result.novel,
+            "score": result.score,
+            "revision": skill.revision if skill else None,
+            "root": str(skill.root) if skill else None,
+            "skill_body": skill.body if skill else None,
+            "alternatives": [{"name": c.name, "score": c.score, "related": c.related}
+                             for c in result.alternatives],
+            "components": dict(result.components),
+        }
+
+    @mcp.tool
+    def reload_skills() -> dict[str, Any]:
+        """Re-read the skills roots now; returns counts of added, changed, removed and invalid."""
+        report = library.reload()
+        return {**report.counts(),
+                "problems": [{"folder": str(p.folder), "reason": p.reason} for p in report.invalid]}
+
+    return mcp

@@ -1,0 +1,59 @@
+"""Routing policy: metadata parsing and compatibility checks against the caller's context."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcp_server.policy import CallerContext, Policy, PolicyInvalid, check, parse_policy
+
+
+def test_metadata_lists_accept_comma_strings_and_yaml_lists():
+    policy = parse_policy({"platforms": "Linux, macOS", "requires-tools": ["bash", "git"],
+                           "priority": "7", "trust": "Trusted", "author": "ignored"})
+    assert policy.platforms == ("linux", "darwin")
+    assert policy.requires_tools == ("bash", "git")
+    assert (policy.priority, policy.trust) == (7, "trusted")
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [({"priority": "high"}, "integer"), ({"priority": "1000"}, "between"),
+     ({"trust": "maybe"}, "trusted, unverified, blocked"), ({"activation": 3}, "auto, manual"),
+     ({"platforms": {"os": "linux"}}, "comma-separated")],
+)
+def test_malformed_metadata_is_rejected_with_the_reason(metadata, message):
+    with pytest.raises(PolicyInvalid, match=message):
+        parse_policy(metadata)
+
+
+def test_blocked_and_manual_skills_are_never_routable():
+    assert check(Policy(trust="blocked"), CallerContext())[0] == "trust: blocked"
+    assert check(Policy(activation="manual"), CallerContext())[0] == "activation: manual"
+
+
+def test_constraints_use_the_callers_context_and_unknown_context_is_reported_unchecked():
+    policy = Policy(harnesses=("codex",), platforms=("darwin",), requires_tools=("bash",),
+                    requires_mcps=("github",))
+    assert check(policy, CallerContext()) == (None, ("harness", "platform", "tools", "mcps"))
+    assert check(policy, CallerContext(harness="claude-code"))[0] == "harness"
+    assert check(policy, CallerContext(platform="linux"))[0] == "platform"
+    assert check(policy, CallerContext(available_tools=("python",)))[0] == "tools"
+    assert check(policy, CallerContext(available_mcps=()))[0] == "mcps"
+    full = CallerContext(harness="Codex", platform="macos", available_tools=("bash", "x"),
+                         available_mcps=("github",))
+    assert check(policy, full) == (None, ())
+
+
+def test_project_scope_is_matched_against_the_callers_cwd(tmp_path):
+    policy = Policy(projects=(str(tmp_path / "billing"),))
+    assert check(policy, CallerContext(cwd=str(tmp_path / "billing" / "src")))[0] is None
+    assert check(policy, CallerContext(cwd=str(tmp_path / "billing-old")))[0] == "project"
+
+
+def test_path_patterns_look_for_matching_files_under_the_callers_cwd(tmp_path):
+    (tmp_path / "db" / "migrations").mkdir(parents=True)
+    (tmp_path / "db" / "migrations" / "001.sql").write_text("select 1;")
+    policy = Policy(paths=("**/*.sql",))
+    assert check(policy, CallerContext(cwd=str(tmp_path)))[0] is None
+    assert check(Policy(paths=("*.tf",)), CallerContext(cwd=str(tmp_path)))[0] == "paths"
+    assert check(policy, CallerContext(cwd="/no/such/dir")) == (None, ("paths",))

@@ -1,0 +1,190 @@
+"""Registry: discovery, Agent Skills validation, content-addressed revisions, bad input."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ingot.errors import SkillChanged, SkillNotFound
+from mcp_server.registry import Limits, Registry, manifest_revision, read_skill
+from tests.conftest import BUNDLED_SKILLS, write_skill
+
+
+def scan(*roots: Path, limits: Limits | None = None) -> Registry:
+    registry = Registry(tuple(roots), limits or Limits())
+    registry.reload()
+    return registry
+
+
+def reasons(registry: Registry) -> dict[str, str]:
+    return {p.folder.name: p.reason for p in registry.problems()}
+
+
+def test_bundled_example_skills_are_all_valid_and_varied():
+    registry = scan(BUNDLED_SKILLS)
+    assert registry.problems() == []
+    assert len(registry.skills()) >= 6
+    for skill in registry.skills().values():
+        assert len(skill.revision) == 64 and skill.body.strip()
+
+
+def test_a_multi_file_skill_lists_every_file_in_its_manifest(tmp_path):
+    write_skill(tmp_path, "alpha", "Alpha things.", files={"scripts/run.sh": "echo hi\n",
+                                                           "data.bin": b"\x00\x01\x02"})
+    skill = scan(tmp_path).skills()["alpha"]
+    assert [f.path for f in skill.files] == ["SKILL.md", "data.bin", "scripts/run.sh"]
+    assert skill.revision == manifest_revision(skill.files)
+
+
+def test_first_root_wins_a_duplicate_name_with_a_warning(tmp_path, caplog):
+    first, second = tmp_path / "a", tmp_path / "b"
+    write_skill(first, "same", "From the first root.")
+    write_skill(second, "same", "From the second root.")
+    with caplog.at_level(logging.WARNING):
+        registry = scan(first, second)
+    assert registry.skills()["same"].description == "From the first root."
+    assert "duplicate skill 'same'" in caplog.text
+
+
+def test_dot_folders_and_dot_files_are_skipped(tmp_path):
+    write_skill(tmp_path, "hidden", "Hidden.", folder=".hidden")
+    path = write_skill(tmp_path, "seen", "Seen.")
+    (path / ".DS_Store").write_bytes(b"junk")
+    registry = scan(tmp_path)
+    assert list(registry.skills()) == ["seen"]
+    assert [f.path for f in registry.skills()["seen"].files] == ["SKILL.md"]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("---\nname: bad\ndescription: [unclosed\n---\nbody\n", "not valid YAML"),
+        ("no frontmatter at all\n", "must start with YAML frontmatter"),
+        ("---\n- a\n- b\n---\nbody\n", "must be a YAML mapping"),
+        ("---\ndescription: no name\n---\nbody\n", "needs a 'name'"),
+        ("---\nname: bad\n---\nbody\n", "needs a 'description'"),
+        ("---\nname: bad\ndescription: ok\n---\n   \n", "no body"),
+        ("---\nname: Bad_Name\ndescription: ok\n---\nbody\n", "lowercase letters"),
+        ("---\nname: bad--name\ndescription: ok\n---\nbody\n", "single"),
+        ("---\nname: other\ndescription: ok\n---\nbody\n", "must equal the folder name"),
+        ("---\nname: bad\ndescription: ok\nmetadata: [1]\n---\nbody\n", "'metadata' must be a mapping"),
+        ("---\na: &x [1]\nb: *x\nname: bad\ndescription: ok\n---\nbody\n", "aliases are not allowed"),
+    ],
+)
+def test_malformed_skill_md_is_skipped_with_a_reason(tmp_path, content, expected):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "SKILL.md").write_text(content)
+    write_skill(tmp_path, "good", "Still served.")
+    registry = scan(tmp_path)
+    assert list(registry.skills()) == ["good"]
+    assert expected in reasons(registry)["bad"]
+
+
+def test_a_two_megabyte_description_is_refused_by_size_or_by_length(tmp_path):
+    huge = "x" * (2 << 20)
+    write_skill(tmp_path, "huge", huge)
+    assert "over the 1048576-byte file limit" in reasons(scan(tmp_path))["huge"]
+    roomy = Limits(max_file_bytes=4 << 20)
+    assert "the limit is 1024" in reasons(scan(tmp_path, limits=roomy))["huge"]
+
+
+def test_binary_and_non_utf8_skill_md_are_refused(tmp_path):
+    (tmp_path / "binary").mkdir()
+    (tmp_path / "binary" / "SKILL.md").write_bytes(b"---\nname: binary\x00\n---\n")
+    (tmp_path / "latin").mkdir()
+    (tmp_path / "latin" / "SKILL.md").write_bytes("---\nname: latin\ndescription: café\n---\nb\n"
+                                                  .encode("latin-1"))
+    found = reasons(scan(tmp_path))
+    assert "binary" in found["binary"]
+    assert "not valid UTF-8" in found["latin"]
+
+
+def test_a_symlink_leaving_the_folder_is_refused_but_an_inner_one_is_fine(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not serve")
+    root = tmp_path / "root"
+    escape = write_skill(root, "escape", "Escapes.")
+    (escape / "leak.txt").symlink_to(secret)
+    inner = write_skill(root, "inner", "Inner link.", files={"a.txt": "A"})
+    (inner / "b.txt").symlink_to(inner / "a.txt")
+    registry = scan(root)
+    assert "symlink that leaves the skill folder" in reasons(registry)["escape"]
+    assert [f.path for f in registry.skills()["inner"].files] == ["SKILL.md", "a.txt", "b.txt"]
+
+
+def test_device_files_and_pipes_are_refused(tmp_path):
+    path = write_skill(tmp_path, "pipe", "Has a FIFO.")
+    os.mkfifo(path / "fifo")
+    assert "not a regular file" in reasons(scan(tmp_path))["pipe"]
+
+
+def test_a_folder_without_skill_md_is_reported(tmp_path):
+    (tmp_path / "empty-folder").mkdir()
+    assert reasons(scan(tmp_path))["empty-folder"] == "no SKILL.md in the folder"
+
+
+def test_empty_and_missing_roots_serve_nothing_without_failing(tmp_path):
+    registry = scan(tmp_path, tmp_path / "does-not-exist")
+    assert registry.skills() == {} and registry.problems() == []
+
+
+def test_reload_counts_added_changed_removed_and_invalid(tmp_path):
+    registry = Registry((tmp_path,))
+    write_skill(tmp_path, "one", "One.")
+    write_skill(tmp_path, "two", "Two.")
+    assert registry.reload().counts() == {"added": 2, "changed": 0, "removed": 0, "invalid": 0}
+    write_skill(tmp_path, "one", "One, edited.")
+    (tmp_path / "two" / "SKILL.md").unlink()
+    write_skill(tmp_path, "three", "Three.")
+    report = registry.reload()
+    assert (report.added, report.changed, report.removed) == (("three",), ("one",), ("two",))
+    assert len(report.invalid) == 1
+
+
+def test_reading_a_file_checks_it_against_the_served_revision(tmp_path):
+    path = write_skill(tmp_path, "alpha", "Alpha.", files={"notes.md": "v1"})
+    registry = scan(tmp_path)
+    assert registry.read_file("alpha", "notes.md") == b"v1"
+    (path / "notes.md").write_text("v2")
+    with pytest.raises(SkillChanged, match="changed on disk"):
+        registry.read_file("alpha", "notes.md")
+    with pytest.raises(SkillNotFound):
+        registry.read_file("alpha", "../secret")
+    (path / "notes.md").unlink()
+    with pytest.raises(SkillChanged, match="gone from disk"):
+        registry.read_file("alpha", "notes.md")
+
+
+file_names = st.lists(st.from_regex(r"[a-z]{1,8}(/[a-z]{1,8})?\.txt", fullmatch=True),
+                      min_size=1, max_size=5, unique=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=file_names, data=st.data())
+def test_revision_changes_iff_a_byte_changes_and_ignores_order_and_mtime(tmp_path_factory, names, data):
+    names = [n for n in names if not any(n.startswith(o[:-4] + "/") for o in names)]
+    contents = {n: data.draw(st.binary(max_size=64)) for n in names}
+    order = data.draw(st.permutations(list(contents)))
+
+    def build(folder_root: Path, files: dict[str, bytes], sequence: list[str]) -> str:
+        folder = write_skill(folder_root, "prop", "Property skill.")
+        for name in sequence:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(files[name])
+            os.utime(folder / name, (data.draw(st.integers(1, 2**31)),) * 2)
+        return read_skill(folder_root, folder, Limits()).revision
+
+    base = build(tmp_path_factory.mktemp("a"), contents, list(contents))
+    assert build(tmp_path_factory.mktemp("b"), contents, order) == base
+    victim = data.draw(st.sampled_from(list(contents)))
+    changed = dict(contents)
+    flip = bytearray(changed[victim] or b"\x00")
+    position = data.draw(st.integers(0, len(flip) - 1))
+    flip[position] ^= data.draw(st.integers(1, 255))
+    changed[victim] = bytes(flip)
+    assert build(tmp_path_factory.mktemp("c"), changed, list(changed)) != base

@@ -1,0 +1,106 @@
+"""Router: the three outcomes, filters before ranking, conflicts, priority, determinism."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from mcp_server.policy import CallerContext
+from tests.conftest import BUNDLED_SKILLS, write_skill
+
+
+@pytest.fixture
+def bundled(library_factory):
+    return library_factory(BUNDLED_SKILLS)
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        ("EXPLAIN ANALYZE shows a sequential scan on orders; which index should I add?", "postgres-query-tuning"),
+        ("Write the changelog entry and release notes for version 2.4.0 from the merged PRs", "release-notes"),
+        ("My Docker image is 1.2 GB and runs as root; make it smaller and safer", "dockerfile-hardening"),
+        ("Split my staged changes into atomic commits with conventional commit messages", "git-commit-messages"),
+        ("Publish my library to PyPI with a pyproject.toml and trusted publishing", "python-packaging"),
+        ("Write the blameless postmortem for last night's SEV1 outage", "incident-postmortem"),
+        ("This CSV export has mixed date formats, duplicate rows and a weird encoding; clean it", "csv-data-cleaning"),
+    ],
+)
+def test_clear_requests_match_their_skill_and_load_its_body(bundled, task, expected):
+    result = bundled.route(task)
+    assert result.match == expected and result.related_match is None and not result.novel
+    assert result.skill is not None and result.skill.body.strip()
+    assert result.components["confidence"] == pytest.approx(result.score, abs=1e-4)
+
+
+@pytest.mark.parametrize("task", ["What's the capital of Australia?", "Write a haiku about autumn rain.",
+                                  "Thanks, that's all I needed."])
+def test_unrelated_requests_are_novel_and_load_nothing(bundled, task):
+    result = bundled.route(task)
+    assert (result.match, result.related_match, result.skill) == (None, None, None)
+    assert result.novel and result.alternatives == ()
+    assert bundled.suggest(task) == []
+
+
+def test_alternatives_never_carry_a_body_and_are_ranked(bundled):
+    result = bundled.route("write release notes and a conventional commit message", k=5)
+    scores = [c.score for c in result.ranked]
+    assert scores == sorted(scores, reverse=True)
+    assert all(not hasattr(c, "body") for c in result.alternatives)
+
+
+def test_routing_is_deterministic_for_a_fixed_library(bundled):
+    task = "speed up a slow SQL query"
+    first = bundled.route(task)
+    for _ in range(5):
+        again = bundled.route(task)
+        assert (again.match, again.score, [c.name for c in again.ranked]) == (
+            first.match, first.score, [c.name for c in first.ranked])
+
+
+def test_platform_filter_uses_the_callers_platform_before_ranking(bundled):
+    task = "EXPLAIN ANALYZE shows a sequential scan on orders; which index should I add?"
+    on_windows = bundled.route(task, CallerContext(platform="windows"))
+    assert on_windows.match != "postgres-query-tuning"
+    assert on_windows.components["filtered_out"] == {"platform": 1}
+    assert bundled.route(task, CallerContext(platform="darwin")).match == "postgres-query-tuning"
+
+
+def test_manual_and_blocked_skills_are_never_routed_but_manual_ones_load_by_name(tmp_path, library_factory):
+    body = "# Postgres\n\nUse EXPLAIN ANALYZE to read the plan and add the right index.\n"
+    write_skill(tmp_path, "pg-manual", "Tune slow PostgreSQL queries with EXPLAIN and indexes.", body,
+                extra="metadata:\n  activation: manual\n")
+    write_skill(tmp_path, "pg-blocked", "Tune slow PostgreSQL queries with EXPLAIN and indexes.", body,
+                extra="metadata:\n  trust: blocked\n")
+    library = library_factory(tmp_path)
+    result = library.route("My PostgreSQL query is slow; read the EXPLAIN plan and pick an index")
+    assert result.novel
+    assert result.components["filtered_out"] == {"activation: manual": 1, "trust: blocked": 1}
+    assert library.get("pg-manual").name == "pg-manual"
+    with pytest.raises(Exception, match="trust: blocked"):
+        library.get("pg-blocked")
+
+
+def test_malformed_routing_metadata_disables_only_that_skill(tmp_path, library_factory, caplog):
+    write_skill(tmp_path, "broken-meta", "Tune slow PostgreSQL queries.", extra="metadata:\n  priority: high\n")
+    write_skill(tmp_path, "fine", "Tune slow PostgreSQL queries with EXPLAIN.")
+    with caplog.at_level(logging.WARNING):
+        library = library_factory(tmp_path)
+    assert "priority must be an integer" in library.status().disabled["broken-meta"]
+    assert "broken-meta" in caplog.text
+    assert library.route("tune a slow PostgreSQL query with EXPLAIN").skill.name == "fine"
+
+
+def test_a_declared_conflict_keeps_the_higher_priority_skill(tmp_path, library_factory):
+    desc = "Tune slow PostgreSQL queries by reading EXPLAIN ANALYZE plans and adding indexes."
+    write_skill(tmp_path, "pg-old", desc, extra="metadata:\n  priority: '1'\n  conflicts: pg-new\n")
+    write_skill(tmp_path, "pg-new", desc + " Covers PostgreSQL 17.", extra="metadata:\n  priority: '9'\n")
+    library = library_factory(tmp_path)
+    result = library.route("Tune this slow PostgreSQL query; here is the EXPLAIN ANALYZE plan", k=5)
+    assert result.skill.name == "pg-new"
+    assert "pg-old" not in [c.name for c in result.ranked]
+
+
+def test_an_empty_library_or_task_is_novel(tmp_path, library_factory):
+    assert library_factory(tmp_path).route("anything").novel

@@ -1,0 +1,148 @@
+"""The MCP server over real streamable HTTP on loopback, called by fastmcp's and the mcp SDK's clients."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import httpx
+import pytest
+from fastmcp import Client as FastMCPClient
+from mcp.client import Client as SDKClient
+
+from tests.conftest import BUNDLED_SKILLS, running_mcp, write_skill
+
+
+@pytest.fixture
+def skills_root(tmp_path):
+    root = tmp_path / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    return root
+
+
+@pytest.fixture
+def served(skills_root, library_factory):
+    library = library_factory(skills_root)
+    with running_mcp(library) as url:
+        yield url, library
+
+
+def call(url: str, tool: str, args: dict | None = None, raise_on_error: bool = True):
+    async def go():
+        async with FastMCPClient(url) as client:
+            return await client.call_tool(tool, args or {}, raise_on_error=raise_on_error)
+    return asyncio.run(go())
+
+
+def test_route_and_load_returns_the_match_with_its_body_and_revision(served):
+    url, library = served
+    result = call(url, "route_and_load", {
+        "task": "Draft release notes for v3.1 from the merged pull requests",
+        "harness": "claude-code", "platform": "linux", "cwd": "/tmp",
+        "available_tools": ["bash"], "available_mcps": []})
+    data = result.structured_content
+    skill = library.get("release-notes")
+    assert data["match"] == "release-notes" and data["related_match"] is None and data["novel"] is False
+    assert data["revision"] == skill.revision and data["skill_body"] == skill.body
+    assert data["root"] == str(skill.root)
+    assert {"dense_description", "bm25_description", "fused", "confidence"} <= set(data["components"])
+    assert all(set(alt) == {"name", "score", "related"} for alt in data["alternatives"])
+
+
+def test_a_task_nothing_fits_is_novel_with_no_body(served):
+    data = call(served[0], "route_and_load", {"task": "Recommend three novels like Dune"}).structured_content
+    assert data["novel"] is True and data["match"] is None and data["skill_body"] is None
+    assert call(served[0], "suggest_skills", {"task": "Recommend three novels like Dune"}).data == []
+
+
+def test_suggest_skills_lists_names_scores_and_revisions_without_bodies(served):
+    url, library = served
+    items = call(url, "suggest_skills", {"task": "shrink and harden my Dockerfile", "k": 3}).data
+    assert items[0]["name"] == "dockerfile-hardening"
+    assert set(items[0]) == {"name", "description", "score", "related", "revision"}
+    assert items[0]["revision"] == library.get("dockerfile-hardening").revision
+
+
+def test_get_skill_returns_body_and_manifest_and_a_clear_error_when_unknown(served):
+    url, library = served
+    data = call(url, "get_skill", {"name": "python-packaging"}).structured_content
+    assert data["revision"] == library.get("python-packaging").revision
+    assert {f["path"] for f in data["files"]} == {"SKILL.md", "templates/pyproject.toml"}
+    missing = call(url, "get_skill", {"name": "no-such-skill"}, raise_on_error=False)
+    assert missing.is_error and "suggest_skills" in missing.content[0].text
+
+
+def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(served):
+    url, _ = served
+    for args in ({"task": ""}, {"task": "x" * 20000}, {"task": "ok", "k": 0}):
+        assert call(url, "suggest_skills", args, raise_on_error=False).is_error
+    assert call(url, "route_and_load", {"task": "write release notes"}).structured_content["match"]
+
+
+def test_reload_skills_reports_counts_and_picks_up_edits(served, skills_root):
+    url, library = served
+    write_skill(skills_root, "new-skill", "Plans quarterly OKRs for an engineering team.")
+    write_skill(skills_root, "release-notes", "Writes release notes.", "# Release notes\n\nEdited.\n")
+    (skills_root / "broken").mkdir()
+    (skills_root / "broken" / "SKILL.md").write_text("---\nname: [\n---\n")
+    shutil.rmtree(skills_root / "csv-data-cleaning")
+    data = call(url, "reload_skills").structured_content
+    assert {k: data[k] for k in ("added", "changed", "removed", "invalid")} == {
+        "added": 1, "changed": 1, "removed": 1, "invalid": 1}
+    assert "not valid YAML" in data["problems"][0]["reason"]
+    body = call(url, "get_skill", {"name": "release-notes"}).structured_content["body"]
+    assert "Edited." in body
+
+
+def test_the_official_mcp_sdk_client_can_route_and_load(served):
+    url, _ = served
+
+    async def go():
+        async with SDKClient(url) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            result = await client.call_tool("route_and_load", {"task": "write a blameless postmortem"})
+            return tools, result
+    tools, result = asyncio.run(go())
+    assert tools == {"suggest_skills", "get_skill", "route_and_load", "reload_skills"}
+    assert not result.is_error
+    assert result.structured_content["match"] == "incident-postmortem"
+
+
+def test_skills_are_exposed_as_skill_resources_with_manifests(served):
+    url, library = served
+
+    async def go():
+        async with FastMCPClient(url) as client:
+            uris = {str(r.uri) for r in await client.list_resources()}
+            manifest = await client.read_resource("skill://python-packaging/_manifest")
+            skill_md = await client.read_resource("skill://python-packaging/SKILL.md")
+            return uris, manifest[0].text, skill_md[0].text
+    uris, manifest, skill_md = asyncio.run(go())
+    assert "skill://release-notes/SKILL.md" in uris and "skill://python-packaging/_manifest" in uris
+    skill = library.get("python-packaging")
+    for f in skill.files:
+        assert f"sha256:{f.sha256}" in manifest
+    assert skill_md == (skill.folder / "SKILL.md").read_text()
+
+
+def test_a_skill_deleted_mid_request_gives_a_clear_error_not_a_crash(served, skills_root):
+    url, _ = served
+    shutil.rmtree(skills_root / "python-packaging")  # the index still lists it until a reload
+
+    async def go():
+        async with FastMCPClient(url) as client:
+            try:
+                await client.read_resource("skill://python-packaging/templates/pyproject.toml")
+            except Exception as exc:  # the client raises the server's resource error
+                return str(exc)
+            return "no error"
+    assert "gone from disk" in asyncio.run(go())
+    assert call(url, "route_and_load", {"task": "write release notes"}).structured_content["match"]
+
+
+def test_foreign_host_and_cross_origin_requests_are_refused(served):
+    url, _ = served
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"accept": "application/json, text/event-stream"}
+    assert httpx.post(url, json=body, headers={**headers, "host": "evil.example"}).status_code == 421
+    assert httpx.post(url, json=body, headers={**headers, "origin": "https://evil.example"}).status_code == 403
