@@ -51,7 +51,7 @@ def serve(skills: tuple[Path, ...], mcp_port: int | None, ui_port: int | None,
     from ingot.runtime import open_library
     from ingot.serve import serve as run
 
-    settings = _settings(skills, mcp_port=mcp_port, ui_port=ui_port, mcp_host=host)
+    settings = _settings(skills, mcp_port=mcp_port, ui_port=ui_port, bind_host=host)
     _setup_logging(settings.log_level)
     library = open_library(settings)
     status = library.status()
@@ -59,10 +59,27 @@ def serve(skills: tuple[Path, ...], mcp_port: int | None, ui_port: int | None,
                f"{len(status.invalid)} skipped", err=True)
     for problem in status.invalid:
         click.echo(f"  skipped {problem.folder}: {problem.reason}", err=True)
-    click.echo(f"ingot: MCP at http://{settings.mcp_host}:{settings.mcp_port}/mcp"
-               + ("" if no_ui else f", UI at http://{settings.mcp_host}:{settings.ui_port}/"), err=True)
-    run(library, settings.mcp_host, settings.mcp_port, None if no_ui else settings.ui_port,
-        settings.mcp_allowed_hosts, watch=settings.watch_skills, log_level=settings.log_level.lower())
+    click.echo(f"ingot: MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"
+               + ("" if no_ui else f", UI at http://{settings.bind_host}:{settings.ui_port}/"), err=True)
+    run(library, settings.bind_host, settings.mcp_port, None if no_ui else settings.ui_port,
+        settings.allowed_hosts, watch=settings.watch_skills, log_level=settings.log_level.lower())
+
+
+@main.command()
+@skills_option
+@click.option("--ui-port", type=int, default=None, help="UI port (default 8080).")
+@click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
+def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
+    """Serve only the UI (the MCP server runs elsewhere, e.g. its own compose service)."""
+    from ingot.runtime import open_library
+    from ingot.serve import serve as run
+
+    settings = _settings(skills, ui_port=ui_port, bind_host=host)
+    _setup_logging(settings.log_level)
+    library = open_library(settings)
+    click.echo(f"ingot: UI at http://{settings.bind_host}:{settings.ui_port}/", err=True)
+    run(library, settings.bind_host, None, settings.ui_port, settings.allowed_hosts,
+        watch=settings.watch_skills, log_level=settings.log_level.lower())
 
 
 @main.command()

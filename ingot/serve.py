@@ -39,25 +39,36 @@ async def _serve_all(servers: list[uvicorn.Server]) -> None:
     await asyncio.gather(*(s.serve() for s in servers))
 
 
-def serve(library: Library, host: str, mcp_port: int, ui_port: int | None,
+def ui_app(library: Library, mcp_url: str, allowed_hosts: tuple[str, ...]):
+    """The UI ASGI app, answering only to loopback and configured Host names."""
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+    from ui.app import build_app
+
+    app = build_app(library, mcp_url=mcp_url)
+    app.add_middleware(TrustedHostMiddleware,
+                       allowed_hosts=["127.0.0.1", "localhost", "[::1]", *allowed_hosts])
+    return app
+
+
+def serve(library: Library, host: str, mcp_port: int | None, ui_port: int | None,
           allowed_hosts: tuple[str, ...] = (), watch: bool = True, log_level: str = "info") -> None:
-    """Block serving MCP (and the UI unless `ui_port` is None) until interrupted."""
+    """Block serving MCP and/or the UI (a None port is not served) until interrupted."""
     if not is_loopback(host):
         if not allowed_hosts:
             raise ConfigError(
-                f"refusing to bind {host}: the MCP server has no authentication. Bind 127.0.0.1, "
-                "or set MCP_ALLOWED_HOSTS to the host names clients use (e.g. in Docker, where "
-                "the port is published on 127.0.0.1 only)"
+                f"refusing to bind {host}: Ingot has no authentication yet. Bind 127.0.0.1, or "
+                "set ALLOWED_HOSTS to the host names clients use (e.g. in Docker, where the "
+                "ports are published on 127.0.0.1 only)"
             )
-        log.warning("MCP server bound to %s; make sure the port is not reachable from other machines", host)
-    from ui.app import build_app
-
-    servers = [uvicorn.Server(uvicorn.Config(mcp_app(library, host, allowed_hosts), host=host,
-                                             port=mcp_port, log_level=log_level, lifespan="on"))]
+        log.warning("bound to %s; make sure these ports are not reachable from other machines", host)
+    servers = []
+    if mcp_port is not None:
+        servers.append(uvicorn.Server(uvicorn.Config(mcp_app(library, host, allowed_hosts), host=host,
+                                                     port=mcp_port, log_level=log_level, lifespan="on")))
     if ui_port is not None:
-        ui = build_app(library, mcp_url=f"http://{host}:{mcp_port}/mcp")
-        servers.append(uvicorn.Server(uvicorn.Config(ui, host=host, port=ui_port,
-                                                     log_level=log_level)))
+        app = ui_app(library, f"http://{host}:{mcp_port or 8000}/mcp", allowed_hosts)
+        servers.append(uvicorn.Server(uvicorn.Config(app, host=host, port=ui_port, log_level=log_level)))
     if watch:
         library.start_watching()
     try:

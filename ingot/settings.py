@@ -19,16 +19,16 @@ from ingot.errors import ConfigError
 class Settings(BaseSettings):
     """Ingot's configuration. Environment variable names are the field names in upper case."""
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True)
 
     skills_dirs: Annotated[tuple[Path, ...], NoDecode] = Field(
         default=(Path("skills"),), description="Skills roots, comma-separated; the first wins on duplicate names."
     )
     runs_dir: Path = Field(default=Path("runs"), description="Where Ingot keeps its state.")
-    mcp_host: str = Field(default="127.0.0.1", description="Address the MCP server binds.")
+    bind_host: str = Field(default="127.0.0.1", description="Address the MCP server and UI bind (loopback by default).")
     mcp_port: int = Field(default=8000, ge=1, le=65535)
     ui_port: int = Field(default=8080, ge=1, le=65535)
-    mcp_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(), description="Extra Host header values the MCP server accepts (e.g. a Docker service name)."
     )
     embed_model_dir: Path | None = Field(default=None, description="Folder with model.onnx + tokenizer.json.")
@@ -49,7 +49,7 @@ class Settings(BaseSettings):
             return tuple(Path(p.strip()) for p in value.split(",") if p.strip())
         return value
 
-    @field_validator("mcp_allowed_hosts", mode="before")
+    @field_validator("allowed_hosts", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):

@@ -75,6 +75,18 @@ class _State:
     index: Index
     policies: dict[str, Policy]
     disabled: dict[str, str]  # skill name -> why its routing metadata disabled it
+    constrained: list[int] = field(default_factory=list)  # index rows with any routing constraint
+    has_conflicts: bool = False
+    conflict_slack: int = 0  # extra ranks to fetch so dropping conflicting skills still leaves k
+    priorities: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        default = Policy()
+        names = self.index.names
+        self.constrained = [i for i, n in enumerate(names) if self.policies[n] != default]
+        self.has_conflicts = any(self.policies[n].conflicts for n in names)
+        self.conflict_slack = sum(bool(self.policies[n].conflicts) for n in names)
+        self.priorities = np.array([self.policies[n].priority for n in names], dtype=np.int64)
 
 
 @dataclass
@@ -121,14 +133,15 @@ class Router:
         excluded: dict[str, int] = {}
         unchecked: set[str] = set()
         allowed = np.ones(len(index), dtype=bool)
-        for i, name in enumerate(index.names):
-            reason, missing = policy_mod.check(state.policies[name], context)
+        for i in state.constrained:  # skills without routing metadata pass every filter
+            reason, missing = policy_mod.check(state.policies[index.names[i]], context)
             if reason:
                 allowed[i] = False
                 excluded[reason] = excluded.get(reason, 0) + 1
             unchecked.update(missing)
-        ranked = self._rank(index, state.policies, fused, allowed)
-        ranked = self._drop_conflicts(ranked, index, state.policies)
+        ranked = self._rank(state, fused, allowed, max(k, 2) + state.conflict_slack)
+        if state.has_conflicts:
+            ranked = self._drop_conflicts(ranked, index, state.policies, max(k, 2))
         candidates = [
             self._candidate(index, raw, fused, ranked, pos, query_terms)
             for pos in range(min(max(k, 1), len(ranked)))
@@ -170,18 +183,29 @@ class Router:
         )
 
     @staticmethod
-    def _rank(index: Index, policies: Mapping[str, Policy], fused: np.ndarray,
-              allowed: np.ndarray) -> list[int]:
-        rounded = np.round(fused, 6)  # exact ties decided by priority, then name, not float noise
-        positions = np.flatnonzero(allowed)
-        return sorted(
-            positions.tolist(),
-            key=lambda i: (-rounded[i], -policies[index.names[i]].priority, index.names[i]),
-        )
+    def _rank(state: _State, fused: np.ndarray, allowed: np.ndarray, want: int) -> list[int]:
+        """Rows of the best `want` allowed skills (plus any exact ties), best first.
+
+        Exact ties are decided by priority, then name (rows are in name order), never by float
+        noise or sort instability, so the ranking is deterministic for a fixed library."""
+        rows = np.flatnonzero(allowed)
+        if len(rows) == 0:
+            return []
+        rounded = np.round(fused[rows], 6)
+        if len(rows) > want:
+            cutoff = np.partition(rounded, len(rows) - want)[len(rows) - want]
+            keep = rounded >= cutoff
+            rows, rounded = rows[keep], rounded[keep]
+        order = np.lexsort((rows, -state.priorities[rows], -rounded))
+        return rows[order].tolist()
 
     @staticmethod
-    def _drop_conflicts(ranked: list[int], index: Index, policies: Mapping[str, Policy]) -> list[int]:
-        """Of two skills that declare a conflict, keep the higher priority (then the better rank)."""
+    def _drop_conflicts(ranked: list[int], index: Index, policies: Mapping[str, Policy],
+                        want: int) -> list[int]:
+        """Of two skills that declare a conflict, keep the higher priority (then the better rank).
+
+        Walks the ranking only until `want` skills are kept, so its cost does not grow with the
+        library."""
         kept: list[int] = []
         for i in ranked:
             name, pol = index.names[i], policies[index.names[i]]
@@ -192,8 +216,9 @@ class Router:
             elif all(pol.priority > policies[index.names[j]].priority for j in clash):
                 kept = [j for j in kept if j not in clash]
                 kept.append(i)
-        order = {i: pos for pos, i in enumerate(ranked)}
-        return sorted(kept, key=order.__getitem__)
+            if len(kept) >= want + 1:
+                break
+        return kept
 
     def _candidate(self, index: Index, raw: Scores, fused: np.ndarray, ranked: list[int],
                    pos: int, query_terms: list[str]) -> Candidate:

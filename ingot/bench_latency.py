@@ -1,0 +1,204 @@
+"""`ingot bench latency`: serving speed on synthetic libraries of 1k and 10k skills.
+
+For each size it writes a deterministic synthetic library to a temporary folder, then measures:
+- index_build_s: building the router index in this process (vectors from the bench cache).
+- route_ms: in-process `route` p50/p95 over generated queries.
+- mcp_route_and_load_ms: `route_and_load` round trip p50/p95 from a real MCP client to an
+  `ingot serve` child process on loopback (one client session).
+- cold_start_s: from spawning `ingot serve` to its first answered MCP call, vector cache warm.
+- edit_to_served_ms: from rewriting one SKILL.md to `get_skill` returning the new revision,
+  median of several edits (the server's file watcher does the work; polled every 5 ms).
+- server_rss_mb / server_peak_rss_mb: the serving process's resident memory after the run.
+Vectors are cached under RUNS_DIR/cache/bench-vectors.sqlite, so only the first run per size
+pays for embedding (minutes at 10k on two cores). Prints JSON; medians, not single runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+from fastmcp import Client
+
+from ingot.settings import Settings
+from mcp_server.embedding import load_embedder
+from mcp_server.library import Library
+
+VERBS = ["migrate", "audit", "document", "benchmark", "refactor", "monitor", "deploy", "validate",
+         "summarise", "design", "debug", "secure", "translate", "profile", "schedule", "review"]
+OBJECTS = ["invoices", "Kubernetes manifests", "GraphQL schemas", "Terraform modules", "sales reports",
+           "React components", "Kafka topics", "Excel workbooks", "OAuth flows", "Jupyter notebooks",
+           "S3 buckets", "Rust crates", "Android builds", "payroll exports", "REST endpoints",
+           "Grafana dashboards", "legal contracts", "marketing emails", "SQL migrations", "GPU jobs"]
+DOMAINS = ["fintech", "healthcare", "retail", "logistics", "gaming", "education", "insurance",
+           "energy", "media", "travel", "biotech", "government", "telecom", "automotive"]
+TOOLS = ["Python", "Go", "TypeScript", "Bash", "Ansible", "dbt", "Airflow", "Spark", "Helm",
+         "pandas", "Playwright", "OpenTelemetry", "Postgres", "Redis", "ffmpeg", "LaTeX"]
+
+
+def synthetic_skill(i: int) -> tuple[str, str, str]:
+    rng = random.Random(i)
+    verb, obj, domain, tool = rng.choice(VERBS), rng.choice(OBJECTS), rng.choice(DOMAINS), rng.choice(TOOLS)
+    verb2, obj2 = rng.choice(VERBS), rng.choice(OBJECTS)
+    name = f"{verb}-{obj.split()[0].lower()}-{domain}-{i}"
+    description = (f"{verb.capitalize()} {obj} for {domain} teams with {tool} (variant {i}). "
+                   f"Use when the user asks to {verb2} {obj2} or mentions {tool} and {domain}.")
+    steps = "\n".join(f"{n}. {rng.choice(VERBS).capitalize()} the {rng.choice(OBJECTS)} "
+                      f"with {rng.choice(TOOLS)}." for n in range(1, 7))
+    body = f"# {verb.capitalize()} {obj}\n\n## When to use\n\n{description}\n\n## Steps\n\n{steps}\n"
+    return name, description, body
+
+
+def write_library(folder: Path, size: int) -> list[str]:
+    names = []
+    for i in range(size):
+        name, description, body = synthetic_skill(i)
+        path = folder / name
+        path.mkdir(parents=True)
+        (path / "SKILL.md").write_text(f"---\nname: {name}\ndescription: {description!r}\n---\n{body}")
+        names.append(name)
+    return names
+
+
+def queries(count: int) -> list[str]:
+    rng = random.Random(12345)
+    return [f"Please {rng.choice(VERBS)} our {rng.choice(OBJECTS)} for the {rng.choice(DOMAINS)} "
+            f"project using {rng.choice(TOOLS)}" for _ in range(count)]
+
+
+def _stats(ms: list[float]) -> dict[str, float]:
+    ordered = sorted(ms)
+    return {"p50": round(statistics.median(ordered), 2),
+            "p95": round(ordered[min(len(ordered) - 1, int(0.95 * (len(ordered) - 1) + 0.5))], 2)}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def _mcp_session(url: str, tasks: list[str], folder: Path, edit_name: str,
+                       edits: int) -> tuple[list[float], list[float]]:
+    async with Client(url) as client:
+        round_trips = []
+        for task in tasks:
+            start = time.perf_counter()
+            await client.call_tool("route_and_load", {"task": task})
+            round_trips.append((time.perf_counter() - start) * 1000)
+        to_served = []
+        skill_md = folder / edit_name / "SKILL.md"
+        original = skill_md.read_text()
+        for n in range(edits):
+            before = (await client.call_tool("get_skill", {"name": edit_name})).structured_content["revision"]
+            start = time.perf_counter()
+            skill_md.write_text(original + f"\nEdit number {n}.\n")
+            while True:
+                now = (await client.call_tool("get_skill", {"name": edit_name})).structured_content
+                if now["revision"] != before:
+                    break
+                if time.perf_counter() - start > 30:
+                    raise RuntimeError("edited skill not served within 30 s")
+                await asyncio.sleep(0.005)
+            to_served.append((time.perf_counter() - start) * 1000)
+            await asyncio.sleep(0.5)  # let the watcher's debounce window close between edits
+        return round_trips, to_served
+
+
+def _wait_ready(url: str, deadline_s: float) -> float:
+    start = time.perf_counter()
+
+    async def ping() -> None:
+        async with Client(url) as client:
+            await client.call_tool("route_and_load", {"task": "ping"})
+
+    while time.perf_counter() - start < deadline_s:
+        try:
+            asyncio.run(ping())
+            return time.perf_counter() - start
+        except Exception:
+            time.sleep(0.05)
+    raise RuntimeError(f"server not ready within {deadline_s:.0f} s")
+
+
+def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) -> dict:
+    folder = Path(tempfile.mkdtemp(prefix=f"ingot-bench-{size}-"))
+    try:
+        names = write_library(folder / "skills", size)
+        embedder = load_embedder(settings.embed_model_dir, settings.embed_model_sha256,
+                                 cache / "cache" / "bench-vectors.sqlite", threads=settings.embed_threads)
+        library = Library((folder / "skills",), embedder)
+        start = time.perf_counter()
+        library.reload()
+        build_s = time.perf_counter() - start
+        tasks = queries(query_count)
+        for task in tasks[:5]:
+            library.route(task)
+        in_process = []
+        for task in tasks:
+            t0 = time.perf_counter()
+            library.route(task)
+            in_process.append((time.perf_counter() - t0) * 1000)
+        del library
+        port = _free_port()
+        env = {**os.environ, "RUNS_DIR": str(cache), "HF_HUB_OFFLINE": "1", "LOG_LEVEL": "WARNING"}
+        # The cache file the server reads must be the one the bench warmed.
+        shutil.copyfile(cache / "cache" / "bench-vectors.sqlite", cache / "cache" / "vectors.sqlite")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ingot.cli", "serve", "--no-ui", "--skills", str(folder / "skills"),
+             "--mcp-port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{port}/mcp"
+            cold_start = _wait_ready(url, 600)
+            round_trips, to_served = asyncio.run(_mcp_session(url, tasks, folder / "skills", names[size // 2], 7))
+            info = psutil.Process(process.pid)
+            rss = info.memory_info().rss / 2**20
+            peak = _peak_rss_mb(process.pid) or rss
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+        return {
+            "skills": size,
+            "index_build_s": round(build_s, 2),
+            "texts_embedded_this_run": embedder.computed,
+            "route_ms": _stats(in_process),
+            "mcp_route_and_load_ms": _stats(round_trips),
+            "cold_start_s": round(cold_start, 2),
+            "edit_to_served_ms": {"median": round(statistics.median(to_served), 1),
+                                  "max": round(max(to_served), 1), "edits": len(to_served)},
+            "server_rss_mb": round(rss, 1),
+            "server_peak_rss_mb": round(peak, 1),
+        }
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _peak_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def run(settings: Settings, sizes: list[int], query_count: int) -> dict:
+    cache = (settings.runs_dir / "bench").absolute()
+    (cache / "cache").mkdir(parents=True, exist_ok=True)
+    return {
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "queries_per_size": query_count,
+        "results": [_measure_size(settings, size, query_count, cache) for size in sizes],
+    }

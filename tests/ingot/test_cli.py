@@ -1,0 +1,92 @@
+"""The `ingot` command line, run as a real process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from fastmcp import Client
+
+from tests.conftest import BUNDLED_SKILLS, free_port, wait_for, write_skill
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def ingot(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RUNS_DIR": str(cwd / "runs"), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "ingot.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_route_prints_the_decision_and_its_components(tmp_path):
+    done = ingot("route", "--skills", str(BUNDLED_SKILLS), "--json",
+                 "Draft release notes for 2.0 from the merged pull requests", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    decision = json.loads(done.stdout)
+    assert decision["match"] == "release-notes" and len(decision["revision"]) == 64
+    assert "bm25_description" in decision["components"]
+    text = ingot("route", "--skills", str(BUNDLED_SKILLS), "Explain the offside rule", cwd=tmp_path)
+    assert text.stdout.startswith("novel:")
+
+
+def test_skills_lists_revisions_and_skipped_folders_with_reasons(tmp_path):
+    write_skill(tmp_path / "root", "fine", "A fine skill.")
+    write_skill(tmp_path / "root", "wrong-name", "Mismatch.", folder="other-folder")
+    done = ingot("skills", "--skills", str(tmp_path / "root"), cwd=tmp_path)
+    assert done.returncode == 0
+    assert done.stdout.startswith("fine  ")
+    assert "SKIPPED" in done.stdout and "must equal the folder name" in done.stdout
+
+
+def test_bench_routing_prints_json_metrics(tmp_path):
+    done = ingot("bench", "routing", "--skills", str(BUNDLED_SKILLS), "--cases",
+                 str(FIXTURES / "bundled_cases.jsonl"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["n"] == 10 and report["skills"] == 7
+    assert {"top1", "recall_at_3", "no_route_rate", "false_route_rate", "p50_ms", "p95_ms"} <= set(report)
+    assert report["top1"] == 1.0 and report["no_route_rate"] == 1.0
+
+
+def test_a_bad_setting_is_one_clear_error_with_exit_code_2(tmp_path):
+    env_file = tmp_path / ".env"
+    env_file.write_text("MCP_PORT=seventy\n")
+    done = ingot("route", "anything", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("Error: invalid settings: MCP_PORT")
+
+
+def test_serving_on_a_public_address_without_allowed_hosts_is_refused(tmp_path):
+    done = ingot("serve", "--skills", str(BUNDLED_SKILLS), "--host", "0.0.0.0", cwd=tmp_path)
+    assert done.returncode == 2 and "refusing to bind 0.0.0.0" in done.stderr
+
+
+def test_serve_answers_mcp_and_ui_then_stops_on_sigterm(tmp_path):
+    mcp_port, ui_port = free_port(), free_port()
+    env = {**os.environ, "RUNS_DIR": str(tmp_path / "runs"), "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ingot.cli", "serve", "--skills", str(BUNDLED_SKILLS),
+         "--mcp-port", str(mcp_port), "--ui-port", str(ui_port)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        async def route() -> dict:
+            async with Client(f"http://127.0.0.1:{mcp_port}/mcp") as client:
+                result = await client.call_tool("route_and_load", {"task": "write a blameless postmortem"})
+                return result.structured_content
+
+        def up() -> dict | None:
+            try:
+                return asyncio.run(route())
+            except Exception:
+                return None
+        assert wait_for(up, timeout=60, interval=0.2)["match"] == "incident-postmortem"
+        import httpx
+        page = httpx.get(f"http://127.0.0.1:{ui_port}/")
+        assert page.status_code == 200 and "incident-postmortem" in page.text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)
