@@ -9,7 +9,7 @@ For each size it writes a deterministic synthetic library to a temporary folder,
 - edit_to_served_ms: from rewriting one SKILL.md to `get_skill` returning the new revision,
   median of several edits (the server's file watcher does the work; polled every 5 ms).
 - server_rss_mb / server_peak_rss_mb: the serving process's resident memory after the run.
-Vectors are cached under RUNS_DIR/cache/bench-vectors.sqlite, so only the first run per size
+Vectors are cached under RUNS_DIR/bench/cache/vectors.sqlite, so only the first run per size
 pays for embedding (minutes at 10k on two cores). Prints JSON; medians, not single runs.
 """
 
@@ -35,16 +35,80 @@ from ingot.settings import Settings
 from mcp_server.embedding import load_embedder
 from mcp_server.library import Library
 
-VERBS = ["migrate", "audit", "document", "benchmark", "refactor", "monitor", "deploy", "validate",
-         "summarise", "design", "debug", "secure", "translate", "profile", "schedule", "review"]
-OBJECTS = ["invoices", "Kubernetes manifests", "GraphQL schemas", "Terraform modules", "sales reports",
-           "React components", "Kafka topics", "Excel workbooks", "OAuth flows", "Jupyter notebooks",
-           "S3 buckets", "Rust crates", "Android builds", "payroll exports", "REST endpoints",
-           "Grafana dashboards", "legal contracts", "marketing emails", "SQL migrations", "GPU jobs"]
-DOMAINS = ["fintech", "healthcare", "retail", "logistics", "gaming", "education", "insurance",
-           "energy", "media", "travel", "biotech", "government", "telecom", "automotive"]
-TOOLS = ["Python", "Go", "TypeScript", "Bash", "Ansible", "dbt", "Airflow", "Spark", "Helm",
-         "pandas", "Playwright", "OpenTelemetry", "Postgres", "Redis", "ffmpeg", "LaTeX"]
+VERBS = [
+    "migrate",
+    "audit",
+    "document",
+    "benchmark",
+    "refactor",
+    "monitor",
+    "deploy",
+    "validate",
+    "summarise",
+    "design",
+    "debug",
+    "secure",
+    "translate",
+    "profile",
+    "schedule",
+    "review",
+]
+OBJECTS = [
+    "invoices",
+    "Kubernetes manifests",
+    "GraphQL schemas",
+    "Terraform modules",
+    "sales reports",
+    "React components",
+    "Kafka topics",
+    "Excel workbooks",
+    "OAuth flows",
+    "Jupyter notebooks",
+    "S3 buckets",
+    "Rust crates",
+    "Android builds",
+    "payroll exports",
+    "REST endpoints",
+    "Grafana dashboards",
+    "legal contracts",
+    "marketing emails",
+    "SQL migrations",
+    "GPU jobs",
+]
+DOMAINS = [
+    "fintech",
+    "healthcare",
+    "retail",
+    "logistics",
+    "gaming",
+    "education",
+    "insurance",
+    "energy",
+    "media",
+    "travel",
+    "biotech",
+    "government",
+    "telecom",
+    "automotive",
+]
+TOOLS = [
+    "Python",
+    "Go",
+    "TypeScript",
+    "Bash",
+    "Ansible",
+    "dbt",
+    "Airflow",
+    "Spark",
+    "Helm",
+    "pandas",
+    "Playwright",
+    "OpenTelemetry",
+    "Postgres",
+    "Redis",
+    "ffmpeg",
+    "LaTeX",
+]
 
 
 def synthetic_skill(i: int) -> tuple[str, str, str]:
@@ -52,10 +116,14 @@ def synthetic_skill(i: int) -> tuple[str, str, str]:
     verb, obj, domain, tool = rng.choice(VERBS), rng.choice(OBJECTS), rng.choice(DOMAINS), rng.choice(TOOLS)
     verb2, obj2 = rng.choice(VERBS), rng.choice(OBJECTS)
     name = f"{verb}-{obj.split()[0].lower()}-{domain}-{i}"
-    description = (f"{verb.capitalize()} {obj} for {domain} teams with {tool} (variant {i}). "
-                   f"Use when the user asks to {verb2} {obj2} or mentions {tool} and {domain}.")
-    steps = "\n".join(f"{n}. {rng.choice(VERBS).capitalize()} the {rng.choice(OBJECTS)} "
-                      f"with {rng.choice(TOOLS)}." for n in range(1, 7))
+    description = (
+        f"{verb.capitalize()} {obj} for {domain} teams with {tool} (variant {i}). "
+        f"Use when the user asks to {verb2} {obj2} or mentions {tool} and {domain}."
+    )
+    steps = "\n".join(
+        f"{n}. {rng.choice(VERBS).capitalize()} the {rng.choice(OBJECTS)} with {rng.choice(TOOLS)}."
+        for n in range(1, 7)
+    )
     body = f"# {verb.capitalize()} {obj}\n\n## When to use\n\n{description}\n\n## Steps\n\n{steps}\n"
     return name, description, body
 
@@ -73,14 +141,19 @@ def write_library(folder: Path, size: int) -> list[str]:
 
 def queries(count: int) -> list[str]:
     rng = random.Random(12345)
-    return [f"Please {rng.choice(VERBS)} our {rng.choice(OBJECTS)} for the {rng.choice(DOMAINS)} "
-            f"project using {rng.choice(TOOLS)}" for _ in range(count)]
+    return [
+        f"Please {rng.choice(VERBS)} our {rng.choice(OBJECTS)} for the {rng.choice(DOMAINS)} "
+        f"project using {rng.choice(TOOLS)}"
+        for _ in range(count)
+    ]
 
 
 def _stats(ms: list[float]) -> dict[str, float]:
     ordered = sorted(ms)
-    return {"p50": round(statistics.median(ordered), 2),
-            "p95": round(ordered[min(len(ordered) - 1, int(0.95 * (len(ordered) - 1) + 0.5))], 2)}
+    return {
+        "p50": round(statistics.median(ordered), 2),
+        "p95": round(ordered[min(len(ordered) - 1, int(0.95 * (len(ordered) - 1) + 0.5))], 2),
+    }
 
 
 def _free_port() -> int:
@@ -89,8 +162,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def _mcp_session(url: str, tasks: list[str], folder: Path, edit_name: str,
-                       edits: int) -> tuple[list[float], list[float]]:
+async def _mcp_session(
+    url: str, tasks: list[str], folder: Path, edit_name: str, edits: int
+) -> tuple[list[float], list[float]]:
     async with Client(url) as client:
         round_trips = []
         for task in tasks:
@@ -136,8 +210,12 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
     folder = Path(tempfile.mkdtemp(prefix=f"ingot-bench-{size}-"))
     try:
         names = write_library(folder / "skills", size)
-        embedder = load_embedder(settings.embed_model_dir, settings.embed_model_sha256,
-                                 cache / "cache" / "bench-vectors.sqlite", threads=settings.embed_threads)
+        embedder = load_embedder(
+            settings.embed_model_dir,
+            settings.embed_model_sha256,
+            cache / "cache" / "vectors.sqlite",
+            threads=settings.embed_threads,
+        )
         library = Library((folder / "skills",), embedder)
         start = time.perf_counter()
         library.reload()
@@ -153,15 +231,29 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
         del library
         port = _free_port()
         env = {**os.environ, "RUNS_DIR": str(cache), "HF_HUB_OFFLINE": "1", "LOG_LEVEL": "WARNING"}
-        # The cache file the server reads must be the one the bench warmed.
-        shutil.copyfile(cache / "cache" / "bench-vectors.sqlite", cache / "cache" / "vectors.sqlite")
+        # RUNS_DIR=cache: the server reads the vector cache this process just warmed.
         process = subprocess.Popen(
-            [sys.executable, "-m", "ingot.cli", "serve", "--no-ui", "--skills", str(folder / "skills"),
-             "--mcp-port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "ingot.cli",
+                "serve",
+                "--no-ui",
+                "--skills",
+                str(folder / "skills"),
+                "--mcp-port",
+                str(port),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             url = f"http://127.0.0.1:{port}/mcp"
             cold_start = _wait_ready(url, 600)
-            round_trips, to_served = asyncio.run(_mcp_session(url, tasks, folder / "skills", names[size // 2], 7))
+            round_trips, to_served = asyncio.run(
+                _mcp_session(url, tasks, folder / "skills", names[size // 2], 7)
+            )
             info = psutil.Process(process.pid)
             rss = info.memory_info().rss / 2**20
             peak = _peak_rss_mb(process.pid) or rss
@@ -175,8 +267,11 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
             "route_ms": _stats(in_process),
             "mcp_route_and_load_ms": _stats(round_trips),
             "cold_start_s": round(cold_start, 2),
-            "edit_to_served_ms": {"median": round(statistics.median(to_served), 1),
-                                  "max": round(max(to_served), 1), "edits": len(to_served)},
+            "edit_to_served_ms": {
+                "median": round(statistics.median(to_served), 1),
+                "max": round(max(to_served), 1),
+                "edits": len(to_served),
+            },
             "server_rss_mb": round(rss, 1),
             "server_peak_rss_mb": round(peak, 1),
         }

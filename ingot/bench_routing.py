@@ -57,9 +57,16 @@ def run(settings: Settings, cases_path: Path, details: bool = False) -> dict:
             null_total += 1
             null_unrouted += chosen is None
         if details and not correct:
-            misses.append({"id": case.get("id"), "kind": case.get("kind"), "expected": expected,
-                           "got": chosen, "score": round(result.score, 4),
-                           "ranked": [c.name for c in result.ranked[:3]]})
+            misses.append(
+                {
+                    "id": case.get("id"),
+                    "kind": case.get("kind"),
+                    "expected": expected,
+                    "got": chosen,
+                    "score": round(result.score, 4),
+                    "ranked": [c.name for c in result.ranked[:3]],
+                }
+            )
     status = library.status()
     report = {
         "n": len(cases),
@@ -71,8 +78,9 @@ def run(settings: Settings, cases_path: Path, details: bool = False) -> dict:
         "p50_ms": round(statistics.median(timings), 2),
         "p95_ms": round(_percentile(timings, 0.95), 2),
         "accuracy_by_kind": {k: round(v[0] / v[1], 4) for k, v in sorted(per_kind.items())},
-        "expected_skill_not_served": sorted({c["expected"] for c in cases
-                                             if c.get("expected") and c["expected"] not in served}),
+        "expected_skill_not_served": sorted(
+            {c["expected"] for c in cases if c.get("expected") and c["expected"] not in served}
+        ),
         "skipped_skills": [{"folder": str(p.folder), "reason": p.reason} for p in status.invalid],
     }
     if details:

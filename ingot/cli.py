@@ -20,8 +20,9 @@ def _settings(skills: tuple[Path, ...] = (), **overrides: object) -> Settings:
 
 
 def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     logging.getLogger("bm25s").setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
@@ -29,8 +30,13 @@ def _print_json(data: object) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
-skills_option = click.option("--skills", "skills", multiple=True, type=click.Path(path_type=Path),
-                             help="A skills root (repeatable; the first wins on duplicate names).")
+skills_option = click.option(
+    "--skills",
+    "skills",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="A skills root (repeatable; the first wins on duplicate names).",
+)
 
 
 @click.group()
@@ -45,8 +51,9 @@ def main() -> None:
 @click.option("--ui-port", type=int, default=None, help="UI port (default 8080).")
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
 @click.option("--no-ui", is_flag=True, help="Serve MCP only.")
-def serve(skills: tuple[Path, ...], mcp_port: int | None, ui_port: int | None,
-          host: str | None, no_ui: bool) -> None:
+def serve(
+    skills: tuple[Path, ...], mcp_port: int | None, ui_port: int | None, host: str | None, no_ui: bool
+) -> None:
     """Serve the skills over MCP (streamable HTTP at /mcp) and the UI."""
     from ingot.runtime import open_library
     from ingot.serve import serve as run
@@ -55,14 +62,27 @@ def serve(skills: tuple[Path, ...], mcp_port: int | None, ui_port: int | None,
     _setup_logging(settings.log_level)
     library = open_library(settings)
     status = library.status()
-    click.echo(f"ingot: {status.skills} skills from {', '.join(map(str, status.roots))}; "
-               f"{len(status.invalid)} skipped", err=True)
+    click.echo(
+        f"ingot: {status.skills} skills from {', '.join(map(str, status.roots))}; "
+        f"{len(status.invalid)} skipped",
+        err=True,
+    )
     for problem in status.invalid:
         click.echo(f"  skipped {problem.folder}: {problem.reason}", err=True)
-    click.echo(f"ingot: MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"
-               + ("" if no_ui else f", UI at http://{settings.bind_host}:{settings.ui_port}/"), err=True)
-    run(library, settings.bind_host, settings.mcp_port, None if no_ui else settings.ui_port,
-        settings.allowed_hosts, watch=settings.watch_skills, log_level=settings.log_level.lower())
+    click.echo(
+        f"ingot: MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"
+        + ("" if no_ui else f", UI at http://{settings.bind_host}:{settings.ui_port}/"),
+        err=True,
+    )
+    run(
+        library,
+        settings.bind_host,
+        settings.mcp_port,
+        None if no_ui else settings.ui_port,
+        settings.allowed_hosts,
+        watch=settings.watch_skills,
+        log_level=settings.log_level.lower(),
+    )
 
 
 @main.command()
@@ -78,8 +98,15 @@ def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
     _setup_logging(settings.log_level)
     library = open_library(settings)
     click.echo(f"ingot: UI at http://{settings.bind_host}:{settings.ui_port}/", err=True)
-    run(library, settings.bind_host, None, settings.ui_port, settings.allowed_hosts,
-        watch=settings.watch_skills, log_level=settings.log_level.lower())
+    run(
+        library,
+        settings.bind_host,
+        None,
+        settings.ui_port,
+        settings.allowed_hosts,
+        watch=settings.watch_skills,
+        log_level=settings.log_level.lower(),
+    )
 
 
 @main.command()
@@ -89,8 +116,14 @@ def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
 @click.option("--platform", "platform_", default=sys.platform, show_default=True)
 @click.option("--cwd", default=None)
 @click.option("--json", "as_json", is_flag=True, help="Print the full decision as JSON.")
-def route(skills: tuple[Path, ...], task: str, harness: str | None, platform_: str | None,
-          cwd: str | None, as_json: bool) -> None:
+def route(
+    skills: tuple[Path, ...],
+    task: str,
+    harness: str | None,
+    platform_: str | None,
+    cwd: str | None,
+    as_json: bool,
+) -> None:
     """Route TASK and print the decision with its score components."""
     from ingot.runtime import open_library
     from mcp_server.policy import CallerContext
@@ -100,11 +133,14 @@ def route(skills: tuple[Path, ...], task: str, harness: str | None, platform_: s
     library = open_library(settings)
     result = library.route(task, CallerContext(harness=harness, platform=platform_, cwd=cwd))
     decision = {
-        "match": result.match, "related_match": result.related_match, "novel": result.novel,
+        "match": result.match,
+        "related_match": result.related_match,
+        "novel": result.novel,
         "score": round(result.score, 4),
         "revision": result.skill.revision if result.skill else None,
-        "alternatives": [{"name": c.name, "score": round(c.score, 4), "related": c.related}
-                         for c in result.alternatives],
+        "alternatives": [
+            {"name": c.name, "score": round(c.score, 4), "related": c.related} for c in result.alternatives
+        ],
         "components": result.components,
     }
     if as_json:
@@ -115,8 +151,9 @@ def route(skills: tuple[Path, ...], task: str, harness: str | None, platform_: s
     else:
         kind = "match" if result.match else "related_match"
         assert result.skill is not None
-        click.echo(f"{kind}: {result.skill.name} @ {result.skill.short_revision} "
-                   f"(confidence {result.score:.3f})")
+        click.echo(
+            f"{kind}: {result.skill.name} @ {result.skill.short_revision} (confidence {result.score:.3f})"
+        )
     for key, value in result.components.items():
         shown = f"{value:.4f}" if isinstance(value, float) else value
         click.echo(f"  {key}: {shown}")

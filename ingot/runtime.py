@@ -23,10 +23,17 @@ def calibration_from(settings: Settings) -> Calibration:
 
 def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> Library:
     """Load the embedder (checksum verified), index every skill root, and return the library."""
-    embedder = load_embedder(settings.embed_model_dir, settings.embed_model_sha256,
-                             settings.vector_cache_path, threads=settings.embed_threads)
-    limits = Limits(max_file_bytes=settings.max_file_bytes, max_skill_bytes=settings.max_skill_bytes,
-                    max_files=settings.max_skill_files)
+    embedder = load_embedder(
+        settings.embed_model_dir,
+        settings.embed_model_sha256,
+        settings.vector_cache_path,
+        threads=settings.embed_threads,
+    )
+    limits = Limits(
+        max_file_bytes=settings.max_file_bytes,
+        max_skill_bytes=settings.max_skill_bytes,
+        max_files=settings.max_skill_files,
+    )
     library = Library(roots or settings.skills_dirs, embedder, limits, calibration_from(settings))
     library.reload()
     return library

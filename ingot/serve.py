@@ -27,11 +27,13 @@ def is_loopback(host: str) -> bool:
 def mcp_app(library: Library, host: str, allowed_hosts: tuple[str, ...]):
     """The MCP ASGI app with strict Host/Origin checking (DNS-rebinding protection)."""
     hosts = ["127.0.0.1", "localhost", "[::1]", *allowed_hosts]
-    if not is_loopback(host) and host not in ("0.0.0.0", "::"):
+    if not is_loopback(host) and host not in ("0.0.0.0", "::"):  # noqa: S104 - a check, not a bind
         hosts.append(host)
     patterns = [p for h in hosts for p in (h, f"{h}:*")]
     return build_server(library).http_app(
-        path="/mcp", host_origin_protection=True, allowed_hosts=patterns,
+        path="/mcp",
+        host_origin_protection=True,
+        allowed_hosts=patterns,
     )
 
 
@@ -46,13 +48,21 @@ def ui_app(library: Library, mcp_url: str, allowed_hosts: tuple[str, ...]):
     from ui.app import build_app
 
     app = build_app(library, mcp_url=mcp_url)
-    app.add_middleware(TrustedHostMiddleware,
-                       allowed_hosts=["127.0.0.1", "localhost", "[::1]", *allowed_hosts])
+    app.add_middleware(
+        TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", *allowed_hosts]
+    )
     return app
 
 
-def serve(library: Library, host: str, mcp_port: int | None, ui_port: int | None,
-          allowed_hosts: tuple[str, ...] = (), watch: bool = True, log_level: str = "info") -> None:
+def serve(
+    library: Library,
+    host: str,
+    mcp_port: int | None,
+    ui_port: int | None,
+    allowed_hosts: tuple[str, ...] = (),
+    watch: bool = True,
+    log_level: str = "info",
+) -> None:
     """Block serving MCP and/or the UI (a None port is not served) until interrupted."""
     if not is_loopback(host):
         if not allowed_hosts:
@@ -64,8 +74,17 @@ def serve(library: Library, host: str, mcp_port: int | None, ui_port: int | None
         log.warning("bound to %s; make sure these ports are not reachable from other machines", host)
     servers = []
     if mcp_port is not None:
-        servers.append(uvicorn.Server(uvicorn.Config(mcp_app(library, host, allowed_hosts), host=host,
-                                                     port=mcp_port, log_level=log_level, lifespan="on")))
+        servers.append(
+            uvicorn.Server(
+                uvicorn.Config(
+                    mcp_app(library, host, allowed_hosts),
+                    host=host,
+                    port=mcp_port,
+                    log_level=log_level,
+                    lifespan="on",
+                )
+            )
+        )
     if ui_port is not None:
         app = ui_app(library, f"http://{host}:{mcp_port or 8000}/mcp", allowed_hosts)
         servers.append(uvicorn.Server(uvicorn.Config(app, host=host, port=ui_port, log_level=log_level)))

@@ -22,14 +22,18 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True)
 
     skills_dirs: Annotated[tuple[Path, ...], NoDecode] = Field(
-        default=(Path("skills"),), description="Skills roots, comma-separated; the first wins on duplicate names."
+        default=(Path("skills"),),
+        description="Skills roots, comma-separated; the first wins on duplicate names.",
     )
     runs_dir: Path = Field(default=Path("runs"), description="Where Ingot keeps its state.")
-    bind_host: str = Field(default="127.0.0.1", description="Address the MCP server and UI bind (loopback by default).")
+    bind_host: str = Field(
+        default="127.0.0.1", description="Address the MCP server and UI bind (loopback by default)."
+    )
     mcp_port: int = Field(default=8000, ge=1, le=65535)
     ui_port: int = Field(default=8080, ge=1, le=65535)
     allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
-        default=(), description="Extra Host header values the MCP server accepts (e.g. a Docker service name)."
+        default=(),
+        description="Extra Host header values the MCP server accepts (e.g. a Docker service name).",
     )
     embed_model_dir: Path | None = Field(default=None, description="Folder with model.onnx + tokenizer.json.")
     embed_model_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")

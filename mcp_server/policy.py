@@ -28,8 +28,14 @@ from pathlib import Path, PurePath
 from typing import Any
 
 PATHS_SCAN_LIMIT = 4000  # files looked at under a caller's cwd for `paths` patterns
-_PLATFORM_ALIASES = {"macos": "darwin", "osx": "darwin", "mac": "darwin", "win32": "windows",
-                     "win": "windows", "linux2": "linux"}
+_PLATFORM_ALIASES = {
+    "macos": "darwin",
+    "osx": "darwin",
+    "mac": "darwin",
+    "win32": "windows",
+    "win": "windows",
+    "linux2": "linux",
+}
 TRUST_VALUES = ("trusted", "unverified", "blocked")
 ACTIVATION_VALUES = ("auto", "manual")
 
@@ -93,9 +99,15 @@ def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
 def parse_policy(metadata: Mapping[str, Any]) -> Policy:
     """Read the routing keys from a skill's `metadata`; other keys are left alone."""
     fields: dict[str, Any] = {}
-    lists = {"harnesses": "harnesses", "platforms": "platforms", "requires-tools": "requires_tools",
-             "requires-mcps": "requires_mcps", "project": "projects", "paths": "paths",
-             "conflicts": "conflicts"}
+    lists = {
+        "harnesses": "harnesses",
+        "platforms": "platforms",
+        "requires-tools": "requires_tools",
+        "requires-mcps": "requires_mcps",
+        "project": "projects",
+        "paths": "paths",
+        "conflicts": "conflicts",
+    }
     for key, attr in lists.items():
         if key in metadata:
             fields[attr] = _as_list(key, metadata[key])
@@ -161,8 +173,10 @@ def check(policy: Policy, ctx: CallerContext) -> tuple[str | None, tuple[str, ..
             unchecked.append("platform")
         elif normalise_platform(ctx.platform) not in policy.platforms:
             return "platform", ()
-    for attr, given, label in (("requires_tools", ctx.available_tools, "tools"),
-                               ("requires_mcps", ctx.available_mcps, "mcps")):
+    for attr, given, label in (
+        ("requires_tools", ctx.available_tools, "tools"),
+        ("requires_mcps", ctx.available_mcps, "mcps"),
+    ):
         needed = getattr(policy, attr)
         if needed:
             if given is None:

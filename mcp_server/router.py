@@ -20,7 +20,7 @@ import numpy as np
 
 from mcp_server import policy as policy_mod
 from mcp_server.embedding import CachedEmbedder
-from mcp_server.index import Index, Scores, skill_terms, terms
+from mcp_server.index import Index, Scores, terms
 from mcp_server.policy import CallerContext, Policy, PolicyInvalid
 from mcp_server.registry import Skill
 
@@ -167,8 +167,12 @@ class Router:
         result = self.route(task, context, k)
         if result.skill is None:
             return []
-        head = Candidate(result.skill.name, result.score, result.match is None,
-                         {k_: v for k_, v in result.components.items() if isinstance(v, float)})
+        head = Candidate(
+            result.skill.name,
+            result.score,
+            result.match is None,
+            {k_: v for k_, v in result.components.items() if isinstance(v, float)},
+        )
         return [head, *result.alternatives]
 
     def _fuse(self, raw: Scores) -> np.ndarray:
@@ -200,8 +204,9 @@ class Router:
         return rows[order].tolist()
 
     @staticmethod
-    def _drop_conflicts(ranked: list[int], index: Index, policies: Mapping[str, Policy],
-                        want: int) -> list[int]:
+    def _drop_conflicts(
+        ranked: list[int], index: Index, policies: Mapping[str, Policy], want: int
+    ) -> list[int]:
         """Of two skills that declare a conflict, keep the higher priority (then the better rank).
 
         Walks the ranking only until `want` skills are kept, so its cost does not grow with the
@@ -209,8 +214,11 @@ class Router:
         kept: list[int] = []
         for i in ranked:
             name, pol = index.names[i], policies[index.names[i]]
-            clash = [j for j in kept if name in policies[index.names[j]].conflicts
-                     or index.names[j] in pol.conflicts]
+            clash = [
+                j
+                for j in kept
+                if name in policies[index.names[j]].conflicts or index.names[j] in pol.conflicts
+            ]
             if not clash:
                 kept.append(i)
             elif all(pol.priority > policies[index.names[j]].priority for j in clash):
@@ -220,8 +228,15 @@ class Router:
                 break
         return kept
 
-    def _candidate(self, index: Index, raw: Scores, fused: np.ndarray, ranked: list[int],
-                   pos: int, query_terms: list[str]) -> Candidate:
+    def _candidate(
+        self,
+        index: Index,
+        raw: Scores,
+        fused: np.ndarray,
+        ranked: list[int],
+        pos: int,
+        query_terms: list[str],
+    ) -> Candidate:
         cal = self.calibration
         i = ranked[pos]
         rival = fused[ranked[1]] if pos == 0 and len(ranked) > 1 else fused[ranked[0]]
@@ -229,7 +244,7 @@ class Router:
             rival = 0.0
         margin = float(fused[i] - rival)
         skill = index.skills[index.names[i]]
-        vocabulary = skill_terms(skill)
+        vocabulary = index.vocabulary(skill.name)
         coverage = (sum(t in vocabulary for t in query_terms) / len(query_terms)) if query_terms else 0.0
         score = float(fused[i]) + cal.w_margin * margin + cal.w_coverage * coverage
         components = {

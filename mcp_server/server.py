@@ -67,8 +67,10 @@ def _check_task(task: str) -> str:
     if not task or not task.strip():
         raise ToolError("task is empty: describe what you need done in one or two sentences")
     if len(task) > MAX_TASK_CHARS:
-        raise ToolError(f"task is {len(task)} characters; send at most {MAX_TASK_CHARS} "
-                        "(a summary of the request, not the whole conversation)")
+        raise ToolError(
+            f"task is {len(task)} characters; send at most {MAX_TASK_CHARS} "
+            "(a summary of the request, not the whole conversation)"
+        )
     return task
 
 
@@ -97,9 +99,15 @@ def build_server(library: Library) -> FastMCP:
         suggestions = library.suggest(_check_task(task), k)
         skills = library.skills()
         return [
-            {"name": c.name, "description": skills[c.name].description, "score": c.score,
-             "related": c.related, "revision": skills[c.name].revision}
-            for c in suggestions if c.name in skills
+            {
+                "name": c.name,
+                "description": skills[c.name].description,
+                "score": c.score,
+                "related": c.related,
+                "revision": skills[c.name].revision,
+            }
+            for c in suggestions
+            if c.name in skills
         ]
 
     @mcp.tool
@@ -109,8 +117,7 @@ def build_server(library: Library) -> FastMCP:
             skill = library.get(name)
         except IngotError as exc:
             raise ToolError(str(exc)) from exc
-        return {"name": skill.name, "revision": skill.revision, "body": skill.body,
-                "files": _files(skill)}
+        return {"name": skill.name, "revision": skill.revision, "body": skill.body, "files": _files(skill)}
 
     @mcp.tool
     def route_and_load(
@@ -127,7 +134,9 @@ def build_server(library: Library) -> FastMCP:
         body and revision, or novel=true when nothing fits (handle the task yourself).
         Alternatives are listed by name and score only; call get_skill to load one."""
         context = CallerContext(
-            harness=harness, platform=platform, cwd=cwd,
+            harness=harness,
+            platform=platform,
+            cwd=cwd,
             available_tools=tuple(available_tools) if available_tools is not None else None,
             available_mcps=tuple(available_mcps) if available_mcps is not None else None,
         )
@@ -141,8 +150,9 @@ def build_server(library: Library) -> FastMCP:
             "revision": skill.revision if skill else None,
             "root": str(skill.root) if skill else None,
             "skill_body": skill.body if skill else None,
-            "alternatives": [{"name": c.name, "score": c.score, "related": c.related}
-                             for c in result.alternatives],
+            "alternatives": [
+                {"name": c.name, "score": c.score, "related": c.related} for c in result.alternatives
+            ],
             "components": dict(result.components),
         }
 
@@ -150,7 +160,9 @@ def build_server(library: Library) -> FastMCP:
     def reload_skills() -> dict[str, Any]:
         """Re-read the skills roots now; returns counts of added, changed, removed and invalid."""
         report = library.reload()
-        return {**report.counts(),
-                "problems": [{"folder": str(p.folder), "reason": p.reason} for p in report.invalid]}
+        return {
+            **report.counts(),
+            "problems": [{"folder": str(p.folder), "reason": p.reason} for p in report.invalid],
+        }
 
     return mcp

@@ -3,14 +3,14 @@
     python scripts/calibrate_router.py --skills ../shared/corpus/skills \
         --cases ../shared/corpus/dev_cases.jsonl
 
-Stage 1 grid-searches fusion weights for top-1 + recall@3 of the unthresholded ranking and keeps
-the best STAGE1_KEEP. Stage 2 picks, for each of those, the confidence formula (margin and coverage weights) and the two
-thresholds: `related_threshold` is the lowest confidence that still leaves at least
---no-route-target of the null cases unrouted; `match_threshold` is the lowest confidence above
-which routed cases are right at least --match-precision of the time. Each choice is also scored
-by 5-fold cross-validation (thresholds fitted on 4/5, measured on the held-out 1/5) so the
-report shows what to expect on unseen cases, not just the fit. Paste the result into
-`Calibration` in mcp_server/router.py.
+Stage 1 grid-searches fusion weights for top-1 + recall@3 of the unthresholded ranking and
+keeps the best STAGE1_KEEP. Stage 2 picks, for each of those, the confidence formula (margin
+and coverage weights) and two thresholds: `related_threshold` is the lowest confidence that
+leaves at least --no-route-target of the null cases unrouted; `match_threshold` is the lowest
+confidence above which routed cases are right at least --match-precision of the time. Each
+choice is also scored by 5-fold cross-validation (thresholds fitted on 4/5, measured on the
+held-out 1/5), so the report shows what to expect on unseen cases, not just the fit. Paste the
+result into `Calibration` in mcp_server/router.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ingot.settings import load_settings  # noqa: E402
 from mcp_server.embedding import load_embedder  # noqa: E402
-from mcp_server.index import Index, skill_terms, terms  # noqa: E402
+from mcp_server.index import Index, terms  # noqa: E402
 from mcp_server.registry import Registry  # noqa: E402
 
 WEIGHT_GRID = (0.0, 0.1, 0.2, 0.3, 0.4)
@@ -44,13 +44,12 @@ def load_cases(path: Path) -> list[dict]:
 def component_matrix(index: Index, embedder, cases: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     """(cases x 5 components x skills raw scores, cases x skills coverage)."""
     queries = embedder.embed([c["task"] for c in cases])
-    vocab = [skill_terms(index.skills[n]) for n in index.names]
+    vocab = [index.vocabulary(n) for n in index.names]
     comps, cover = [], []
     for case, q in zip(cases, queries, strict=True):
         t = terms(case["task"])
         s = index.score(q, t)
-        comps.append([s.dense_description, s.dense_body, s.dense_sentence,
-                      s.bm25_description, s.bm25_body])
+        comps.append([s.dense_description, s.dense_body, s.dense_sentence, s.bm25_description, s.bm25_body])
         cover.append([sum(w in v for w in t) / len(t) if t else 0.0 for v in vocab])
     return np.asarray(comps, dtype=np.float64), np.asarray(cover)
 
@@ -98,8 +97,7 @@ def decision_metrics(conf, correct, null, rows, related) -> tuple[float, float]:
     rows = np.asarray(rows)
     routed = conf[rows] >= related
     pos = ~null[rows]
-    return (float(np.sum(correct[rows] & routed) / pos.sum()),
-            float(np.mean(~routed[null[rows]])))
+    return (float(np.sum(correct[rows] & routed) / pos.sum()), float(np.mean(~routed[null[rows]])))
 
 
 def main() -> None:
@@ -112,8 +110,9 @@ def main() -> None:
     settings = load_settings()
     registry = Registry(tuple(args.skills))
     registry.reload()
-    embedder = load_embedder(settings.embed_model_dir, settings.embed_model_sha256,
-                             settings.vector_cache_path, threads=2)
+    embedder = load_embedder(
+        settings.embed_model_dir, settings.embed_model_sha256, settings.vector_cache_path, threads=2
+    )
     index = Index(registry.skills(), embedder)
     names = list(index.names)
     cases = load_cases(args.cases)
@@ -136,31 +135,64 @@ def main() -> None:
         fused = fuse(comps, weights, half)
         for wm, wc in itertools.product(MARGIN_GRID, COVERAGE_GRID):
             conf, top = confidence(fused, cover, wm, wc)
-            correct = np.array([not null[i] and names[top[i]] in
-                                {cases[i]["expected"], *(cases[i].get("acceptable") or [])}
-                                for i in everyone])
-            related, match = thresholds(conf, correct, null, everyone, args.no_route_target,
-                                        args.match_precision)
+            correct = np.array(
+                [
+                    not null[i]
+                    and names[top[i]] in {cases[i]["expected"], *(cases[i].get("acceptable") or [])}
+                    for i in everyone
+                ]
+            )
+            related, match = thresholds(
+                conf, correct, null, everyone, args.no_route_target, args.match_precision
+            )
             fit = decision_metrics(conf, correct, null, everyone, related)
             cv = []
             for k in range(5):
                 train = np.concatenate([folds[j] for j in range(5) if j != k])
-                rel_k, _ = thresholds(conf, correct, null, train, args.no_route_target,
-                                      args.match_precision)
+                rel_k, _ = thresholds(conf, correct, null, train, args.no_route_target, args.match_precision)
                 cv.append(decision_metrics(conf, correct, null, folds[k], rel_k))
             cv_top1, cv_noroute = (float(np.mean(x)) for x in zip(*cv, strict=True))
-            stage2.append({
-                **dict(zip(["w_dense_description", "w_dense_body", "w_dense_sentence",
-                            "w_bm25_description", "w_bm25_body"], weights, strict=True)),
-                "bm25_half_point": half, "w_margin": wm, "w_coverage": wc,
-                "related_threshold": round(related, 4), "match_threshold": round(match, 4),
-                "ranking_top1": round(t1, 4), "ranking_recall_at_3": round(r3, 4),
-                "fit_top1": round(fit[0], 4), "fit_no_route": round(fit[1], 4),
-                "cv_top1": round(cv_top1, 4), "cv_no_route": round(cv_noroute, 4)})
-    stage2.sort(key=lambda r: (-(r["cv_top1"] + r["cv_no_route"] + r["ranking_recall_at_3"]),
-                               r["w_margin"] + r["w_coverage"]))
-    print(json.dumps({"skills": len(names), "cases": len(cases), "chosen": stage2[0],
-                      "alternatives": stage2[1:6]}, indent=2))
+            stage2.append(
+                {
+                    **dict(
+                        zip(
+                            [
+                                "w_dense_description",
+                                "w_dense_body",
+                                "w_dense_sentence",
+                                "w_bm25_description",
+                                "w_bm25_body",
+                            ],
+                            weights,
+                            strict=True,
+                        )
+                    ),
+                    "bm25_half_point": half,
+                    "w_margin": wm,
+                    "w_coverage": wc,
+                    "related_threshold": round(related, 4),
+                    "match_threshold": round(match, 4),
+                    "ranking_top1": round(t1, 4),
+                    "ranking_recall_at_3": round(r3, 4),
+                    "fit_top1": round(fit[0], 4),
+                    "fit_no_route": round(fit[1], 4),
+                    "cv_top1": round(cv_top1, 4),
+                    "cv_no_route": round(cv_noroute, 4),
+                }
+            )
+    stage2.sort(
+        key=lambda r: (
+            -(r["cv_top1"] + r["cv_no_route"] + r["ranking_recall_at_3"]),
+            r["w_margin"] + r["w_coverage"],
+        )
+    )
+    print(
+        json.dumps(
+            {"skills": len(names), "cases": len(cases), "chosen": stage2[0], "alternatives": stage2[1:6]},
+            indent=2,
+        )
+    )
+
 
 if __name__ == "__main__":
     main()

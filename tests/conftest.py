@@ -20,9 +20,15 @@ REPO = Path(__file__).resolve().parents[1]
 BUNDLED_SKILLS = REPO / "skills"
 
 
-def write_skill(root: Path, name: str, description: str, body: str = "# Steps\n\n1. Do the thing.\n",
-                extra: str = "", files: dict[str, str | bytes] | None = None,
-                folder: str | None = None) -> Path:
+def write_skill(
+    root: Path,
+    name: str,
+    description: str,
+    body: str = "# Steps\n\n1. Do the thing.\n",
+    extra: str = "",
+    files: dict[str, str | bytes] | None = None,
+    folder: str | None = None,
+) -> Path:
     """Write a SKILL.md (and optional extra files) under root/<folder or name>/."""
     path = root / (folder or name)
     path.mkdir(parents=True, exist_ok=True)
@@ -87,9 +93,15 @@ def running_mcp(library: Library, allowed_hosts: tuple[str, ...] = ()) -> Iterat
     from ingot.serve import mcp_app
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(mcp_app(library, "127.0.0.1", allowed_hosts),
-                                           host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            mcp_app(library, "127.0.0.1", allowed_hosts),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started)

@@ -19,13 +19,25 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 def ingot(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "RUNS_DIR": str(cwd / "runs"), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "ingot.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ingot.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_route_prints_the_decision_and_its_components(tmp_path):
-    done = ingot("route", "--skills", str(BUNDLED_SKILLS), "--json",
-                 "Draft release notes for 2.0 from the merged pull requests", cwd=tmp_path)
+    done = ingot(
+        "route",
+        "--skills",
+        str(BUNDLED_SKILLS),
+        "--json",
+        "Draft release notes for 2.0 from the merged pull requests",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     decision = json.loads(done.stdout)
     assert decision["match"] == "release-notes" and len(decision["revision"]) == 64
@@ -44,8 +56,15 @@ def test_skills_lists_revisions_and_skipped_folders_with_reasons(tmp_path):
 
 
 def test_bench_routing_prints_json_metrics(tmp_path):
-    done = ingot("bench", "routing", "--skills", str(BUNDLED_SKILLS), "--cases",
-                 str(FIXTURES / "bundled_cases.jsonl"), cwd=tmp_path)
+    done = ingot(
+        "bench",
+        "routing",
+        "--skills",
+        str(BUNDLED_SKILLS),
+        "--cases",
+        str(FIXTURES / "bundled_cases.jsonl"),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["n"] == 10 and report["skills"] == 7
@@ -69,10 +88,26 @@ def test_serve_answers_mcp_and_ui_then_stops_on_sigterm(tmp_path):
     mcp_port, ui_port = free_port(), free_port()
     env = {**os.environ, "RUNS_DIR": str(tmp_path / "runs"), "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "ingot.cli", "serve", "--skills", str(BUNDLED_SKILLS),
-         "--mcp-port", str(mcp_port), "--ui-port", str(ui_port)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "ingot.cli",
+            "serve",
+            "--skills",
+            str(BUNDLED_SKILLS),
+            "--mcp-port",
+            str(mcp_port),
+            "--ui-port",
+            str(ui_port),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
+
         async def route() -> dict:
             async with Client(f"http://127.0.0.1:{mcp_port}/mcp") as client:
                 result = await client.call_tool("route_and_load", {"task": "write a blameless postmortem"})
@@ -83,8 +118,10 @@ def test_serve_answers_mcp_and_ui_then_stops_on_sigterm(tmp_path):
                 return asyncio.run(route())
             except Exception:
                 return None
+
         assert wait_for(up, timeout=60, interval=0.2)["match"] == "incident-postmortem"
         import httpx
+
         page = httpx.get(f"http://127.0.0.1:{ui_port}/")
         assert page.status_code == 200 and "incident-postmortem" in page.text
     finally:

@@ -43,5 +43,7 @@ def test_every_invalid_value_is_reported_in_one_error(monkeypatch):
 
 
 def test_settings_are_frozen():
-    with pytest.raises(Exception):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="frozen"):
         load_settings().mcp_port = 1  # type: ignore[misc]

@@ -8,8 +8,15 @@ from mcp_server.policy import CallerContext, Policy, PolicyInvalid, check, parse
 
 
 def test_metadata_lists_accept_comma_strings_and_yaml_lists():
-    policy = parse_policy({"platforms": "Linux, macOS", "requires-tools": ["bash", "git"],
-                           "priority": "7", "trust": "Trusted", "author": "ignored"})
+    policy = parse_policy(
+        {
+            "platforms": "Linux, macOS",
+            "requires-tools": ["bash", "git"],
+            "priority": "7",
+            "trust": "Trusted",
+            "author": "ignored",
+        }
+    )
     assert policy.platforms == ("linux", "darwin")
     assert policy.requires_tools == ("bash", "git")
     assert (policy.priority, policy.trust) == (7, "trusted")
@@ -17,9 +24,13 @@ def test_metadata_lists_accept_comma_strings_and_yaml_lists():
 
 @pytest.mark.parametrize(
     ("metadata", "message"),
-    [({"priority": "high"}, "integer"), ({"priority": "1000"}, "between"),
-     ({"trust": "maybe"}, "trusted, unverified, blocked"), ({"activation": 3}, "auto, manual"),
-     ({"platforms": {"os": "linux"}}, "comma-separated")],
+    [
+        ({"priority": "high"}, "integer"),
+        ({"priority": "1000"}, "between"),
+        ({"trust": "maybe"}, "trusted, unverified, blocked"),
+        ({"activation": 3}, "auto, manual"),
+        ({"platforms": {"os": "linux"}}, "comma-separated"),
+    ],
 )
 def test_malformed_metadata_is_rejected_with_the_reason(metadata, message):
     with pytest.raises(PolicyInvalid, match=message):
@@ -32,15 +43,17 @@ def test_blocked_and_manual_skills_are_never_routable():
 
 
 def test_constraints_use_the_callers_context_and_unknown_context_is_reported_unchecked():
-    policy = Policy(harnesses=("codex",), platforms=("darwin",), requires_tools=("bash",),
-                    requires_mcps=("github",))
+    policy = Policy(
+        harnesses=("codex",), platforms=("darwin",), requires_tools=("bash",), requires_mcps=("github",)
+    )
     assert check(policy, CallerContext()) == (None, ("harness", "platform", "tools", "mcps"))
     assert check(policy, CallerContext(harness="claude-code"))[0] == "harness"
     assert check(policy, CallerContext(platform="linux"))[0] == "platform"
     assert check(policy, CallerContext(available_tools=("python",)))[0] == "tools"
     assert check(policy, CallerContext(available_mcps=()))[0] == "mcps"
-    full = CallerContext(harness="Codex", platform="macos", available_tools=("bash", "x"),
-                         available_mcps=("github",))
+    full = CallerContext(
+        harness="Codex", platform="macos", available_tools=("bash", "x"), available_mcps=("github",)
+    )
     assert check(policy, full) == (None, ())
 
 

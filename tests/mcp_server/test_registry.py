@@ -34,8 +34,9 @@ def test_bundled_example_skills_are_all_valid_and_varied():
 
 
 def test_a_multi_file_skill_lists_every_file_in_its_manifest(tmp_path):
-    write_skill(tmp_path, "alpha", "Alpha things.", files={"scripts/run.sh": "echo hi\n",
-                                                           "data.bin": b"\x00\x01\x02"})
+    write_skill(
+        tmp_path, "alpha", "Alpha things.", files={"scripts/run.sh": "echo hi\n", "data.bin": b"\x00\x01\x02"}
+    )
     skill = scan(tmp_path).skills()["alpha"]
     assert [f.path for f in skill.files] == ["SKILL.md", "data.bin", "scripts/run.sh"]
     assert skill.revision == manifest_revision(skill.files)
@@ -73,7 +74,14 @@ def test_dot_folders_and_dot_files_are_skipped(tmp_path):
         ("---\nname: bad--name\ndescription: ok\n---\nbody\n", "single"),
         ("---\nname: other\ndescription: ok\n---\nbody\n", "must equal the folder name"),
         ("---\nname: bad\ndescription: ok\nmetadata: [1]\n---\nbody\n", "'metadata' must be a mapping"),
-        ("---\na: &x [1]\nb: *x\nname: bad\ndescription: ok\n---\nbody\n", "aliases are not allowed"),
+        ("---\na: &x [1]\nb: *x\nname: bad\ndescription: ok\n---\nbody\n", "aliases"),
+        ("---\na: &x [*x]\nname: bad\ndescription: ok\n---\nbody\n", "aliases"),
+        (
+            "---\na: &a [1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+            "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
+            "name: bad\ndescription: ok\n---\nbody\n",
+            "aliases",
+        ),
     ],
 )
 def test_malformed_skill_md_is_skipped_with_a_reason(tmp_path, content, expected):
@@ -97,8 +105,9 @@ def test_binary_and_non_utf8_skill_md_are_refused(tmp_path):
     (tmp_path / "binary").mkdir()
     (tmp_path / "binary" / "SKILL.md").write_bytes(b"---\nname: binary\x00\n---\n")
     (tmp_path / "latin").mkdir()
-    (tmp_path / "latin" / "SKILL.md").write_bytes("---\nname: latin\ndescription: café\n---\nb\n"
-                                                  .encode("latin-1"))
+    (tmp_path / "latin" / "SKILL.md").write_bytes(
+        "---\nname: latin\ndescription: café\n---\nb\n".encode("latin-1")
+    )
     found = reasons(scan(tmp_path))
     assert "binary" in found["binary"]
     assert "not valid UTF-8" in found["latin"]
@@ -160,8 +169,9 @@ def test_reading_a_file_checks_it_against_the_served_revision(tmp_path):
         registry.read_file("alpha", "notes.md")
 
 
-file_names = st.lists(st.from_regex(r"[a-z]{1,8}(/[a-z]{1,8})?\.txt", fullmatch=True),
-                      min_size=1, max_size=5, unique=True)
+file_names = st.lists(
+    st.from_regex(r"[a-z]{1,8}(/[a-z]{1,8})?\.txt", fullmatch=True), min_size=1, max_size=5, unique=True
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -188,3 +198,20 @@ def test_revision_changes_iff_a_byte_changes_and_ignores_order_and_mtime(tmp_pat
     flip[position] ^= data.draw(st.integers(1, 255))
     changed[victim] = bytes(flip)
     assert build(tmp_path_factory.mktemp("c"), changed, list(changed)) != base
+
+
+def test_a_watcher_reload_reads_only_the_folders_holding_the_changed_paths(tmp_path):
+    registry = Registry((tmp_path,))
+    for name in ("one", "two", "three"):
+        write_skill(tmp_path, name, f"Skill {name}.")
+    registry.reload()
+    write_skill(tmp_path, "one", "One, edited.")
+    write_skill(tmp_path, "two", "Two, edited but not reported.")
+    report = registry.reload([tmp_path / "one" / "SKILL.md"])
+    assert report.changed == ("one",)
+    assert registry.skills()["two"].description == "Skill two."
+    (tmp_path / "three" / "SKILL.md").unlink()
+    (tmp_path / "three").rmdir()
+    assert registry.reload([tmp_path / "three"]).removed == ("three",)
+    # A path outside every skill folder (here: the root itself) means a full re-scan.
+    assert registry.reload([tmp_path]).changed == ("two",)

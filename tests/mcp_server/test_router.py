@@ -18,13 +18,25 @@ def bundled(library_factory):
 @pytest.mark.parametrize(
     ("task", "expected"),
     [
-        ("EXPLAIN ANALYZE shows a sequential scan on orders; which index should I add?", "postgres-query-tuning"),
-        ("Write the changelog entry and release notes for version 2.4.0 from the merged PRs", "release-notes"),
+        (
+            "EXPLAIN ANALYZE shows a sequential scan on orders; which index should I add?",
+            "postgres-query-tuning",
+        ),
+        (
+            "Write the changelog entry and release notes for version 2.4.0 from the merged PRs",
+            "release-notes",
+        ),
         ("My Docker image is 1.2 GB and runs as root; make it smaller and safer", "dockerfile-hardening"),
-        ("Split my staged changes into atomic commits with conventional commit messages", "git-commit-messages"),
+        (
+            "Split my staged changes into atomic commits with conventional commit messages",
+            "git-commit-messages",
+        ),
         ("Publish my library to PyPI with a pyproject.toml and trusted publishing", "python-packaging"),
         ("Write the blameless postmortem for last night's SEV1 outage", "incident-postmortem"),
-        ("This CSV export has mixed date formats, duplicate rows and a weird encoding; clean it", "csv-data-cleaning"),
+        (
+            "This CSV export has mixed date formats, duplicate rows and a weird encoding; clean it",
+            "csv-data-cleaning",
+        ),
     ],
 )
 def test_clear_requests_match_their_skill_and_load_its_body(bundled, task, expected):
@@ -34,8 +46,10 @@ def test_clear_requests_match_their_skill_and_load_its_body(bundled, task, expec
     assert result.components["confidence"] == pytest.approx(result.score, abs=1e-4)
 
 
-@pytest.mark.parametrize("task", ["What's the capital of Australia?", "Write a haiku about autumn rain.",
-                                  "Thanks, that's all I needed."])
+@pytest.mark.parametrize(
+    "task",
+    ["What's the capital of Australia?", "Write a haiku about autumn rain.", "Thanks, that's all I needed."],
+)
 def test_unrelated_requests_are_novel_and_load_nothing(bundled, task):
     result = bundled.route(task)
     assert (result.match, result.related_match, result.skill) == (None, None, None)
@@ -56,7 +70,10 @@ def test_routing_is_deterministic_for_a_fixed_library(bundled):
     for _ in range(5):
         again = bundled.route(task)
         assert (again.match, again.score, [c.name for c in again.ranked]) == (
-            first.match, first.score, [c.name for c in first.ranked])
+            first.match,
+            first.score,
+            [c.name for c in first.ranked],
+        )
 
 
 def test_platform_filter_uses_the_callers_platform_before_ranking(bundled):
@@ -69,10 +86,20 @@ def test_platform_filter_uses_the_callers_platform_before_ranking(bundled):
 
 def test_manual_and_blocked_skills_are_never_routed_but_manual_ones_load_by_name(tmp_path, library_factory):
     body = "# Postgres\n\nUse EXPLAIN ANALYZE to read the plan and add the right index.\n"
-    write_skill(tmp_path, "pg-manual", "Tune slow PostgreSQL queries with EXPLAIN and indexes.", body,
-                extra="metadata:\n  activation: manual\n")
-    write_skill(tmp_path, "pg-blocked", "Tune slow PostgreSQL queries with EXPLAIN and indexes.", body,
-                extra="metadata:\n  trust: blocked\n")
+    write_skill(
+        tmp_path,
+        "pg-manual",
+        "Tune slow PostgreSQL queries with EXPLAIN and indexes.",
+        body,
+        extra="metadata:\n  activation: manual\n",
+    )
+    write_skill(
+        tmp_path,
+        "pg-blocked",
+        "Tune slow PostgreSQL queries with EXPLAIN and indexes.",
+        body,
+        extra="metadata:\n  trust: blocked\n",
+    )
     library = library_factory(tmp_path)
     result = library.route("My PostgreSQL query is slow; read the EXPLAIN plan and pick an index")
     assert result.novel
@@ -83,7 +110,9 @@ def test_manual_and_blocked_skills_are_never_routed_but_manual_ones_load_by_name
 
 
 def test_malformed_routing_metadata_disables_only_that_skill(tmp_path, library_factory, caplog):
-    write_skill(tmp_path, "broken-meta", "Tune slow PostgreSQL queries.", extra="metadata:\n  priority: high\n")
+    write_skill(
+        tmp_path, "broken-meta", "Tune slow PostgreSQL queries.", extra="metadata:\n  priority: high\n"
+    )
     write_skill(tmp_path, "fine", "Tune slow PostgreSQL queries with EXPLAIN.")
     with caplog.at_level(logging.WARNING):
         library = library_factory(tmp_path)

@@ -31,15 +31,24 @@ def call(url: str, tool: str, args: dict | None = None, raise_on_error: bool = T
     async def go():
         async with FastMCPClient(url) as client:
             return await client.call_tool(tool, args or {}, raise_on_error=raise_on_error)
+
     return asyncio.run(go())
 
 
 def test_route_and_load_returns_the_match_with_its_body_and_revision(served):
     url, library = served
-    result = call(url, "route_and_load", {
-        "task": "Draft release notes for v3.1 from the merged pull requests",
-        "harness": "claude-code", "platform": "linux", "cwd": "/tmp",
-        "available_tools": ["bash"], "available_mcps": []})
+    result = call(
+        url,
+        "route_and_load",
+        {
+            "task": "Draft release notes for v3.1 from the merged pull requests",
+            "harness": "claude-code",
+            "platform": "linux",
+            "cwd": "/tmp",
+            "available_tools": ["bash"],
+            "available_mcps": [],
+        },
+    )
     data = result.structured_content
     skill = library.get("release-notes")
     assert data["match"] == "release-notes" and data["related_match"] is None and data["novel"] is False
@@ -88,7 +97,11 @@ def test_reload_skills_reports_counts_and_picks_up_edits(served, skills_root):
     shutil.rmtree(skills_root / "csv-data-cleaning")
     data = call(url, "reload_skills").structured_content
     assert {k: data[k] for k in ("added", "changed", "removed", "invalid")} == {
-        "added": 1, "changed": 1, "removed": 1, "invalid": 1}
+        "added": 1,
+        "changed": 1,
+        "removed": 1,
+        "invalid": 1,
+    }
     assert "not valid YAML" in data["problems"][0]["reason"]
     body = call(url, "get_skill", {"name": "release-notes"}).structured_content["body"]
     assert "Edited." in body
@@ -102,6 +115,7 @@ def test_the_official_mcp_sdk_client_can_route_and_load(served):
             tools = {t.name for t in (await client.list_tools()).tools}
             result = await client.call_tool("route_and_load", {"task": "write a blameless postmortem"})
             return tools, result
+
     tools, result = asyncio.run(go())
     assert tools == {"suggest_skills", "get_skill", "route_and_load", "reload_skills"}
     assert not result.is_error
@@ -117,6 +131,7 @@ def test_skills_are_exposed_as_skill_resources_with_manifests(served):
             manifest = await client.read_resource("skill://python-packaging/_manifest")
             skill_md = await client.read_resource("skill://python-packaging/SKILL.md")
             return uris, manifest[0].text, skill_md[0].text
+
     uris, manifest, skill_md = asyncio.run(go())
     assert "skill://release-notes/SKILL.md" in uris and "skill://python-packaging/_manifest" in uris
     skill = library.get("python-packaging")
@@ -136,6 +151,7 @@ def test_a_skill_deleted_mid_request_gives_a_clear_error_not_a_crash(served, ski
             except Exception as exc:  # the client raises the server's resource error
                 return str(exc)
             return "no error"
+
     assert "gone from disk" in asyncio.run(go())
     assert call(url, "route_and_load", {"task": "write release notes"}).structured_content["match"]
 
@@ -145,4 +161,6 @@ def test_foreign_host_and_cross_origin_requests_are_refused(served):
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     headers = {"accept": "application/json, text/event-stream"}
     assert httpx.post(url, json=body, headers={**headers, "host": "evil.example"}).status_code == 421
-    assert httpx.post(url, json=body, headers={**headers, "origin": "https://evil.example"}).status_code == 403
+    assert (
+        httpx.post(url, json=body, headers={**headers, "origin": "https://evil.example"}).status_code == 403
+    )
