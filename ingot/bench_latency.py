@@ -3,8 +3,9 @@
 For each size it writes a deterministic synthetic library to a temporary folder, then measures:
 - index_build_s: building the router index in this process (vectors from the bench cache).
 - route_ms: in-process `route` p50/p95 over generated queries.
-- mcp_route_and_load_ms: `route_and_load` round trip p50/p95 from a real MCP client to an
-  `ingot serve` child process on loopback (one client session).
+- mcp_route_and_load_ms: `route_and_load` round trip p50/p95 to an `ingot serve` child process
+  on loopback, from fastmcp's client and from the official mcp SDK's client (one session each),
+  plus `get_skill` (no routing work) as the protocol's own floor on this machine.
 - cold_start_s: from spawning `ingot serve` to its first answered MCP call, vector cache warm.
 - edit_to_served_ms: from rewriting one SKILL.md to `get_skill` returning the new revision,
   median of several edits (the server's file watcher does the work; polled every 5 ms).
@@ -162,20 +163,43 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def _mcp_session(
-    url: str, tasks: list[str], folder: Path, edit_name: str, edits: int
-) -> tuple[list[float], list[float]]:
-    async with Client(url) as client:
-        round_trips = []
-        for task in tasks:
+async def _round_trips(url: str, tasks: list[str]) -> dict[str, dict[str, float]]:
+    """route_and_load latency from both client libraries, one session each."""
+    from mcp.client import Client as SDKClient
+
+    results = {}
+    for label, factory in (("fastmcp_client", Client), ("mcp_sdk_client", SDKClient)):
+        async with factory(url) as client:
+            for task in tasks[:5]:
+                await client.call_tool("route_and_load", {"task": task})
+            timings = []
+            for task in tasks:
+                start = time.perf_counter()
+                await client.call_tool("route_and_load", {"task": task})
+                timings.append((time.perf_counter() - start) * 1000)
+        results[label] = _stats(timings)
+    async with Client(url) as client:  # the protocol floor: a call that does no routing work
+        name = (await client.call_tool("suggest_skills", {"task": tasks[0], "k": 1})).data
+        timings = []
+        for _ in tasks:
             start = time.perf_counter()
-            await client.call_tool("route_and_load", {"task": task})
-            round_trips.append((time.perf_counter() - start) * 1000)
+            await client.call_tool(
+                "get_skill", {"name": name[0]["name"] if name else "x"}, raise_on_error=False
+            )
+            timings.append((time.perf_counter() - start) * 1000)
+        results["fastmcp_client_get_skill"] = _stats(timings)
+    return results
+
+
+async def _edits(url: str, folder: Path, edit_name: str, edits: int) -> list[float]:
+    """ms from rewriting SKILL.md to get_skill returning the new revision, per edit."""
+    async with Client(url) as client:
         to_served = []
         skill_md = folder / edit_name / "SKILL.md"
         original = skill_md.read_text()
         for n in range(edits):
-            before = (await client.call_tool("get_skill", {"name": edit_name})).structured_content["revision"]
+            result = await client.call_tool("get_skill", {"name": edit_name})
+            before = result.structured_content["revision"]
             start = time.perf_counter()
             skill_md.write_text(original + f"\nEdit number {n}.\n")
             while True:
@@ -187,7 +211,7 @@ async def _mcp_session(
                 await asyncio.sleep(0.005)
             to_served.append((time.perf_counter() - start) * 1000)
             await asyncio.sleep(0.5)  # let the watcher's debounce window close between edits
-        return round_trips, to_served
+        return to_served
 
 
 def _wait_ready(url: str, deadline_s: float) -> float:
@@ -251,9 +275,8 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
         try:
             url = f"http://127.0.0.1:{port}/mcp"
             cold_start = _wait_ready(url, 600)
-            round_trips, to_served = asyncio.run(
-                _mcp_session(url, tasks, folder / "skills", names[size // 2], 7)
-            )
+            round_trips = asyncio.run(_round_trips(url, tasks))
+            to_served = asyncio.run(_edits(url, folder / "skills", names[size // 2], 7))
             info = psutil.Process(process.pid)
             rss = info.memory_info().rss / 2**20
             peak = _peak_rss_mb(process.pid) or rss
@@ -265,7 +288,7 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
             "index_build_s": round(build_s, 2),
             "texts_embedded_this_run": embedder.computed,
             "route_ms": _stats(in_process),
-            "mcp_route_and_load_ms": _stats(round_trips),
+            "mcp_route_and_load_ms": round_trips,
             "cold_start_s": round(cold_start, 2),
             "edit_to_served_ms": {
                 "median": round(statistics.median(to_served), 1),

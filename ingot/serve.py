@@ -13,6 +13,7 @@ from mcp_server.library import Library
 from mcp_server.server import build_server
 
 log = logging.getLogger(__name__)
+JSON_RESPONSES = True
 
 
 def is_loopback(host: str) -> bool:
@@ -34,6 +35,7 @@ def mcp_app(library: Library, host: str, allowed_hosts: tuple[str, ...]):
         path="/mcp",
         host_origin_protection=True,
         allowed_hosts=patterns,
+        json_response=JSON_RESPONSES,
     )
 
 
