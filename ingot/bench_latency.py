@@ -17,6 +17,7 @@ pays for embedding (minutes at 10k on two cores). Prints JSON; medians, not sing
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import random
 import shutil
@@ -140,13 +141,17 @@ def write_library(folder: Path, size: int) -> list[str]:
     return names
 
 
-def queries(count: int) -> list[str]:
-    rng = random.Random(12345)
-    return [
-        f"Please {rng.choice(VERBS)} our {rng.choice(OBJECTS)} for the {rng.choice(DOMAINS)} "
-        f"project using {rng.choice(TOOLS)}"
-        for _ in range(count)
-    ]
+QUERY_BLOCK = 600  # tasks reserved per seed; seeds up to 110 fit in the 71,680 combinations
+
+
+def queries(count: int, seed: int) -> list[str]:
+    """`count` distinct tasks; different seeds never share a task, so no timing is a cache hit."""
+    combos = list(itertools.product(VERBS, OBJECTS, DOMAINS, TOOLS))
+    random.Random(12345).shuffle(combos)
+    if count > QUERY_BLOCK:
+        raise ValueError(f"at most {QUERY_BLOCK} queries per measurement")
+    chosen = combos[seed * QUERY_BLOCK : seed * QUERY_BLOCK + count]
+    return [f"Please {v} our {o} for the {d} project using {t}" for v, o, d, t in chosen]
 
 
 def _stats(ms: list[float]) -> dict[str, float]:
@@ -163,25 +168,26 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def _round_trips(url: str, tasks: list[str]) -> dict[str, dict[str, float]]:
-    """route_and_load latency from both client libraries, one session each."""
+async def _round_trips(url: str, count: int) -> dict[str, dict[str, float]]:
+    """route_and_load latency from both client libraries, one session each, distinct tasks."""
     from mcp.client import Client as SDKClient
 
     results = {}
-    for label, factory in (("fastmcp_client", Client), ("mcp_sdk_client", SDKClient)):
+    clients = (("fastmcp_client", Client, 2), ("mcp_sdk_client", SDKClient, 3))
+    for label, factory, seed in clients:
         async with factory(url) as client:
-            for task in tasks[:5]:
+            for task in queries(5, seed + 100):
                 await client.call_tool("route_and_load", {"task": task})
             timings = []
-            for task in tasks:
+            for task in queries(count, seed):
                 start = time.perf_counter()
                 await client.call_tool("route_and_load", {"task": task})
                 timings.append((time.perf_counter() - start) * 1000)
         results[label] = _stats(timings)
     async with Client(url) as client:  # the protocol floor: a call that does no routing work
-        name = (await client.call_tool("suggest_skills", {"task": tasks[0], "k": 1})).data
+        name = (await client.call_tool("suggest_skills", {"task": queries(1, 4)[0], "k": 1})).data
         timings = []
-        for _ in tasks:
+        for _ in range(count):
             start = time.perf_counter()
             await client.call_tool(
                 "get_skill", {"name": name[0]["name"] if name else "x"}, raise_on_error=False
@@ -244,11 +250,10 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
         start = time.perf_counter()
         library.reload()
         build_s = time.perf_counter() - start
-        tasks = queries(query_count)
-        for task in tasks[:5]:
+        for task in queries(5, 0):
             library.route(task)
         in_process = []
-        for task in tasks:
+        for task in queries(query_count, 1):
             t0 = time.perf_counter()
             library.route(task)
             in_process.append((time.perf_counter() - t0) * 1000)
@@ -275,7 +280,7 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
         try:
             url = f"http://127.0.0.1:{port}/mcp"
             cold_start = _wait_ready(url, 600)
-            round_trips = asyncio.run(_round_trips(url, tasks))
+            round_trips = asyncio.run(_round_trips(url, query_count))
             to_served = asyncio.run(_edits(url, folder / "skills", names[size // 2], 7))
             info = psutil.Process(process.pid)
             rss = info.memory_info().rss / 2**20

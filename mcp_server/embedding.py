@@ -10,6 +10,7 @@ nothing that did not change. Nothing here downloads anything.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import sqlite3
@@ -26,6 +27,7 @@ from ingot.errors import EmbeddingModelError
 MAX_TOKENS = 256
 BATCH_SIZE = 16
 PERSIST_EVERY = 256  # texts embedded between cache commits
+QUERY_CACHE_SIZE = 1024  # recent query vectors kept in memory
 PROGRESS_MIN = 64  # show a progress bar (on a terminal) from this many texts
 DEFAULT_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 DEFAULT_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
@@ -233,6 +235,7 @@ class CachedEmbedder:
         self._inner = inner
         self._cache = cache
         self.computed = 0  # texts actually run through the model; benchmarks and tests read it
+        self._query_vector = functools.lru_cache(maxsize=QUERY_CACHE_SIZE)(self._embed_one)
 
     @property
     def model_digest(self) -> str:
@@ -277,8 +280,14 @@ class CachedEmbedder:
         return done
 
     def embed_query(self, text: str) -> np.ndarray:
-        """One uncached query vector: queries rarely repeat, so they skip the disk."""
-        return self._inner.embed([text])[0]
+        """One query vector. Kept in memory only (agents often send the same task twice, e.g.
+        suggest_skills then route_and_load), never on disk: tasks may be private."""
+        return self._query_vector(text)
+
+    def _embed_one(self, text: str) -> np.ndarray:
+        vector = self._inner.embed([text])[0]
+        vector.setflags(write=False)  # shared by every caller that asks for this text
+        return vector
 
 
 def load_embedder(

@@ -142,6 +142,14 @@ class Index:
             cached = self._vocabularies[name] = frozenset(description) | frozenset(body)
         return cached
 
+    def unknown_share(self, query_terms: list[str]) -> float:
+        """Share of the task's terms that appear nowhere in the library (1.0 for an empty task)."""
+        if not query_terms:
+            return 1.0
+        known = self._bm25_desc.vocab_dict if self._bm25_desc is not None else {}
+        body = self._bm25_body.vocab_dict if self._bm25_body is not None else {}
+        return sum(t not in known and t not in body for t in query_terms) / len(query_terms)
+
     def __len__(self) -> int:
         return len(self.names)
 

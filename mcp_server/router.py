@@ -13,6 +13,7 @@ library: ties are broken by priority, then name.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -29,18 +30,20 @@ from mcp_server.registry import Skill
 class Calibration:
     """Fusion weights and decision thresholds for one embedding model."""
 
-    # Chosen by scripts/calibrate_router.py on ../shared/corpus (70 valid skills, 170 cases)
-    # for all-MiniLM-L6-v2 int8: fit top-1 0.847, no-route 0.931; 5-fold CV 0.851 / 0.929.
+    # Chosen by scripts/calibrate_router.py on ../shared/corpus (70 valid skills, 170 cases) for
+    # all-MiniLM-L6-v2 int8: fit top-1 0.847, recall@3 0.939, no-route 0.917; 5-fold CV top-1
+    # 0.851, no-route 0.937. See ARCHITECTURE.md, "Routing calibration".
     w_dense_description: float = 0.2
     w_dense_body: float = 0.1
     w_dense_sentence: float = 0.1
     w_bm25_description: float = 0.2
     w_bm25_body: float = 0.1
     bm25_half_point: float = 4.0  # BM25 score mapped to 0.5 by s / (s + half_point)
-    w_margin: float = 0.0
-    w_coverage: float = 0.3
-    match_threshold: float = 0.4435
-    related_threshold: float = 0.412
+    w_margin: float = 0.25
+    w_coverage: float = 0.2
+    w_unknown: float = 0.2
+    match_threshold: float = 0.4175
+    related_threshold: float = 0.3606
 
 
 @dataclass(frozen=True)
@@ -125,10 +128,13 @@ class Router:
         state = self._state
         if state is None or len(state.index) == 0 or not task.strip():
             return RouteResult(None, None, 0.0, None, (), {"reason": "empty library or task"})
+        started = time.perf_counter()
         context = context or CallerContext()
         index = state.index
         query_terms = terms(task)
-        raw = index.score(self.embedder.embed_query(task), query_terms)
+        vector = self.embedder.embed_query(task)
+        embedded = time.perf_counter()
+        raw = index.score(vector, query_terms)
         fused = self._fuse(raw)
         excluded: dict[str, int] = {}
         unchecked: set[str] = set()
@@ -160,6 +166,9 @@ class Router:
         match = best.name if best.score >= cal.match_threshold else None
         related = best.name if chosen is not None and match is None else None
         others = tuple(c for c in candidates[1:] if c.score >= cal.related_threshold)
+        finished = time.perf_counter()
+        components["embed_ms"] = round((embedded - started) * 1000, 3)
+        components["route_ms"] = round((finished - started) * 1000, 3)
         return RouteResult(match, related, best.score, chosen, others, components, tuple(candidates))
 
     def suggest(self, task: str, k: int = 5, context: CallerContext | None = None) -> list[Candidate]:
@@ -246,7 +255,8 @@ class Router:
         skill = index.skills[index.names[i]]
         vocabulary = index.vocabulary(skill.name)
         coverage = (sum(t in vocabulary for t in query_terms) / len(query_terms)) if query_terms else 0.0
-        score = float(fused[i]) + cal.w_margin * margin + cal.w_coverage * coverage
+        unknown = index.unknown_share(query_terms)
+        score = float(fused[i]) + cal.w_margin * margin + cal.w_coverage * coverage - cal.w_unknown * unknown
         components = {
             "dense_description": float(raw.dense_description[i]),
             "dense_body": float(raw.dense_body[i]),
@@ -256,6 +266,7 @@ class Router:
             "fused": float(fused[i]),
             "margin": margin,
             "coverage": float(coverage),
+            "unknown_terms": float(unknown),
             "confidence": score,
         }
         return Candidate(skill.name, round(score, 6), score < cal.match_threshold, components)
