@@ -10,7 +10,7 @@ import pytest
 from fastmcp import Client as FastMCPClient
 from mcp.client import Client as SDKClient
 
-from tests.conftest import BUNDLED_SKILLS, running_mcp, write_skill
+from tests.conftest import BUNDLED_SKILLS, running_mcp, wait_for, write_skill
 
 
 @pytest.fixture
@@ -164,3 +164,19 @@ def test_foreign_host_and_cross_origin_requests_are_refused(served):
     assert (
         httpx.post(url, json=body, headers={**headers, "origin": "https://evil.example"}).status_code == 403
     )
+
+
+def test_an_edit_on_disk_is_served_without_a_restart_or_a_reload_call(served, skills_root):
+    url, library = served
+    library.start_watching()
+    before = call(url, "get_skill", {"name": "git-commit-messages"}).structured_content["revision"]
+    skill_md = skills_root / "git-commit-messages" / "SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\n## Addendum\n\nSign every commit.\n")
+
+    def new_revision():
+        data = call(url, "get_skill", {"name": "git-commit-messages"}).structured_content
+        return data if data["revision"] != before else None
+
+    assert "Sign every commit." in wait_for(new_revision)["body"]
+    routed = call(url, "route_and_load", {"task": "write a conventional commit message for this fix"})
+    assert routed.structured_content["revision"] != before
