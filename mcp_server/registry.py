@@ -218,8 +218,11 @@ def _walk_files(folder: Path, limits: Limits) -> list[tuple[str, Path]]:
     return found
 
 
-def read_skill(root: Path, folder: Path, limits: Limits) -> Skill:
-    """Read, hash and validate one skill folder, or raise `SkillInvalid` saying why."""
+def read_skill(root: Path, folder: Path, limits: Limits, name: str | None = None) -> Skill:
+    """Read, hash and validate one skill folder, or raise `SkillInvalid` saying why.
+
+    `name` is the name the skill must declare: its folder's name unless given (a staged or
+    snapshotted copy lives in a folder named otherwise)."""
     try:
         entries = _walk_files(folder, limits)
         if "SKILL.md" not in {rel for rel, _ in entries}:
@@ -245,7 +248,7 @@ def read_skill(root: Path, folder: Path, limits: Limits) -> Skill:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SkillInvalid(f"SKILL.md is not valid UTF-8 (byte {exc.start}); re-save it as UTF-8") from exc
-    name, description, body, meta = parse_skill_md(text, folder.name)
+    name, description, body, meta = parse_skill_md(text, name or folder.name)
     return Skill(
         name=name,
         description=description,

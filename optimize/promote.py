@@ -1,0 +1,332 @@
+"""Promote a verified candidate into a skills root, or roll one back.
+
+The only code that writes a skills root. The caller holds the change-control lock (lock.py)
+and has already decided the change may happen (gate.py, changes.py); this module makes it
+happen crash-safely:
+
+1. snapshot the live tree to `runs/revisions/<skill>/<revision>/` (written, fsynced, verified);
+2. stage the candidate beside the live folder as `<root>/.ingot-stage-<skill>-<nonce>/`
+   (dot-prefixed, so never served), fsynced and verified against the candidate revision;
+3. append the intent to the audit chain (fsynced): no record, no change;
+4. switch with ONE atomic `renameat2(RENAME_EXCHANGE)` of the staged and live folders (a new
+   skill uses `RENAME_NOREPLACE`), then fsync the root;
+5. delete the displaced tree and append the outcome.
+
+Guarantee: at every instant each skill is served at exactly one complete revision, old or new,
+whatever is killed when. A kill leaves at most a stage folder and an intent without outcome;
+`recover()` (run before every write) settles both from what is actually live.
+Filesystems without an atomic exchange are refused rather than served a gap.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingot.errors import IngotError
+from mcp_server.registry import NAME_PATTERN, Limits, SkillFile, manifest_revision, read_skill
+from optimize.audit import AuditLog
+
+STAGE_PREFIX = ".ingot-stage-"
+StepHook = Callable[[str], None]
+
+
+class PromotionError(IngotError):
+    """A promotion or rollback was refused or could not be carried out; nothing changed."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a promotion or rollback did."""
+
+    skill: str
+    from_revision: str | None
+    to_revision: str
+    root: Path
+    intent_seq: int
+
+
+def tree_revision(files: Mapping[str, bytes]) -> str:
+    import hashlib
+
+    return manifest_revision(
+        SkillFile(path, hashlib.sha256(data).hexdigest(), len(data)) for path, data in files.items()
+    )
+
+
+def check_skill_name(name: str) -> str:
+    if not isinstance(name, str) or len(name) > 64 or not NAME_PATTERN.match(name):
+        raise PromotionError(
+            f"{name!r} is not a valid skill name (lowercase letters, digits, single hyphens)"
+        )
+    return name
+
+
+def check_relative(path: str) -> str:
+    parts = path.split("/")
+    if (
+        not path
+        or path.startswith("/")
+        or "\\" in path
+        or "\x00" in path
+        or any(p in {"", ".", ".."} or p.startswith(".") for p in parts)
+    ):
+        raise PromotionError(f"candidate file path {path!r} is not a plain relative path")
+    return path
+
+
+# -- atomic exchange ---------------------------------------------------------------------------
+
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
+_AT_FDCWD = -100
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def _rename2(source: Path, target: Path, flags: int) -> None:
+    """renameat2 on Linux, renamex_np on macOS; refuse anything that is not atomic."""
+    libc = _libc()
+    if sys.platform.startswith("linux") and hasattr(libc, "renameat2"):
+        result = libc.renameat2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), flags)
+    elif sys.platform == "darwin" and hasattr(libc, "renamex_np"):
+        mac_flags = {_RENAME_EXCHANGE: 0x2, _RENAME_NOREPLACE: 0x4}[flags]  # RENAME_SWAP, RENAME_EXCL
+        result = libc.renamex_np(os.fsencode(source), os.fsencode(target), mac_flags)
+    else:
+        raise PromotionError(
+            "this platform has no atomic folder exchange; Ingot will not promote "
+            "with a gap. Use Linux (ext4, xfs, btrfs, tmpfs) or macOS (APFS)"
+        )
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise PromotionError(
+            f"atomic switch of {target} failed: {os.strerror(errno)} (errno {errno}); "
+            "the filesystem may not support it. Nothing was changed"
+        )
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Promoter:
+    """Writes skills roots and `runs/revisions`; call only while holding the change lock."""
+
+    def __init__(self, runs_dir: Path, limits: Limits | None = None, on_step: StepHook | None = None) -> None:
+        self.runs_dir = runs_dir
+        self.revisions = runs_dir / "revisions"
+        self.audit = AuditLog(runs_dir)
+        self.limits = limits or Limits()
+        self._on_step = on_step or (lambda _name: None)
+
+    def _step(self, name: str) -> None:
+        self._on_step(name)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def live_revision(self, root: Path, skill: str) -> str | None:
+        folder = root / check_skill_name(skill)
+        if not folder.exists():
+            return None
+        return read_skill(root, folder, self.limits).revision
+
+    def read_tree(self, folder: Path, skill: str) -> dict[str, bytes]:
+        """The files of a valid skill folder (live, staged or snapshotted) by relative path."""
+        parsed = read_skill(folder.parent, folder, self.limits, name=skill)
+        return {f.path: (folder / f.path).read_bytes() for f in parsed.files}
+
+    def snapshot_path(self, skill: str, revision: str) -> Path:
+        return self.revisions / check_skill_name(skill) / revision
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _write_tree(self, folder: Path, files: Mapping[str, bytes], label: str) -> None:
+        folder.mkdir(parents=True)
+        for rel in sorted(files):
+            target = folder / check_relative(rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._step(f"{label}: write {rel}")
+            with open(target, "xb") as handle:
+                handle.write(files[rel])
+                handle.flush()
+                self._step(f"{label}: fsync {rel}")
+                os.fsync(handle.fileno())
+        for directory in sorted({(folder / r).parent for r in files}, key=lambda p: -len(p.parts)):
+            _fsync_path(directory)
+        self._step(f"{label}: fsync folder")
+        _fsync_path(folder)
+
+    def _snapshot(self, skill: str, root: Path, revision: str) -> None:
+        final = self.snapshot_path(skill, revision)
+        if final.exists():
+            return
+        files = self.read_tree(root / skill, skill)
+        if tree_revision(files) != revision:
+            raise PromotionError(f"skill {skill!r} changed on disk while being snapshotted; retry")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        temp = final.parent / f".tmp-{revision[:12]}-{secrets.token_hex(4)}"
+        self._write_tree(temp, files, "snapshot")
+        self._step("snapshot: rename into place")
+        os.rename(temp, final)
+        _fsync_path(final.parent)
+
+    def switch(
+        self,
+        skill: str,
+        root: Path,
+        files: Mapping[str, bytes],
+        *,
+        expected_from: str | None,
+        action: str,
+        actor: str,
+        reason: str | None = None,
+        evidence_digest: str | None = None,
+        change_id: str | None = None,
+    ) -> Outcome:
+        """Make `files` the live tree of `skill` in `root`, atomically; see the module docstring."""
+        check_skill_name(skill)
+        for rel in files:
+            check_relative(rel)
+        if "SKILL.md" not in files:
+            raise PromotionError("a candidate must contain SKILL.md")
+        self.recover((root,))
+        to_revision = tree_revision(files)
+        live = root / skill
+        from_revision = self.live_revision(root, skill)
+        if from_revision != expected_from:
+            raise PromotionError(
+                f"skill {skill!r} is live at {(from_revision or 'nothing')[:12]} but the change was "
+                f"made against {(expected_from or 'nothing')[:12]}; nothing was changed"
+            )
+        if from_revision == to_revision:
+            raise PromotionError(f"skill {skill!r} is already live at {to_revision[:12]}")
+        if from_revision is not None:
+            self._snapshot(skill, root, from_revision)
+        stage = root / f"{STAGE_PREFIX}{skill}-{secrets.token_hex(4)}"
+        try:
+            self._write_tree(stage, files, "stage")
+            if read_skill(root, stage, self.limits, name=skill).revision != to_revision:
+                raise PromotionError("the staged files do not hash to the candidate revision")
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        try:
+            self._step("audit: intent")
+            intent = self.audit.append(
+                action=f"{action}-intent",
+                skill=skill,
+                root=str(root),
+                from_revision=from_revision,
+                to_revision=to_revision,
+                evidence_digest=evidence_digest,
+                actor=actor,
+                reason=reason,
+                change_id=change_id,
+            )
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        self._step("switch: rename")
+        _rename2(stage, live, _RENAME_EXCHANGE if from_revision is not None else _RENAME_NOREPLACE)
+        self._step("switch: fsync root")
+        _fsync_path(root)
+        self._step("cleanup: remove displaced tree")
+        shutil.rmtree(stage, ignore_errors=True)
+        self._step("audit: outcome")
+        self.audit.append(
+            action=action,
+            skill=skill,
+            root=str(root),
+            from_revision=from_revision,
+            to_revision=to_revision,
+            evidence_digest=evidence_digest,
+            actor=actor,
+            reason=reason,
+            outcome="done",
+            intent_seq=intent.seq,
+            change_id=change_id,
+        )
+        return Outcome(skill, from_revision, to_revision, root, intent.seq)
+
+    def rollback(self, skill: str, root: Path, revision: str, actor: str, reason: str | None) -> Outcome:
+        """Restore a snapshot (itself snapshotting what it displaces) after checking its hash."""
+        snapshot = self.snapshot_path(skill, revision)
+        if not snapshot.is_dir():
+            raise PromotionError(
+                f"no snapshot of {skill!r} at {revision[:12]}; `ingot history {skill}` "
+                "lists the revisions that can be restored"
+            )
+        files = self.read_tree(snapshot, skill)
+        if tree_revision(files) != revision:
+            raise PromotionError(
+                f"the snapshot {snapshot} no longer hashes to {revision[:12]} "
+                "(edited after it was taken); refusing to restore it"
+            )
+        return self.switch(
+            skill,
+            root,
+            files,
+            expected_from=self.live_revision(root, skill),
+            action="rollback",
+            actor=actor,
+            reason=reason,
+        )
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def recover(self, roots: tuple[Path, ...] = ()) -> list[str]:
+        """Settle what a killed promotion left: intents without outcomes, stage and temp folders.
+
+        The outcome is read from disk, not assumed: whichever revision is live is what happened."""
+        notes: list[str] = []
+        self.audit.repair_torn_tail()
+        entries = self.audit.entries()
+        done = {e.get("intent_seq") for e in entries if e.get("outcome")}
+        seen_roots = set(roots)
+        for entry in entries:
+            action = str(entry.get("action", ""))
+            if entry.get("root"):
+                seen_roots.add(Path(entry.get("root")))
+            if not action.endswith("-intent") or entry.seq in done:
+                continue
+            skill, root = entry.get("skill"), Path(entry.get("root"))
+            for stale in root.glob(f"{STAGE_PREFIX}{skill}-*"):
+                shutil.rmtree(stale, ignore_errors=True)  # the live folder is never a stage folder
+            live = self.live_revision(root, skill)
+            if live == entry.get("to_revision"):
+                outcome = "done (recovered after interruption)"
+            elif live == entry.get("from_revision"):
+                outcome = "aborted (interrupted before the switch)"
+            else:
+                outcome = f"unknown: live revision is {(live or 'none')[:12]}"
+            self.audit.append(
+                action=action.removesuffix("-intent"),
+                skill=skill,
+                root=str(root),
+                from_revision=entry.get("from_revision"),
+                to_revision=entry.get("to_revision"),
+                actor="ingot-recovery",
+                outcome=outcome,
+                intent_seq=entry.seq,
+                change_id=entry.get("change_id"),
+            )
+            notes.append(f"{skill}: {outcome}")
+        for root in seen_roots:
+            for stale in root.glob(f"{STAGE_PREFIX}*"):
+                shutil.rmtree(stale, ignore_errors=True)
+        if self.revisions.exists():
+            for stale in self.revisions.glob("*/.tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+        return notes

@@ -1,0 +1,50 @@
+"""Run one promotion or rollback in a child process, SIGKILLing itself at step N.
+
+    python crash_child.py RUNS ROOT SKILL MODE ARG KILL_AT
+MODE promote: ARG is a folder whose files become the candidate. MODE rollback: ARG is a revision.
+KILL_AT -1 runs to the end and prints the step names as JSON (to enumerate the kill points).
+"""
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from optimize.lock import change_lock
+from optimize.promote import Promoter
+
+
+def main() -> None:
+    runs, root, skill, mode, arg, kill_at = sys.argv[1:7]
+    steps: list[str] = []
+
+    def hook(name: str) -> None:
+        if len(steps) == int(kill_at):
+            os.kill(os.getpid(), signal.SIGKILL)
+        steps.append(name)
+
+    promoter = Promoter(Path(runs), on_step=hook)
+    with change_lock(Path(runs)):
+        if mode == "promote":
+            folder = Path(arg)
+            files = {
+                p.relative_to(folder).as_posix(): p.read_bytes()
+                for p in sorted(folder.rglob("*"))
+                if p.is_file()
+            }
+            promoter.switch(
+                skill,
+                Path(root),
+                files,
+                expected_from=promoter.live_revision(Path(root), skill),
+                action="promote",
+                actor="crash-test",
+            )
+        else:
+            promoter.rollback(skill, Path(root), arg, actor="crash-test", reason="crash test")
+    print(json.dumps(steps))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""Promotion and rollback: atomic, snapshotted, audited, and safe under SIGKILL at every step."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mcp_server.registry import Registry
+from optimize.audit import AuditError, AuditLog
+from optimize.lock import change_lock
+from optimize.promote import STAGE_PREFIX, Promoter, PromotionError, tree_revision
+from tests.conftest import write_skill
+
+CHILD = Path(__file__).with_name("crash_child.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def skill_files(text: str, extra: dict[str, bytes] | None = None) -> dict[str, bytes]:
+    md = f"---\nname: alpha\ndescription: Alpha skill, {text}.\n---\n# Alpha\n\n{text}\n".encode()
+    return {"SKILL.md": md, **(extra or {})}
+
+
+@pytest.fixture
+def world(tmp_path):
+    root, runs = tmp_path / "skills", tmp_path / "runs"
+    root.mkdir()
+    promoter = Promoter(runs)
+    v1 = skill_files("version one", {"notes/a.txt": b"A1"})
+    with change_lock(runs):
+        promoter.switch("alpha", root, v1, expected_from=None, action="create", actor="test")
+    return root, runs, promoter, v1
+
+
+def served_revision(root: Path) -> str | None:
+    registry = Registry((root,))
+    registry.reload()
+    skill = registry.skills().get("alpha")
+    return skill.revision if skill else None
+
+
+def test_promotion_switches_the_live_tree_and_snapshots_the_old_one(world):
+    root, runs, promoter, v1 = world
+    v2 = skill_files("version two")
+    with change_lock(runs):
+        outcome = promoter.switch(
+            "alpha",
+            root,
+            v2,
+            expected_from=tree_revision(v1),
+            action="promote",
+            actor="test",
+            reason="better",
+        )
+    assert served_revision(root) == tree_revision(v2) == outcome.to_revision
+    snapshot = promoter.snapshot_path("alpha", tree_revision(v1))
+    assert promoter.read_tree(snapshot, "alpha") == v1
+    assert not list(root.glob(f"{STAGE_PREFIX}*"))
+    actions = [e.get("action") for e in AuditLog(runs).entries()]
+    assert actions == ["create-intent", "create", "promote-intent", "promote"]
+    assert AuditLog(runs).verify().ok
+
+
+def test_a_stale_champion_is_refused_and_nothing_changes(world):
+    root, runs, promoter, v1 = world
+    with change_lock(runs), pytest.raises(PromotionError, match="was made against"):
+        promoter.switch(
+            "alpha", root, skill_files("v2"), expected_from="0" * 64, action="promote", actor="test"
+        )
+    assert served_revision(root) == tree_revision(v1)
+
+
+@pytest.mark.parametrize("bad", ["../escape.txt", "/etc/passwd", "a/../../x", ".hidden", "a\\b"])
+def test_candidate_paths_that_leave_the_folder_are_refused(world, bad):
+    root, runs, promoter, v1 = world
+    with change_lock(runs), pytest.raises(PromotionError, match="plain relative path"):
+        promoter.switch(
+            "alpha",
+            root,
+            {**skill_files("v2"), bad: b"x"},
+            expected_from=tree_revision(v1),
+            action="promote",
+            actor="test",
+        )
+    assert served_revision(root) == tree_revision(v1)
+
+
+@pytest.mark.parametrize("name", ["../alpha", "Alpha", "a/b", "", "x" * 65])
+def test_skill_names_that_could_traverse_are_refused(world, name):
+    root, runs, promoter, _ = world
+    with change_lock(runs), pytest.raises(PromotionError, match="not a valid skill name"):
+        promoter.switch(name, root, skill_files("v2"), expected_from=None, action="create", actor="t")
+
+
+def test_rollback_restores_the_previous_revision_byte_for_byte(world):
+    root, runs, promoter, v1 = world
+    with change_lock(runs):
+        promoter.switch(
+            "alpha", root, skill_files("v2"), expected_from=tree_revision(v1), action="promote", actor="test"
+        )
+        promoter.rollback("alpha", root, tree_revision(v1), actor="test", reason="regression")
+    assert served_revision(root) == tree_revision(v1)
+    assert promoter.read_tree(root / "alpha", "alpha") == v1
+
+
+def test_a_tampered_snapshot_is_not_restored(world):
+    root, runs, promoter, v1 = world
+    with change_lock(runs):
+        promoter.switch(
+            "alpha", root, skill_files("v2"), expected_from=tree_revision(v1), action="promote", actor="test"
+        )
+    (promoter.snapshot_path("alpha", tree_revision(v1)) / "notes" / "a.txt").write_bytes(b"evil")
+    with change_lock(runs), pytest.raises(PromotionError, match="no longer hashes"):
+        promoter.rollback("alpha", root, tree_revision(v1), actor="test", reason="r")
+
+
+def test_an_unwritable_audit_log_blocks_the_promotion(world):
+    root, runs, promoter, v1 = world
+    audit = runs / "audit.jsonl"
+    saved = audit.read_bytes()
+    audit.unlink()
+    audit.mkdir()  # any write to the log now fails, whoever we run as
+    try:
+        with change_lock(runs), pytest.raises(AuditError, match="audit log"):
+            promoter.switch(
+                "alpha",
+                root,
+                skill_files("v2"),
+                expected_from=tree_revision(v1),
+                action="promote",
+                actor="test",
+            )
+    finally:
+        audit.rmdir()
+        audit.write_bytes(saved)
+    assert served_revision(root) == tree_revision(v1)
+    assert not list(root.glob(f"{STAGE_PREFIX}*"))
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip()}); CI runs as root and can")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_during_staging_changes_nothing(tiny_disk):
+    root, runs = tiny_disk / "skills", tiny_disk / "runs"
+    root.mkdir()
+    promoter = Promoter(runs)
+    v1 = skill_files("version one")
+    with change_lock(runs):
+        promoter.switch("alpha", root, v1, expected_from=None, action="create", actor="test")
+    filler = tiny_disk / "filler"
+    with open(filler, "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 4096)
+                handle.flush()
+        except OSError:
+            pass
+    big = skill_files("version two", {"big.bin": b"x" * 200_000})
+    with change_lock(runs), pytest.raises(OSError):
+        promoter.switch("alpha", root, big, expected_from=tree_revision(v1), action="promote", actor="test")
+    assert served_revision(root) == tree_revision(v1)
+    assert not list(root.glob(f"{STAGE_PREFIX}*"))
+    filler.unlink()
+    assert AuditLog(runs).verify().ok
+    with change_lock(runs):  # space is back: the same promotion now goes through
+        promoter.switch("alpha", root, big, expected_from=tree_revision(v1), action="promote", actor="test")
+    assert served_revision(root) == tree_revision(big)
+
+
+def run_child(runs: Path, root: Path, mode: str, arg: str, kill_at: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, str(CHILD), str(runs), str(root), "alpha", mode, arg, str(kill_at)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+def fresh_world(base: Path) -> tuple[Path, Path, dict[str, bytes], dict[str, bytes], Path]:
+    shutil.rmtree(base, ignore_errors=True)
+    root, runs = base / "skills", base / "runs"
+    root.mkdir(parents=True)
+    promoter = Promoter(runs)
+    v1 = skill_files("version one", {"notes/a.txt": b"A1"})
+    with change_lock(runs):
+        promoter.switch("alpha", root, v1, expected_from=None, action="create", actor="test")
+    v2 = skill_files("version two", {"notes/a.txt": b"A2", "notes/b.txt": b"B2"})
+    candidate = base / "candidate"
+    for rel, data in v2.items():
+        (candidate / rel).parent.mkdir(parents=True, exist_ok=True)
+        (candidate / rel).write_bytes(data)
+    return root, runs, v1, v2, candidate
+
+
+@pytest.mark.parametrize("mode", ["promote", "rollback"])
+def test_sigkill_at_every_step_leaves_one_complete_revision_and_recovers(tmp_path, mode):
+    base = tmp_path / "w"
+
+    def prepared():
+        root, runs, v1, v2, candidate = fresh_world(base)
+        if mode == "rollback":  # live v2, roll back to v1
+            with change_lock(runs):
+                Promoter(runs).switch(
+                    "alpha", root, v2, expected_from=tree_revision(v1), action="promote", actor="test"
+                )
+            return root, runs, tree_revision(v2), tree_revision(v1), tree_revision(v1)
+        return root, runs, tree_revision(v1), tree_revision(v2), str(candidate)
+
+    root, runs, old, new, arg = prepared()
+    dry = run_child(runs, root, mode, arg, -1)
+    assert dry.returncode == 0, dry.stderr
+    steps = json.loads(dry.stdout)
+    assert len(steps) >= 10 and any("switch" in s for s in steps)
+    for kill_at in range(len(steps)):
+        root, runs, old, new, arg = prepared()
+        killed = run_child(runs, root, mode, arg, kill_at)
+        assert killed.returncode == -9, (kill_at, steps[kill_at], killed.stderr)
+        assert served_revision(root) in {old, new}, steps[kill_at]
+        assert AuditLog(runs).verify().ok, steps[kill_at]
+        with change_lock(runs, wait_s=5):  # the dead child's lock is gone
+            Promoter(runs).recover((root,))
+        assert AuditLog(runs).verify().ok
+        assert not list(root.glob(f"{STAGE_PREFIX}*")), steps[kill_at]
+        entries = AuditLog(runs).entries()
+        intents = {e.seq for e in entries if str(e.get("action")).endswith("-intent")}
+        assert intents <= {e.get("intent_seq") for e in entries if e.get("outcome")}
+        live = served_revision(root)
+        with change_lock(runs):  # the next operation works from whatever is live
+            Promoter(runs).switch(
+                "alpha",
+                root,
+                skill_files(f"after kill {kill_at}"),
+                expected_from=live,
+                action="promote",
+                actor="test",
+            )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.dictionaries(
+        st.from_regex(r"[a-z]{1,6}(/[a-z]{1,6})?\.md", fullmatch=True), st.binary(max_size=200), max_size=4
+    )
+)
+def test_promote_then_rollback_restores_the_tree_digest(tmp_path_factory, extra):
+    base = tmp_path_factory.mktemp("prop")
+    extra = {k: v for k, v in extra.items() if not any(k.startswith(o[:-3] + "/") for o in extra)}
+    root, runs = base / "skills", base / "runs"
+    root.mkdir()
+    promoter = Promoter(runs)
+    v1 = skill_files("one", extra)
+    with change_lock(runs):
+        promoter.switch("alpha", root, v1, expected_from=None, action="create", actor="t")
+        promoter.switch(
+            "alpha", root, skill_files("two"), expected_from=tree_revision(v1), action="promote", actor="t"
+        )
+        promoter.rollback("alpha", root, tree_revision(v1), actor="t", reason="prop")
+    assert promoter.read_tree(root / "alpha", "alpha") == v1
+    assert served_revision(root) == tree_revision(v1)
