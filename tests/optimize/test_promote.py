@@ -17,7 +17,6 @@ from mcp_server.registry import Registry
 from optimize.audit import AuditError, AuditLog
 from optimize.lock import change_lock
 from optimize.promote import STAGE_PREFIX, Promoter, PromotionError, tree_revision
-from tests.conftest import write_skill
 
 CHILD = Path(__file__).with_name("crash_child.py")
 REPO = Path(__file__).resolve().parents[2]
