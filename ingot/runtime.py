@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from mcp_server.embedding import load_embedder
 from mcp_server.library import Library
 from mcp_server.registry import Limits
 from mcp_server.router import Calibration
+from optimize.changes import ChangeControl
+from optimize.gate import Thresholds
 
 
 def calibration_from(settings: Settings) -> Calibration:
@@ -37,3 +40,24 @@ def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> L
     library = Library(roots or settings.skills_dirs, embedder, limits, calibration_from(settings))
     library.reload()
     return library
+
+
+def change_control(settings: Settings, roots: tuple[Path, ...] | None = None) -> ChangeControl:
+    """The change-control API over the configured roots and runs directory."""
+    limits = Limits(
+        max_file_bytes=settings.max_file_bytes,
+        max_skill_bytes=settings.max_skill_bytes,
+        max_files=settings.max_skill_files,
+    )
+    thresholds = Thresholds(
+        min_margin=settings.promote_min_margin,
+        min_samples=settings.promote_min_samples,
+        retention_warn=settings.retention_warn,
+        alpha=settings.promote_alpha,
+    )
+    absolute = tuple(Path(r).expanduser().absolute() for r in (roots or settings.skills_dirs))
+    return ChangeControl(settings.runs_dir.absolute(), absolute, thresholds, limits)
+
+
+def actor(settings: Settings) -> str:
+    return settings.actor or os.environ.get("USER") or "operator"

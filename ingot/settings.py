@@ -43,6 +43,11 @@ class Settings(BaseSettings):
     max_skill_files: int = Field(default=512, ge=1)
     route_match_threshold: float | None = Field(default=None, ge=0, le=2)
     route_related_threshold: float | None = Field(default=None, ge=0, le=2)
+    promote_min_margin: float = Field(default=0.15, ge=0, le=1)
+    promote_min_samples: int = Field(default=3, ge=1)
+    promote_alpha: float = Field(default=0.1, gt=0, lt=1)
+    retention_warn: float = Field(default=0.5, ge=0, le=1)
+    actor: str | None = Field(default=None, description="Name recorded in the audit log; default: $USER.")
     watch_skills: bool = Field(default=True, description="Re-index skills when files change on disk.")
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
 

@@ -142,6 +142,11 @@ class Index:
             cached = self._vocabularies[name] = frozenset(description) | frozenset(body)
         return cached
 
+    def description_similarity(self, vector: np.ndarray) -> dict[str, float]:
+        """Cosine of `vector` with every skill's description vector (the first rows of the matrix)."""
+        scores = self._desc @ vector if len(self.names) else np.zeros(0)
+        return {name: float(score) for name, score in zip(self.names, scores, strict=True)}
+
     def unknown_share(self, query_terms: list[str]) -> float:
         """Share of the task's terms that appear nowhere in the library (1.0 for an empty task)."""
         if not query_terms:

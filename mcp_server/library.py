@@ -89,6 +89,9 @@ class Library:
     def route(self, task: str, context: CallerContext | None = None, k: int = 5) -> RouteResult:
         return self._router.route(task, context, k)
 
+    def similar_descriptions(self, name: str, description: str) -> dict[str, float]:
+        return self._router.similar_descriptions(name, description)
+
     def suggest(self, task: str, k: int = 5, context: CallerContext | None = None) -> list[Candidate]:
         return self._router.suggest(task, k, context)
 

@@ -120,6 +120,14 @@ class Router:
     def disabled(self) -> Mapping[str, str]:
         return dict(self._state.disabled) if self._state else {}
 
+    def similar_descriptions(self, name: str, description: str) -> dict[str, float]:
+        """How close a would-be description is to each served skill's (for collision checks)."""
+        state = self._state
+        if state is None or len(state.index) == 0:
+            return {}
+        text = f"{name.replace('-', ' ')}: {description}"
+        return state.index.description_similarity(self.embedder.embed([text])[0])
+
     def policy(self, name: str) -> Policy | None:
         return self._state.policies.get(name) if self._state else None
 

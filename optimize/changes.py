@@ -1,0 +1,272 @@
+"""Change control: propose, approve, reject, roll back, and report history, drift and status.
+
+The one API the CLI and the UI call. Every state change takes the cross-process lock, first
+settles anything a killed operation left (promote.recover), then re-verifies from disk rather
+than trusting any record: approval checks that the pending record exists, that evidence.json
+still has the digest the record holds, that the live revision is the evidence's champion, that
+the candidate's files hash to the evidence's candidate revision, and that the gate, recomputed
+under the current thresholds, passes. Each refusal says exactly which check failed, is audited,
+and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ingot.errors import IngotError
+from mcp_server.registry import Limits, Registry
+from optimize import evidence as evidence_mod
+from optimize.audit import AuditEntry, AuditLog, Verification
+from optimize.gate import Thresholds, evaluate
+from optimize.lock import PromotionConflict, change_lock
+from optimize.pending import PendingChange, PendingQueue, new_change
+from optimize.promote import Outcome, Promoter, check_skill_name, tree_revision
+
+
+class ApprovalRefused(IngotError):
+    """Approval re-verification failed; the reason names the check."""
+
+
+@dataclass(frozen=True)
+class SkillStatus:
+    name: str
+    root: Path
+    live_revision: str
+    audited_revision: str | None  # last revision Ingot itself put live; None if never
+    pending: str | None  # id of the pending change, if any
+
+    @property
+    def drifted(self) -> bool:
+        return self.audited_revision is not None and self.audited_revision != self.live_revision
+
+
+@dataclass(frozen=True)
+class Status:
+    skills: tuple[SkillStatus, ...]
+    invalid: tuple[str, ...]
+    audit: Verification
+    pending: int
+
+    @property
+    def drifted(self) -> tuple[SkillStatus, ...]:
+        return tuple(s for s in self.skills if s.drifted)
+
+
+@dataclass
+class ChangeControl:
+    """Change control over `roots` (the first receives new skills), with state in `runs_dir`."""
+
+    runs_dir: Path
+    roots: tuple[Path, ...]
+    thresholds: Thresholds = Thresholds()
+    limits: Limits = Limits()
+    lock_wait_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        self.queue = PendingQueue(self.runs_dir)
+        self.audit = AuditLog(self.runs_dir)
+        self.promoter = Promoter(self.runs_dir, self.limits)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def root_of(self, skill: str) -> Path | None:
+        for root in self.roots:
+            if (root / check_skill_name(skill)).exists():
+                return root
+        return None
+
+    def live_revision(self, skill: str) -> str | None:
+        root = self.root_of(skill)
+        return self.promoter.live_revision(root, skill) if root else None
+
+    def pending(self) -> list[PendingChange]:
+        return self.queue.all()
+
+    def history(self, skill: str) -> list[AuditEntry]:
+        check_skill_name(skill)
+        return [e for e in self.audit.entries() if e.get("skill") == skill]
+
+    def snapshots(self, skill: str) -> list[str]:
+        folder = self.promoter.revisions / check_skill_name(skill)
+        return (
+            sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.exists() else []
+        )
+
+    def status(self) -> Status:
+        registry = Registry(self.roots, self.limits)
+        registry.reload()
+        audited: dict[str, str] = {}
+        for entry in self.audit.entries():
+            if str(entry.get("outcome", "")).startswith("done") and entry.get("skill"):
+                audited[entry.get("skill")] = entry.get("to_revision")
+        pending = {c.skill: c.id for c in self.queue.all()}
+        skills = tuple(
+            SkillStatus(s.name, s.root, s.revision, audited.get(s.name), pending.get(s.name))
+            for s in sorted(registry.skills().values(), key=lambda s: s.name)
+        )
+        invalid = tuple(f"{p.folder}: {p.reason}" for p in registry.problems())
+        return Status(skills, invalid, self.audit.verify(), len(pending))
+
+    # -- writing --------------------------------------------------------------------------
+
+    def propose(
+        self,
+        skill: str,
+        kind: str,
+        source: str,
+        files: Mapping[str, bytes],
+        measurements: Mapping[str, Any],
+        note: str | None = None,
+        cost: Mapping[str, Any] | None = None,
+    ) -> tuple[PendingChange, Path | None]:
+        """Quarantine a candidate with its evidence; returns it and where a displaced one went."""
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            champion = self.live_revision(skill)
+            if kind == "create" and champion is not None:
+                raise IngotError(f"skill {skill!r} already exists; propose a rewrite instead")
+            if kind != "create" and champion is None:
+                raise IngotError(f"skill {skill!r} does not exist; propose a create instead")
+            bundle = evidence_mod.write_bundle(
+                self.runs_dir,
+                skill,
+                kind,
+                champion,
+                tree_revision(files),
+                measurements,
+                self.thresholds,
+                cost,
+                source,
+            )
+            change = new_change(
+                skill,
+                kind,
+                source,
+                champion,
+                files,
+                str(bundle.path.relative_to(self.runs_dir)),
+                bundle.digest,
+                note,
+            )
+            displaced = self.queue.submit(change)
+            self.audit.append(
+                action="propose",
+                skill=skill,
+                from_revision=champion,
+                to_revision=change.candidate_revision,
+                evidence_digest=bundle.digest,
+                actor=source,
+                change_id=change.id,
+                archive=str(displaced.relative_to(self.runs_dir)) if displaced else None,
+            )
+            return change, displaced
+
+    def approve(self, skill: str, actor: str, change_id: str | None = None) -> Outcome:
+        """Re-verify everything from disk, then promote; see the module docstring."""
+        check_skill_name(skill)
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            self.promoter.recover(self.roots)
+            change = self.queue.get(skill)
+            if change is None:
+                last = (self.queue.archived(skill) or [{}])[-1]
+                if last.get("archived_status") == "approved" and change_id in (None, last.get("id")):
+                    raise PromotionConflict(
+                        f"change {last.get('id')} for {skill!r} was already approved "
+                        f"by {last.get('archived_by')} at {last.get('archived_at')}"
+                    )
+                raise ApprovalRefused(f"no pending change for {skill!r}; `ingot pending` lists them")
+            if change_id is not None and change.id != change_id:
+                raise PromotionConflict(
+                    f"the pending change for {skill!r} is now {change.id}, not "
+                    f"{change_id}; review the new one"
+                )
+            try:
+                evidence, root = self._verify(change)
+            except ApprovalRefused as exc:
+                self.audit.append(
+                    action="approve-refused", skill=skill, actor=actor, reason=str(exc), change_id=change.id
+                )
+                raise
+            outcome = self.promoter.switch(
+                skill,
+                root,
+                change.files,
+                expected_from=change.champion_revision,
+                action="promote",
+                actor=actor,
+                reason=f"approved {change.kind} from {change.source}",
+                evidence_digest=evidence.digest,
+                change_id=change.id,
+            )
+            self.queue.archive(skill, f"approved by {actor}", "approved", actor)
+            return outcome
+
+    def _verify(self, change: PendingChange) -> tuple[evidence_mod.Evidence, Path]:
+        if not change.evidence_path or not change.evidence_digest:
+            raise ApprovalRefused("the pending record names no evidence bundle")
+        path = (self.runs_dir / change.evidence_path).resolve()
+        if not path.is_relative_to((self.runs_dir / "evidence").resolve()):
+            raise ApprovalRefused(f"the evidence path {change.evidence_path!r} is outside runs/evidence")
+        try:
+            bundle = evidence_mod.load(path)
+        except evidence_mod.EvidenceError as exc:
+            raise ApprovalRefused(str(exc)) from exc
+        if bundle.digest != change.evidence_digest:
+            raise ApprovalRefused(
+                f"evidence.json changed after the change was recorded (digest "
+                f"{bundle.digest[:12]}, recorded {change.evidence_digest[:12]})"
+            )
+        if bundle.data.get("skill") != change.skill or bundle.data.get("kind") != change.kind:
+            raise ApprovalRefused("the evidence is for a different skill or kind of change")
+        live = self.live_revision(change.skill)
+        if live != bundle.champion_revision or live != change.champion_revision:
+            raise ApprovalRefused(
+                f"skill {change.skill!r} changed on disk since the evidence was recorded (evidence "
+                f"champion {(bundle.champion_revision or 'none')[:12]}, on disk {(live or 'none')[:12]}); "
+                f"re-measure it"
+            )
+        actual = tree_revision(change.files)
+        if actual != bundle.candidate_revision or actual != change.candidate_revision:
+            raise ApprovalRefused(
+                f"the candidate's files hash to {actual[:12]}, not the evidence's candidate "
+                f"{bundle.candidate_revision[:12]} (edited after the evidence)"
+            )
+        verdict = evaluate(bundle.data, self.thresholds)
+        if not verdict.passed:
+            raise ApprovalRefused(f"the gate does not pass ({verdict.status}): {'; '.join(verdict.reasons)}")
+        root = self.root_of(change.skill) or self.roots[0]
+        return bundle, root
+
+    def reject(self, skill: str, reason: str, actor: str) -> Path:
+        if not reason or not reason.strip():
+            raise IngotError("a rejection needs a reason (--reason)")
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            change = self.queue.get(skill)
+            if change is None:
+                raise ApprovalRefused(f"no pending change for {skill!r}")
+            self.audit.append(
+                action="reject",
+                skill=skill,
+                to_revision=change.candidate_revision,
+                evidence_digest=change.evidence_digest,
+                actor=actor,
+                reason=reason,
+                change_id=change.id,
+            )
+            return self.queue.archive(skill, reason, "rejected", actor)
+
+    def rollback(self, skill: str, revision: str, actor: str, reason: str | None = None) -> Outcome:
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            self.promoter.recover(self.roots)
+            root = self.root_of(skill)
+            if root is None:
+                raise IngotError(f"skill {skill!r} is not in any skills root")
+            matches = [r for r in self.snapshots(skill) if r.startswith(revision)] if revision else []
+            if len(matches) != 1:
+                raise IngotError(
+                    f"{revision!r} matches {len(matches)} snapshots of {skill!r}; "
+                    f"`ingot history {skill}` lists them"
+                )
+            return self.promoter.rollback(skill, root, matches[0], actor, reason)

@@ -1,0 +1,136 @@
+"""The promotion gate: pure functions from measured evidence to a verdict with reasons.
+
+Nothing here reads files, clocks or settings; `evaluate` sees only the evidence record and the
+thresholds, so any verdict can be recomputed later from evidence.json alone (and is, at
+approval, under the thresholds in force then). A measurement that is missing is a reason to
+block, never a default value. Verdicts: `pass`, `blocked`, or `insufficient` (the paired test
+cannot tell the challenger from the champion with the samples given).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Gate settings (PROMOTE_MIN_MARGIN, PROMOTE_MIN_SAMPLES, RETENTION_WARN, PROMOTE_ALPHA)."""
+
+    min_margin: float = 0.15
+    min_samples: int = 3
+    retention_warn: float = 0.5
+    alpha: float = 0.1  # one-sided significance for the paired sign test
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # "pass" | "blocked" | "insufficient"
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+
+def sign_test_p(deltas: Sequence[float]) -> float:
+    """One-sided exact sign test: P(at least this many improvements | no real difference)."""
+    wins = sum(d > 0 for d in deltas)
+    trials = sum(d != 0 for d in deltas)
+    if trials == 0:
+        return 1.0
+    return sum(math.comb(trials, k) for k in range(wins, trials + 1)) / 2**trials
+
+
+def _measured(evidence: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    block = evidence.get("measurements", {}).get(key)
+    return block if isinstance(block, Mapping) and block.get("status") == "measured" else None
+
+
+def evaluate(evidence: Mapping[str, Any], thresholds: Thresholds) -> Verdict:
+    """The verdict for one evidence record, by the kind of change it supports."""
+    kind = evidence.get("kind")
+    if kind == "create":
+        return _create(evidence)
+    if kind == "rewrite":
+        return _rewrite(evidence, thresholds)
+    if kind == "description":
+        return _description(evidence)
+    return Verdict("blocked", (f"unknown change kind {kind!r}",))
+
+
+def _create(evidence: Mapping[str, Any]) -> Verdict:
+    checks = _measured(evidence, "checks")
+    if checks is None:
+        return Verdict("blocked", ("safety checks were not measured",))
+    failed = [
+        f"{name}: {result.get('detail', 'failed')}"
+        for name, result in checks.get("results", {}).items()
+        if not result.get("passed")
+    ]
+    required = {"validation", "injection", "collision"}
+    missing = sorted(required - set(checks.get("results", {})))
+    reasons = [f"{name} check not measured" for name in missing] + failed
+    return Verdict("blocked", tuple(reasons)) if reasons else Verdict("pass", ("all safety checks passed",))
+
+
+def _rewrite(evidence: Mapping[str, Any], t: Thresholds) -> Verdict:
+    ab = _measured(evidence, "ab")
+    if ab is None:
+        return Verdict("blocked", ("held-out A/B was not measured",))
+    if ab.get("leakage"):
+        return Verdict("blocked", ("the task set has no train/holdout split (leakage)",))
+    cases = ab.get("cases", [])
+    champion = [float(c["champion"]) for c in cases]
+    challenger = [float(c["challenger"]) for c in cases]
+    reasons, warnings = [], []
+    if len(cases) < t.min_samples:
+        reasons.append(f"{len(cases)} held-out samples, at least {t.min_samples} needed")
+    margin = (sum(challenger) - sum(champion)) / len(cases) if cases else 0.0
+    if cases and margin < t.min_margin:
+        reasons.append(f"margin {margin:+.3f} is below the required {t.min_margin:.3f}")
+    regressions = [c["id"] for c in cases if c.get("champion_pass") and c.get("challenger_pass") is False]
+    if regressions:
+        reasons.append(f"regresses held-out task(s) the champion passed: {', '.join(map(str, regressions))}")
+    retention = ab.get("retention")
+    if isinstance(retention, int | float) and retention < t.retention_warn:
+        warnings.append(f"the challenger keeps {retention:.0%} of the champion's body")
+    if reasons:
+        return Verdict("blocked", tuple(reasons), tuple(warnings))
+    p = sign_test_p([b - a for a, b in zip(champion, challenger, strict=True)])
+    if p > t.alpha:
+        return Verdict(
+            "insufficient",
+            (
+                f"paired sign test p={p:.3f} > {t.alpha}: not enough evidence that "
+                "the challenger is better; add held-out cases",
+            ),
+            tuple(warnings),
+        )
+    return Verdict(
+        "pass", (f"margin {margin:+.3f} over {len(cases)} cases, sign test p={p:.3f}",), tuple(warnings)
+    )
+
+
+def _description(evidence: Mapping[str, Any]) -> Verdict:
+    routing = _measured(evidence, "routing")
+    if routing is None:
+        return Verdict("blocked", ("router metrics were not measured",))
+    before, after = routing.get("champion", {}), routing.get("challenger", {})
+    metrics = ("top1", "recall_at_3", "no_route_precision")
+    missing = [m for m in metrics if m not in before or m not in after]
+    if missing:
+        return Verdict("blocked", tuple(f"{m} not measured" for m in missing))
+    reasons = [f"{m} regresses {before[m]:.3f} -> {after[m]:.3f}" for m in metrics if after[m] < before[m]]
+    if routing.get("collisions"):
+        reasons.append(f"the description would shadow {', '.join(routing['collisions'])}")
+    if not any(after[m] > before[m] for m in metrics):
+        reasons.append("no routing metric strictly improves")
+    return (
+        Verdict("blocked", tuple(reasons))
+        if reasons
+        else Verdict("pass", ("routing improves, nothing regresses",))
+    )

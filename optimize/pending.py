@@ -1,0 +1,205 @@
+"""The quarantine: proposed changes waiting for a decision, one review slot per skill.
+
+`runs/pending/<skill>.json` (schema_version 1) holds a candidate's kind, source, champion
+revision, its files (inline), candidate revision, created time, and the evidence bundle it
+rests on (path + digest). Pending content is never served: nothing under `runs/` is a skills
+root. A newer candidate for the same skill moves the displaced one to
+`runs/pending/archive/<skill>/<id>.json` (never dropped) and says so; so do rejections and
+approvals, with their reason. Writes happen under the change-control lock.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ingot.errors import IngotError
+from optimize.promote import check_relative, check_skill_name, tree_revision
+
+SCHEMA_VERSION = 1
+KINDS = ("create", "rewrite", "description")
+SOURCES = ("agent", "optimizer", "operator")
+
+
+class PendingError(IngotError):
+    """A pending record is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class PendingChange:
+    """A quarantined candidate for one skill."""
+
+    id: str
+    skill: str
+    kind: str
+    source: str
+    champion_revision: str | None
+    candidate_revision: str
+    files: Mapping[str, bytes]
+    evidence_path: str | None
+    evidence_digest: str | None
+    created: str
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "id": self.id,
+            "skill": self.skill,
+            "kind": self.kind,
+            "source": self.source,
+            "champion_revision": self.champion_revision,
+            "candidate_revision": self.candidate_revision,
+            "files": [
+                {"path": p, "base64": base64.b64encode(d).decode()} for p, d in sorted(self.files.items())
+            ],
+            "evidence": {"path": self.evidence_path, "digest": self.evidence_digest},
+            "created": self.created,
+            "note": self.note,
+        }
+
+
+def new_change(
+    skill: str,
+    kind: str,
+    source: str,
+    champion_revision: str | None,
+    files: Mapping[str, bytes],
+    evidence_path: str | None,
+    evidence_digest: str | None,
+    note: str | None = None,
+    now: dt.datetime | None = None,
+) -> PendingChange:
+    created = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")
+    if kind not in KINDS or source not in SOURCES:
+        raise PendingError(f"kind must be one of {KINDS} and source one of {SOURCES}")
+    check_skill_name(skill)
+    for path in files:
+        check_relative(path)
+    return PendingChange(
+        f"chg-{secrets.token_hex(6)}",
+        skill,
+        kind,
+        source,
+        champion_revision,
+        tree_revision(files),
+        dict(files),
+        evidence_path,
+        evidence_digest,
+        created,
+        note,
+    )
+
+
+def parse(data: Any, where: Path) -> PendingChange:
+    """Validate a pending record read from disk; anything off is a `PendingError`."""
+    try:
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise PendingError(f"{where} is not a version-{SCHEMA_VERSION} pending record")
+        files = {
+            check_relative(f["path"]): base64.b64decode(f["base64"], validate=True) for f in data["files"]
+        }
+        evidence = data.get("evidence") or {}
+        change = PendingChange(
+            id=str(data["id"]),
+            skill=check_skill_name(data["skill"]),
+            kind=data["kind"],
+            source=data["source"],
+            champion_revision=data.get("champion_revision"),
+            candidate_revision=str(data["candidate_revision"]),
+            files=files,
+            evidence_path=evidence.get("path"),
+            evidence_digest=evidence.get("digest"),
+            created=str(data["created"]),
+            note=data.get("note"),
+        )
+    except PendingError:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError, IngotError) as exc:
+        raise PendingError(f"{where} is not a valid pending record: {exc}") from exc
+    if change.kind not in KINDS or change.source not in SOURCES:
+        raise PendingError(f"{where} has an unknown kind or source")
+    return change
+
+
+class PendingQueue:
+    """`runs/pending/`: the review slots and their archive."""
+
+    def __init__(self, runs_dir: Path) -> None:
+        self.folder = runs_dir / "pending"
+        self.archive_folder = self.folder / "archive"
+
+    def slot(self, skill: str) -> Path:
+        return self.folder / f"{check_skill_name(skill)}.json"
+
+    def get(self, skill: str) -> PendingChange | None:
+        path = self.slot(skill)
+        if not path.exists():
+            return None
+        try:
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise PendingError(f"{path} is unreadable: {exc}") from exc
+        return parse(data, path)
+
+    def all(self) -> list[PendingChange]:
+        if not self.folder.exists():
+            return []
+        return [c for p in sorted(self.folder.glob("*.json")) if (c := self.get(p.stem)) is not None]
+
+    def submit(self, change: PendingChange) -> Path | None:
+        """Put `change` in its skill's slot; returns where a displaced candidate was archived."""
+        displaced = None
+        existing = self.slot(change.skill)
+        if existing.exists():
+            displaced = self._archive_file(existing, change.skill, f"displaced by {change.id}", "displaced")
+        self._write(existing, change.to_json())
+        return displaced
+
+    def archive(self, skill: str, reason: str, status: str, actor: str) -> Path:
+        """Move the skill's pending record to the archive with why (rejected / approved)."""
+        slot = self.slot(skill)
+        if not slot.exists():
+            raise PendingError(f"no pending change for {skill!r}")
+        return self._archive_file(slot, skill, reason, status, actor)
+
+    def archived(self, skill: str) -> list[dict[str, Any]]:
+        folder = self.archive_folder / check_skill_name(skill)
+        records = [json.loads(p.read_bytes()) for p in folder.glob("*.json")] if folder.exists() else []
+        return sorted(records, key=lambda r: r.get("archived_at", ""))
+
+    def _archive_file(self, slot: Path, skill: str, reason: str, status: str, actor: str = "ingot") -> Path:
+        try:
+            data = json.loads(slot.read_bytes())
+        except (OSError, ValueError):
+            data = {"unreadable_record": slot.read_bytes().decode("utf-8", "replace")}
+        data.update(
+            {
+                "archived_status": status,
+                "archived_reason": reason,
+                "archived_by": actor,
+                "archived_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            }
+        )
+        target = self.archive_folder / skill / f"{data.get('id', secrets.token_hex(6))}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self._write(target, data)
+        slot.unlink()
+        return target
+
+    @staticmethod
+    def _write(path: Path, data: Mapping[str, Any]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)

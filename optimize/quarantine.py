@@ -1,0 +1,188 @@
+"""Admission into the quarantine: sanitise and check a proposed skill before it becomes pending.
+
+Agent-authored skills (`create_skill` over MCP) and operator proposals (`ingot propose`) pass
+the same checks, recorded as measured evidence: Agent Skills validation, an instruction-override
+/ prompt-injection phrase scan, and an embedding collision check that refuses a description
+that would shadow an existing skill's route. A refused candidate is not queued; the reason is
+returned to the caller. An accepted one is only pending: it never serves until a human approves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ingot.errors import IngotError, SkillInvalid
+from mcp_server.registry import MAX_DESCRIPTION, MAX_NAME, parse_skill_md, read_skill
+from optimize.changes import ChangeControl
+from optimize.pending import PendingChange
+
+MAX_BODY_BYTES = 64 * 1024
+# Above every pair of distinct skills in the 70-skill shared corpus (max 0.826, pytest-skill vs
+# unittest-skill), below a paraphrase of an existing description.
+COLLISION_COSINE = 0.88
+INJECTION_PATTERNS = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"\b(ignore|disregard|forget|override)\b.{0,40}\b(previous|prior|above|earlier|all|your|system)\b.{0,20}"
+        r"\b(instructions?|prompts?|rules|guidelines|directions)\b",
+        r"\byou are now\b.{0,40}\b(unrestricted|jailbroken|dan|developer mode|free of)\b",
+        r"\b(reveal|print|show|leak|exfiltrate)\b.{0,30}"
+        r"\b(system prompt|hidden instructions|api keys?|secrets?|credentials|tokens?)\b",
+        r"\b(send|post|upload|forward)\b.{0,60}\b(api keys?|secrets?|credentials|passwords?|tokens?|\.env)\b"
+        r".{0,40}\b(to|at)\b",
+        r"\bdo anything now\b|\bjailbreak\b",
+        r"\bcurl\b[^\n|]{0,200}\|\s*(sudo\s+)?(ba|z)?sh\b",
+        r"<\s*/?\s*(system|assistant)\s*>",
+    )
+)
+
+
+class CandidateRefused(IngotError):
+    """A proposed skill failed an admission check; nothing was queued."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    passed: bool
+    detail: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"passed": self.passed, "detail": self.detail}
+
+
+def slugify(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", name.strip().lower()).strip("-")
+    slug = re.sub(r"-{2,}", "-", slug)[:MAX_NAME].strip("-")
+    if not slug:
+        raise CandidateRefused("the name has no letters or digits; use e.g. 'pdf-form-filling'")
+    return slug
+
+
+def clean_description(description: str) -> str:
+    text = re.sub(r"[\x00-\x1f\x7f]+", " ", description or "")
+    text = re.sub(r"\s+", " ", text).strip()
+    if not text:
+        raise CandidateRefused("the description is empty; say what the skill does and when to use it")
+    if len(text) > MAX_DESCRIPTION:
+        raise CandidateRefused(f"the description is {len(text)} characters; the limit is {MAX_DESCRIPTION}")
+    return text
+
+
+def clean_body(body: str) -> str:
+    if "\x00" in (body or ""):
+        raise CandidateRefused("the body contains NUL bytes; send plain text")
+    text = (body or "").replace("\r\n", "\n").strip("\n") + "\n"
+    if not text.strip():
+        raise CandidateRefused("the body is empty; write the instructions the skill should give")
+    if len(text.encode()) > MAX_BODY_BYTES:
+        raise CandidateRefused(f"the body is {len(text.encode())} bytes; the limit is {MAX_BODY_BYTES}")
+    if text.lstrip().startswith("---"):
+        raise CandidateRefused("the body must not start with '---' (frontmatter is written by Ingot)")
+    return text
+
+
+def render_skill_md(name: str, description: str, body: str, source: str) -> bytes:
+    header = yaml.safe_dump(
+        {"name": name, "description": description, "metadata": {"source": source}},
+        sort_keys=False,
+        allow_unicode=True,
+        width=100,
+    )
+    return f"---\n{header}---\n\n{body}".encode()
+
+
+def injection_check(text: str) -> CheckResult:
+    for pattern in INJECTION_PATTERNS:
+        found = pattern.search(text)
+        if found:
+            return CheckResult(False, f"instruction-override / injection phrase: {found.group(0)[:80]!r}")
+    return CheckResult(True, f"{len(INJECTION_PATTERNS)} phrase patterns, none found")
+
+
+def collision_check(similar: Mapping[str, float], own_name: str) -> CheckResult:
+    clashes = sorted(
+        ((n, s) for n, s in similar.items() if n != own_name and s >= COLLISION_COSINE),
+        key=lambda item: -item[1],
+    )
+    if clashes:
+        listed = ", ".join(f"{n} (cosine {s:.2f})" for n, s in clashes[:3])
+        return CheckResult(
+            False, f"the description would shadow {listed}; make it specific to what only this skill does"
+        )
+    nearest = max(((s, n) for n, s in similar.items() if n != own_name), default=(0.0, "none"))
+    return CheckResult(
+        True, f"nearest existing description: {nearest[1]} (cosine {nearest[0]:.2f} < {COLLISION_COSINE})"
+    )
+
+
+def admit(
+    control: ChangeControl,
+    name: str,
+    files: Mapping[str, bytes],
+    source: str,
+    similar: Mapping[str, float],
+    note: str | None,
+) -> tuple[PendingChange, Path | None]:
+    """Run the checks on a complete candidate tree and queue it as a pending create or rewrite."""
+    try:
+        text = files["SKILL.md"].decode("utf-8")
+        _, description, body, _ = parse_skill_md(text, name)
+        validation = CheckResult(True, "Agent Skills frontmatter, name, description and body are valid")
+    except (KeyError, UnicodeDecodeError, SkillInvalid) as exc:
+        raise CandidateRefused(f"not a valid skill: {exc}") from exc
+    injection = injection_check(f"{description}\n{body}")
+    if not injection.passed:
+        raise CandidateRefused(injection.detail)
+    collision = collision_check(similar, name)
+    if not collision.passed:
+        raise CandidateRefused(collision.detail)
+    kind = "rewrite" if control.live_revision(name) is not None else "create"
+    measurements: dict[str, object] = {
+        "checks": {
+            "status": "measured",
+            "results": {
+                "validation": validation.as_json(),
+                "injection": injection.as_json(),
+                "collision": collision.as_json(),
+            },
+        }
+    }
+    if kind == "rewrite":
+        measurements["ab"] = {
+            "status": "not_measured",
+            "why": "no held-out A/B has been run; `ingot optimize` measures one",
+        }
+    return control.propose(name, kind, source, files, measurements, note)
+
+
+def read_candidate(folder: Path, name: str, control: ChangeControl) -> tuple[dict[str, bytes], str]:
+    """The files and description of a skill folder, validated like any served folder."""
+    try:
+        skill = read_skill(folder.parent, folder, control.limits, name=name)
+    except SkillInvalid as exc:
+        raise CandidateRefused(f"{folder} is not a valid skill folder: {exc}") from exc
+    return {f.path: (folder / f.path).read_bytes() for f in skill.files}, skill.description
+
+
+def agent_candidate(
+    control: ChangeControl,
+    name: str,
+    description: str,
+    body: str,
+    similar_to: Callable[[str, str], Mapping[str, float]],
+) -> tuple[PendingChange, Path | None]:
+    """`create_skill`: sanitise, render, check, and queue a new skill; never overwrite one."""
+    slug = slugify(name)
+    if control.live_revision(slug) is not None:
+        raise CandidateRefused(
+            f"a skill named {slug!r} already exists; Ingot never overwrites a skill "
+            "from create_skill. Pick another name or ask the operator for a rewrite"
+        )
+    cleaned = clean_description(description)
+    files = {"SKILL.md": render_skill_md(slug, cleaned, clean_body(body), "agent")}
+    return admit(control, slug, files, "agent", similar_to(slug, cleaned), None)
