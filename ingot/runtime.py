@@ -6,6 +6,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from ingot.errors import ConfigError
 from ingot.settings import Settings
 from mcp_server.embedding import load_embedder
 from mcp_server.library import Library
@@ -21,6 +22,11 @@ def calibration_from(settings: Settings) -> Calibration:
         cal = replace(cal, match_threshold=settings.route_match_threshold)
     if settings.route_related_threshold is not None:
         cal = replace(cal, related_threshold=settings.route_related_threshold)
+    if cal.match_threshold < cal.related_threshold:
+        raise ConfigError(
+            f"route thresholds out of order: match {cal.match_threshold} < related "
+            f"{cal.related_threshold}; set both ROUTE_MATCH_THRESHOLD and ROUTE_RELATED_THRESHOLD"
+        )
     return cal
 
 

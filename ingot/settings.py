@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ingot.errors import ConfigError
@@ -64,6 +64,13 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(h.strip() for h in value.split(",") if h.strip())
         return value
+
+    @model_validator(mode="after")
+    def _thresholds_in_order(self) -> Settings:
+        match, related = self.route_match_threshold, self.route_related_threshold
+        if match is not None and related is not None and match < related:
+            raise ValueError("ROUTE_MATCH_THRESHOLD must be at least ROUTE_RELATED_THRESHOLD")
+        return self
 
     @property
     def vector_cache_path(self) -> Path:

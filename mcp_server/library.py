@@ -9,7 +9,9 @@ the snapshot they started with, so a request never sees half an update. A watche
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +19,12 @@ from pathlib import Path
 from ingot.errors import SkillNotFound
 from mcp_server.embedding import CachedEmbedder
 from mcp_server.policy import CallerContext
-from mcp_server.registry import Limits, Problem, Registry, ReloadReport, Skill
+from mcp_server.registry import Limits, Problem, Registry, ReloadReport, Skill, read_served_file
 from mcp_server.router import Calibration, Candidate, Router, RouteResult
 
 log = logging.getLogger(__name__)
+WATCH_TICK_S = 0.1  # how often the watcher wakes with no events (root checks, stop requests)
+RESCAN_S = 30.0  # full rescan interval, a safety net under the file watch
 
 
 @dataclass(frozen=True)
@@ -50,13 +54,20 @@ class Library:
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         self.generation = 0  # bumped after each reload that changed the served set
+        self._stale = True  # the router snapshot lags the registry (first load, or a failed update)
 
     def reload(self, changed: Iterable[Path] | None = None) -> ReloadReport:
-        """Re-read changed skill folders (all, or those holding `changed` paths) and re-index."""
+        """Re-read changed skill folders (all, or those holding `changed` paths) and re-index.
+
+        The served set is the router's snapshot, published in one step after indexing, so the
+        body, revision and policy a caller gets always come from the same reload. If indexing
+        fails, the previous snapshot keeps serving and the next reload rebuilds it."""
         with self._reload_lock:
             report = self._registry.reload(changed)
-            if report.added or report.changed or report.removed or self.generation == 0:
+            if report.added or report.changed or report.removed or self._stale:
+                self._stale = True
                 disabled = self._router.update(self._registry.skills())
+                self._stale = False
                 for name, reason in disabled.items():
                     log.warning("skill %r disabled by its routing metadata: %s", name, reason)
                 self.generation += 1
@@ -64,27 +75,28 @@ class Library:
 
     def status(self) -> LibraryStatus:
         return LibraryStatus(
-            len(self._registry.skills()), tuple(self._registry.problems()), self._router.disabled, self.roots
+            len(self.skills()), tuple(self._registry.problems()), self._router.disabled, self.roots
         )
 
     def skills(self) -> Mapping[str, Skill]:
-        return self._registry.skills()
+        """Every skill in the served snapshot (blocked and manual ones included; see `get`)."""
+        return self._router.served()
 
     def get(self, name: str) -> Skill:
-        """The served revision of `name`; blocked skills are never handed out."""
-        skill = self._registry.skills().get(name)
+        """The served revision of `name`; blocked and disabled skills are never handed out."""
+        skill = self._router.served().get(name)
         if skill is None:
+            if name in self._router.disabled:
+                raise SkillNotFound(f"skill {name!r} is disabled: {self._router.disabled[name]}")
             raise SkillNotFound(f"no skill named {name!r} is served; call suggest_skills(task) to find one")
         policy = self._router.policy(name)
         if policy is not None and policy.trust == "blocked":
             raise SkillNotFound(f"skill {name!r} is marked trust: blocked and is not served")
-        if name in self._router.disabled:
-            raise SkillNotFound(f"skill {name!r} is disabled: {self._router.disabled[name]}")
         return skill
 
     def read_file(self, name: str, path: str) -> bytes:
-        self.get(name)
-        return self._registry.read_file(name, path)
+        """One file of the served revision, verified against its manifest entry."""
+        return read_served_file(self.get(name), path)
 
     def route(self, task: str, context: CallerContext | None = None, k: int = 5) -> RouteResult:
         return self._router.route(task, context, k)
@@ -118,31 +130,56 @@ class Library:
             self._watcher.join(timeout=5)
             self._watcher = None
 
+    def _root_identity(self) -> tuple[tuple[int, int] | None, ...]:
+        identity = []
+        for root in self.roots:
+            try:
+                info = os.stat(root)
+                identity.append((info.st_dev, info.st_ino))
+            except OSError:
+                identity.append(None)
+        return tuple(identity)
+
     def _watch(self, ready: threading.Event) -> None:
+        """Watch the roots; restart the watch when a root is created, replaced or removed.
+
+        inotify follows a folder, not a path: after `mv new skills` the old watch would see
+        nothing. So every tick compares each root's (device, inode), and a full rescan also runs
+        every RESCAN_S seconds as a safety net for anything a watch cannot see."""
         import watchfiles
 
-        roots = [str(r) for r in self.roots if r.exists()]
-        if not roots:
-            log.warning("no skills root exists; file watching is off")
+        while not self._stop.is_set():
+            identity = self._root_identity()
+            existing = [str(r) for r, i in zip(self.roots, identity, strict=True) if i is not None]
+            self._safe_reload(None)  # catches whatever happened while (re)starting the watch
             ready.set()
-            return
-        # The first empty yield (after rust_timeout) proves the watch is live; reload once then to
-        # catch edits made while it was starting. debounce caps how long a burst is batched.
-        for changes in watchfiles.watch(
-            *roots,
-            stop_event=self._stop,
-            debounce=400,
-            step=20,
-            rust_timeout=100,
-            yield_on_timeout=True,
-            raise_interrupt=False,
-        ):
-            if not changes and ready.is_set():
+            if not existing:
+                if self._stop.wait(WATCH_TICK_S * 10):
+                    return
                 continue
-            try:
-                report = self.reload({Path(path) for _, path in changes} if ready.is_set() else None)
-                if report.added or report.changed or report.removed:
-                    log.info("skills reloaded: %s", report.counts())
-            except Exception:  # a watcher must survive anything one reload throws
-                log.exception("reload after a file change failed; serving the previous index")
-            ready.set()
+            last_rescan = time.monotonic()
+            for changes in watchfiles.watch(
+                *existing,
+                stop_event=self._stop,
+                debounce=400,
+                step=20,
+                rust_timeout=int(WATCH_TICK_S * 1000),
+                yield_on_timeout=True,
+                raise_interrupt=False,
+            ):
+                if changes:
+                    self._safe_reload({Path(path) for _, path in changes})
+                if self._root_identity() != identity:
+                    log.info("a skills root was created, replaced or removed; restarting the watch")
+                    break
+                if time.monotonic() - last_rescan > RESCAN_S:
+                    self._safe_reload(None)
+                    last_rescan = time.monotonic()
+
+    def _safe_reload(self, changed: set[Path] | None) -> None:
+        try:
+            report = self.reload(changed)
+            if report.added or report.changed or report.removed:
+                log.info("skills reloaded: %s", report.counts())
+        except Exception:  # a watcher must survive anything one reload throws
+            log.exception("reload after a file change failed; serving the previous index")

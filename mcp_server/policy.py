@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
 PATHS_SCAN_LIMIT = 4000  # files looked at under a caller's cwd for `paths` patterns
+PATHS_CACHE_S = 10.0
 _PLATFORM_ALIASES = {
     "macos": "darwin",
     "osx": "darwin",
@@ -137,8 +139,35 @@ def _inside(cwd: str, project: str) -> bool:
     return here == base or base in here.parents
 
 
+def _glob_match(rel: str, name: str, pattern: str) -> bool:
+    """Glob semantics callers expect: `**/` also matches at the top, a bare pattern any file name."""
+    return (
+        fnmatch.fnmatch(rel, pattern)
+        or (pattern.startswith("**/") and fnmatch.fnmatch(rel, pattern[3:]))
+        or ("/" not in pattern and fnmatch.fnmatch(name, pattern))
+    )
+
+
+_paths_cache: dict[tuple[str, tuple[str, ...]], tuple[float, bool | None]] = {}
+
+
 def _has_matching_file(cwd: str, patterns: tuple[str, ...]) -> bool | None:
-    """True/False if `cwd` is readable here; None if the server cannot see the caller's folder."""
+    """True/False if `cwd` is readable here; None if the server cannot see the caller's folder.
+
+    Cached per (cwd, patterns) for PATHS_CACHE_S, so routing a burst of tasks from one project
+    walks its tree once."""
+    key = (cwd, patterns)
+    hit = _paths_cache.get(key)
+    if hit is not None and time.monotonic() - hit[0] < PATHS_CACHE_S:
+        return hit[1]
+    found = _scan_for_match(cwd, patterns)
+    if len(_paths_cache) > 256:
+        _paths_cache.clear()
+    _paths_cache[key] = (time.monotonic(), found)
+    return found
+
+
+def _scan_for_match(cwd: str, patterns: tuple[str, ...]) -> bool | None:
     root = Path(cwd)
     if not root.is_dir():
         return None
@@ -148,7 +177,7 @@ def _has_matching_file(cwd: str, patterns: tuple[str, ...]) -> bool | None:
         rel_dir = Path(dirpath).relative_to(root)
         for name in filenames:
             rel = (rel_dir / name).as_posix()
-            if any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p) for p in patterns):
+            if any(_glob_match(rel, name, p) for p in patterns):
                 return True
             looked += 1
             if looked >= PATHS_SCAN_LIMIT:

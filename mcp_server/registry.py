@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import math
 import os
 import re
 import stat
@@ -118,6 +119,12 @@ class _StrictYAMLHandler(YAMLHandler):
         data = yaml.load(fm, Loader=_YAMLLoader)  # noqa: S506 - a safe loader
         if not isinstance(data, dict):
             raise SkillInvalid("frontmatter must be a YAML mapping of keys to values")
+        odd = [k for k in data if not isinstance(k, str)]
+        if odd:
+            raise SkillInvalid(
+                f"frontmatter key {odd[0]!r} is not a string (YAML reads it as "
+                f"{type(odd[0]).__name__}); quote it"
+            )
         return data
 
 
@@ -138,8 +145,12 @@ def _json_safe(value: Any, seen: set[int] | None = None) -> Any:
         return [_json_safe(v, seen) for v in value]
     if isinstance(value, dt.date | dt.datetime | dt.time):
         return value.isoformat()
-    if isinstance(value, float) and value != value:  # NaN is not JSON
-        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SkillInvalid(f"frontmatter number {value} is not finite; JSON cannot carry it")
+    if isinstance(value, bytes | set | frozenset | tuple):
+        raise SkillInvalid(
+            f"frontmatter holds a YAML {type(value).__name__}; use strings, numbers, lists and mappings"
+        )
     return value
 
 
@@ -179,43 +190,93 @@ def parse_skill_md(text: str, folder_name: str) -> tuple[str, str, str, dict[str
     return name, description.strip(), body, meta
 
 
-def _walk_files(folder: Path, limits: Limits) -> list[tuple[str, Path]]:
-    """Every non-hidden file under `folder` as (relative POSIX path, real path), checked."""
-    real_folder = folder.resolve()
-    found: list[tuple[str, Path]] = []
+def read_regular(path: Path, rel: str, max_bytes: int, expected_size: int | None = None) -> bytes:
+    """Read one regular file through a single open descriptor (no check-then-use race).
+
+    O_NOFOLLOW refuses a symlink swapped in after the path was resolved; O_NONBLOCK keeps a FIFO
+    swapped in from blocking; the type and size are checked on the open file, and at most
+    `max_bytes` + 1 bytes are read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise SkillInvalid(f"{rel} cannot be opened: {exc.strerror or exc}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SkillInvalid(f"{rel} is not a regular file (device, socket or pipe)")
+        if info.st_size > max_bytes:
+            raise SkillInvalid(
+                f"{rel} is {info.st_size} bytes, over the {max_bytes}-byte file limit (MAX_FILE_BYTES)"
+            )
+        if expected_size is not None and info.st_size != expected_size:
+            raise SkillChanged(f"{rel} changed size on disk")
+        chunks, remaining = [], max_bytes + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:
+            raise SkillInvalid(f"{rel} grew over the {max_bytes}-byte file limit while being read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def resolve_inside(path: Path, real_folder: Path, rel: str) -> Path:
+    """The real path of a file in a skill folder, refusing links that leave it or reach hidden files."""
+    if not path.is_symlink():
+        return path
+    try:
+        target = Path(os.path.realpath(path, strict=True))
+    except (OSError, RuntimeError) as exc:
+        raise SkillInvalid(f"{rel} is a broken or looping symlink") from exc
+    if not target.is_relative_to(real_folder):
+        raise SkillInvalid(f"{rel} is a symlink that leaves the skill folder")
+    if any(part.startswith(".") for part in target.relative_to(real_folder).parts):
+        raise SkillInvalid(f"{rel} is a symlink to a hidden file")
+    return target
+
+
+def _read_files(folder: Path, limits: Limits) -> dict[str, bytes]:
+    """Every non-hidden file under `folder`, checked and read once, by relative POSIX path."""
+    if folder.is_symlink():
+        raise SkillInvalid(
+            "the skill folder is a symlink; Ingot serves real folders only (copy it in, "
+            "or add its parent as a skills root)"
+        )
+    real_folder = Path(os.path.realpath(folder))
+    contents: dict[str, bytes] = {}
+    total = 0
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
         base = Path(dirpath)
         for entry in sorted(dirnames):
-            path = base / entry
             if entry.startswith("."):
                 dirnames.remove(entry)
-            elif path.is_symlink():
+            elif (base / entry).is_symlink():
                 raise SkillInvalid(
-                    f"{path.relative_to(folder).as_posix()} is a symlinked directory; "
-                    "replace it with a real folder"
+                    f"{(base / entry).relative_to(folder).as_posix()} is a symlinked "
+                    "directory; replace it with a real folder"
                 )
         for entry in sorted(filenames):
             if entry.startswith("."):
                 continue
             path = base / entry
             rel = path.relative_to(folder).as_posix()
-            info = path.lstat()
-            if stat.S_ISLNK(info.st_mode):
-                target = path.resolve()
-                if not target.is_relative_to(real_folder):
-                    raise SkillInvalid(f"{rel} is a symlink that leaves the skill folder")
-                info = target.stat()
-            if not stat.S_ISREG(info.st_mode):
-                raise SkillInvalid(f"{rel} is not a regular file (device, socket or pipe)")
-            if info.st_size > limits.max_file_bytes:
-                raise SkillInvalid(
-                    f"{rel} is {info.st_size} bytes, over the {limits.max_file_bytes}-byte "
-                    "file limit (MAX_FILE_BYTES)"
-                )
-            found.append((rel, path))
-            if len(found) > limits.max_files:
+            try:
+                rel.encode("utf-8")
+            except UnicodeEncodeError:
+                raise SkillInvalid(f"a file name under {base.name!r} is not valid UTF-8; rename it") from None
+            data = read_regular(resolve_inside(path, real_folder, rel), rel, limits.max_file_bytes)
+            total += len(data)
+            if total > limits.max_skill_bytes:
+                raise SkillInvalid(f"folder is over the {limits.max_skill_bytes}-byte skill limit")
+            contents[rel] = data
+            if len(contents) > limits.max_files:
                 raise SkillInvalid(f"more than {limits.max_files} files (MAX_SKILL_FILES)")
-    return found
+    return contents
 
 
 def read_skill(root: Path, folder: Path, limits: Limits, name: str | None = None) -> Skill:
@@ -224,23 +285,12 @@ def read_skill(root: Path, folder: Path, limits: Limits, name: str | None = None
     `name` is the name the skill must declare: its folder's name unless given (a staged or
     snapshotted copy lives in a folder named otherwise)."""
     try:
-        entries = _walk_files(folder, limits)
-        if "SKILL.md" not in {rel for rel, _ in entries}:
-            raise SkillInvalid("no SKILL.md in the folder")
-        files: list[SkillFile] = []
-        contents: dict[str, bytes] = {}
-        total = 0
-        for rel, path in entries:
-            data = path.read_bytes()
-            if len(data) > limits.max_file_bytes:  # grew since lstat
-                raise SkillInvalid(f"{rel} is over the {limits.max_file_bytes}-byte file limit")
-            total += len(data)
-            if total > limits.max_skill_bytes:
-                raise SkillInvalid(f"folder is over the {limits.max_skill_bytes}-byte skill limit")
-            files.append(SkillFile(rel, hashlib.sha256(data).hexdigest(), len(data)))
-            contents[rel] = data
+        contents = _read_files(folder, limits)
     except OSError as exc:
         raise SkillInvalid(f"cannot read the folder: {exc.strerror or exc}") from exc
+    if "SKILL.md" not in contents:
+        raise SkillInvalid("no SKILL.md in the folder")
+    files = [SkillFile(rel, hashlib.sha256(data).hexdigest(), len(data)) for rel, data in contents.items()]
     raw = contents["SKILL.md"]
     if b"\x00" in raw:
         raise SkillInvalid("SKILL.md is binary (contains NUL bytes); it must be UTF-8 text")
@@ -323,7 +373,7 @@ class Registry:
 
         `changed` (paths a file watcher reported) limits the scan to the skill folders holding
         them; None, or a path outside every skill folder, re-scans every root."""
-        before = {name: skill.revision for name, skill in self._skills.items()}
+        before = {name: (skill.revision, skill.folder) for name, skill in self._skills.items()}
         targets = self._folders_for(changed) if changed is not None else None
         if targets is None:
             candidates = self.folders()
@@ -346,10 +396,13 @@ class Registry:
             except SkillInvalid as exc:
                 entries[folder] = _Entry(fingerprint, None, Problem(folder, str(exc)))
                 log.warning("skipped skill folder %s: %s", folder, exc)
+            except Exception as exc:  # one folder must never break the scan of the others
+                entries[folder] = _Entry(fingerprint, None, Problem(folder, f"unreadable: {exc!r}"))
+                log.exception("skipped skill folder %s after an unexpected error", folder)
         order = {root: i for i, root in enumerate(self.roots)}
         self._entries = dict(sorted(entries.items(), key=lambda kv: (order.get(kv[0].parent, 0), kv[0].name)))
         self._skills, self._problems = self._resolve(self._entries)
-        after = {name: skill.revision for name, skill in self._skills.items()}
+        after = {name: (skill.revision, skill.folder) for name, skill in self._skills.items()}
         return ReloadReport(
             added=tuple(sorted(set(after) - set(before))),
             changed=tuple(sorted(n for n in after if n in before and after[n] != before[n])),
@@ -390,24 +443,27 @@ class Registry:
                 skills[entry.skill.name] = entry.skill
         return skills, problems
 
-    def read_file(self, name: str, rel: str) -> bytes:
-        """The bytes of one file of the served revision, checked against its manifest digest."""
-        skill = self._skills.get(name)
-        if skill is None:
-            raise SkillNotFound(f"no skill named {name!r}; call suggest_skills to see what exists")
-        listed = {f.path: f for f in skill.files}.get(rel)
-        if listed is None:
-            raise SkillNotFound(f"skill {name!r} has no file {rel!r}")
-        try:
-            data = (skill.folder / rel).read_bytes()
-        except OSError as exc:
-            raise SkillChanged(
-                f"{name}/{rel} is gone from disk since revision {skill.short_revision} was indexed; "
-                "call reload_skills and retry"
-            ) from exc
-        if hashlib.sha256(data).hexdigest() != listed.sha256:
-            raise SkillChanged(
-                f"{name}/{rel} changed on disk since revision {skill.short_revision} was indexed; "
-                "call reload_skills and retry"
-            )
-        return data
+
+def read_served_file(skill: Skill, rel: str) -> bytes:
+    """The bytes of one file of `skill`'s served revision, checked against its manifest entry.
+
+    A file that is gone, swapped for a link, a pipe or a bigger file, or whose bytes changed, is
+    a `SkillChanged` error, never a silent mix of revisions."""
+    listed = {f.path: f for f in skill.files}.get(rel)
+    if listed is None:
+        raise SkillNotFound(f"skill {skill.name!r} has no file {rel!r}")
+    stale = (
+        f"{skill.name}/{rel} {{}} since revision {skill.short_revision} was indexed; "
+        "call reload_skills and retry"
+    )
+    path = skill.folder / rel
+    if not path.exists() and not path.is_symlink():
+        raise SkillChanged(stale.format("is gone from disk"))
+    try:
+        target = resolve_inside(path, Path(os.path.realpath(skill.folder)), rel)
+        data = read_regular(target, rel, listed.size, expected_size=listed.size)
+    except (SkillInvalid, SkillChanged) as exc:
+        raise SkillChanged(stale.format(f"changed on disk ({exc})")) from exc
+    if hashlib.sha256(data).hexdigest() != listed.sha256:
+        raise SkillChanged(stale.format("changed on disk"))
+    return data

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
@@ -120,6 +121,10 @@ class Router:
     def disabled(self) -> Mapping[str, str]:
         return dict(self._state.disabled) if self._state else {}
 
+    def served(self) -> Mapping[str, Skill]:
+        """The skills of the current snapshot (what get_skill and skill:// serve)."""
+        return MappingProxyType(self._state.index.skills) if self._state else MappingProxyType({})
+
     def similar_descriptions(self, name: str, description: str) -> dict[str, float]:
         """How close a would-be description is to each served skill's (for collision checks)."""
         state = self._state
@@ -153,9 +158,11 @@ class Router:
                 allowed[i] = False
                 excluded[reason] = excluded.get(reason, 0) + 1
             unchecked.update(missing)
-        ranked = self._rank(state, fused, allowed, max(k, 2) + state.conflict_slack)
-        if state.has_conflicts:
+        if state.has_conflicts:  # rank everything so dropping conflicts can refill the top k
+            ranked = self._rank(state, fused, allowed, len(index))
             ranked = self._drop_conflicts(ranked, index, state.policies, max(k, 2))
+        else:
+            ranked = self._rank(state, fused, allowed, max(k, 2))
         candidates = [
             self._candidate(index, raw, fused, ranked, pos, query_terms)
             for pos in range(min(max(k, 1), len(ranked)))
@@ -171,7 +178,7 @@ class Router:
         components.update(best.components)
         cal = self.calibration
         chosen = index.skills[best.name] if best.score >= cal.related_threshold else None
-        match = best.name if best.score >= cal.match_threshold else None
+        match = best.name if chosen is not None and best.score >= cal.match_threshold else None
         related = best.name if chosen is not None and match is None else None
         others = tuple(c for c in candidates[1:] if c.score >= cal.related_threshold)
         finished = time.perf_counter()

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Annotated, Any
 
+import anyio
 from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.skills import SkillFile as WireFile
@@ -49,7 +50,10 @@ class LibrarySkills(SkillManifestProvider):
         return manifests
 
     async def read_file(self, resource: SkillFileResource) -> bytes:
-        return self._library.read_file(resource.skill_path, resource.file_path)
+        # Off the event loop: a slow disk must not stall other clients.
+        return await anyio.to_thread.run_sync(
+            self._library.read_file, resource.skill_path, resource.file_path
+        )
 
 
 def _manifest(skill: Skill) -> SkillManifest:

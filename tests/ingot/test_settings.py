@@ -47,3 +47,10 @@ def test_settings_are_frozen():
 
     with pytest.raises(ValidationError, match="frozen"):
         load_settings().mcp_port = 1  # type: ignore[misc]
+
+
+def test_route_thresholds_must_be_in_order(monkeypatch):
+    monkeypatch.setenv("ROUTE_MATCH_THRESHOLD", "0.1")
+    monkeypatch.setenv("ROUTE_RELATED_THRESHOLD", "0.5")
+    with pytest.raises(ConfigError, match="at least ROUTE_RELATED_THRESHOLD"):
+        load_settings()

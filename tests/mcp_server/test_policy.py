@@ -68,5 +68,9 @@ def test_path_patterns_look_for_matching_files_under_the_callers_cwd(tmp_path):
     (tmp_path / "db" / "migrations" / "001.sql").write_text("select 1;")
     policy = Policy(paths=("**/*.sql",))
     assert check(policy, CallerContext(cwd=str(tmp_path)))[0] is None
+    top = tmp_path / "top"
+    top.mkdir()
+    (top / "schema.sql").write_text("create table t();")
+    assert check(policy, CallerContext(cwd=str(top)))[0] is None  # `**/` matches at the top too
     assert check(Policy(paths=("*.tf",)), CallerContext(cwd=str(tmp_path)))[0] == "paths"
     assert check(policy, CallerContext(cwd="/no/such/dir")) == (None, ("paths",))

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingot.errors import SkillChanged, SkillNotFound
-from mcp_server.registry import Limits, Registry, manifest_revision, read_skill
+from mcp_server.registry import Limits, Registry, manifest_revision, read_served_file, read_skill
 from tests.conftest import BUNDLED_SKILLS, write_skill
 
 
@@ -157,16 +157,31 @@ def test_reload_counts_added_changed_removed_and_invalid(tmp_path):
 
 def test_reading_a_file_checks_it_against_the_served_revision(tmp_path):
     path = write_skill(tmp_path, "alpha", "Alpha.", files={"notes.md": "v1"})
-    registry = scan(tmp_path)
-    assert registry.read_file("alpha", "notes.md") == b"v1"
+    skill = scan(tmp_path).skills()["alpha"]
+    assert read_served_file(skill, "notes.md") == b"v1"
     (path / "notes.md").write_text("v2")
     with pytest.raises(SkillChanged, match="changed on disk"):
-        registry.read_file("alpha", "notes.md")
+        read_served_file(skill, "notes.md")
     with pytest.raises(SkillNotFound):
-        registry.read_file("alpha", "../secret")
+        read_served_file(skill, "../secret")
     (path / "notes.md").unlink()
     with pytest.raises(SkillChanged, match="gone from disk"):
-        registry.read_file("alpha", "notes.md")
+        read_served_file(skill, "notes.md")
+
+
+def test_a_listed_file_swapped_for_a_pipe_or_a_link_is_refused_without_blocking(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("private")
+    path = write_skill(tmp_path / "root", "alpha", "Alpha.", files={"a.md": "A", "b.md": "private"})
+    skill = scan(tmp_path / "root").skills()["alpha"]
+    (path / "a.md").unlink()
+    os.mkfifo(path / "a.md")
+    with pytest.raises(SkillChanged, match="not a regular file"):
+        read_served_file(skill, "a.md")  # returns at once: O_NONBLOCK
+    (path / "b.md").unlink()
+    (path / "b.md").symlink_to(secret)  # same bytes, but outside the folder
+    with pytest.raises(SkillChanged, match="leaves the skill folder"):
+        read_served_file(skill, "b.md")
 
 
 file_names = st.lists(
@@ -215,3 +230,37 @@ def test_a_watcher_reload_reads_only_the_folders_holding_the_changed_paths(tmp_p
     assert registry.reload([tmp_path / "three"]).removed == ("three",)
     # A path outside every skill folder (here: the root itself) means a full re-scan.
     assert registry.reload([tmp_path]).changed == ("two",)
+
+
+def test_odd_folders_are_skipped_with_reasons_and_never_break_the_scan(tmp_path):
+    root = tmp_path / "root"
+    loop = write_skill(root, "looping", "Has a symlink loop.")
+    (loop / "a.txt").symlink_to(loop / "b.txt")
+    (loop / "b.txt").symlink_to(loop / "a.txt")
+    badname = write_skill(root, "badname", "Has a non-UTF-8 file name.")
+    (badname / os.fsdecode(b"\xff.txt")).write_text("x")
+    (root / "keys").mkdir()
+    (root / "keys" / "SKILL.md").write_text("---\nname: keys\ndescription: ok\non: demand\n---\nbody\n")
+    binary = root / "binary-value"
+    binary.mkdir()
+    (binary / "SKILL.md").write_text(
+        "---\nname: binary-value\ndescription: ok\nx: !!binary aGVsbG8=\n---\nb\n"
+    )
+    infinite = root / "infinite"
+    infinite.mkdir()
+    (infinite / "SKILL.md").write_text("---\nname: infinite\ndescription: ok\nx: .inf\n---\nbody\n")
+    hidden = write_skill(root, "hidden-link", "Links to a dot file.", files={".env": "API_KEY=abc"})
+    (hidden / "env.txt").symlink_to(hidden / ".env")
+    elsewhere = write_skill(tmp_path / "elsewhere", "linked", "A skill folder that is a symlink.")
+    (root / "linked").symlink_to(elsewhere)
+    write_skill(root, "fine", "Still served.")
+    registry = scan(root)
+    assert list(registry.skills()) == ["fine"]
+    found = reasons(registry)
+    assert "broken or looping symlink" in found["looping"]
+    assert "not valid UTF-8" in found["badname"]
+    assert "is not a string" in found["keys"]
+    assert "bytes" in found["binary-value"]
+    assert "not finite" in found["infinite"]
+    assert "hidden file" in found["hidden-link"]
+    assert "skill folder is a symlink" in found["linked"]

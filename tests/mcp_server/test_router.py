@@ -57,11 +57,11 @@ def test_unrelated_requests_are_novel_and_load_nothing(bundled, task):
     assert bundled.suggest(task) == []
 
 
-def test_alternatives_never_carry_a_body_and_are_ranked(bundled):
+def test_candidates_are_ranked_best_first_and_k_is_respected(bundled):
     result = bundled.route("write release notes and a conventional commit message", k=5)
     scores = [c.score for c in result.ranked]
-    assert scores == sorted(scores, reverse=True)
-    assert all(not hasattr(c, "body") for c in result.alternatives)
+    assert len(result.ranked) == 5 and scores == sorted(scores, reverse=True)
+    assert result.skill is not None and result.skill.name == result.ranked[0].name
 
 
 def test_routing_is_deterministic_for_a_fixed_library(bundled):
@@ -131,5 +131,21 @@ def test_a_declared_conflict_keeps_the_higher_priority_skill(tmp_path, library_f
     assert "pg-old" not in [c.name for c in result.ranked]
 
 
-def test_an_empty_library_or_task_is_novel(tmp_path, library_factory):
+def test_an_empty_library_or_task_is_novel(tmp_path, library_factory, bundled):
     assert library_factory(tmp_path).route("anything").novel
+    assert bundled.route("   ").novel
+
+
+def test_dropping_conflicts_refills_the_top_k(tmp_path, library_factory):
+    desc = "Tune slow PostgreSQL queries by reading EXPLAIN ANALYZE plans and adding indexes."
+    others = ",".join(f"pg-{i}" for i in range(5))
+    write_skill(tmp_path, "pg-main", desc, extra=f"metadata:\n  priority: '9'\n  conflicts: '{others}'\n")
+    for i in range(5):
+        write_skill(tmp_path, f"pg-{i}", f"{desc} Variant {i}.")
+    for name in ("csv-tidy", "git-notes", "release-notes"):
+        write_skill(tmp_path, name, f"Handles {name.replace('-', ' ')} work.")
+    library = library_factory(tmp_path)
+    result = library.route("Tune this slow PostgreSQL query with EXPLAIN ANALYZE", k=4)
+    names = [c.name for c in result.ranked]
+    assert names[0] == "pg-main" and len(names) == 4
+    assert not any(n.startswith("pg-") and n != "pg-main" for n in names)

@@ -56,6 +56,8 @@ def test_route_and_load_returns_the_match_with_its_body_and_revision(served):
     assert data["root"] == str(skill.root)
     assert {"dense_description", "bm25_description", "fused", "confidence"} <= set(data["components"])
     assert all(set(alt) == {"name", "score", "related"} for alt in data["alternatives"])
+    other_bodies = [s.body for n, s in library.skills().items() if n != "release-notes"]
+    assert not any(body in str(result.content) for body in other_bodies)  # one body at most
 
 
 def test_a_task_nothing_fits_is_novel_with_no_body(served):
