@@ -9,7 +9,6 @@ cannot tell the challenger from the champion with the samples given).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +21,7 @@ class Thresholds:
     min_margin: float = 0.15
     min_samples: int = 3
     retention_warn: float = 0.5
-    alpha: float = 0.1  # one-sided significance for the paired sign test
+    alpha: float = 0.1  # one-sided significance for the paired t-test
 
 
 @dataclass(frozen=True)
@@ -36,13 +35,20 @@ class Verdict:
         return self.status == "pass"
 
 
-def sign_test_p(deltas: Sequence[float]) -> float:
-    """One-sided exact sign test: P(at least this many improvements | no real difference)."""
-    wins = sum(d > 0 for d in deltas)
-    trials = sum(d != 0 for d in deltas)
-    if trials == 0:
+def paired_p(champion: Sequence[float], challenger: Sequence[float]) -> float:
+    """One-sided paired t-test p-value that the challenger scores higher than the champion.
+
+    With identical deltas (no variance, common with pass/fail judges) the t statistic is
+    undefined: every case moved by the same amount, so p is 0 if that amount is positive and
+    1 otherwise. Fewer than two pairs can show nothing: p is 1."""
+    deltas = [b - a for a, b in zip(champion, challenger, strict=True)]
+    if len(deltas) < 2:
         return 1.0
-    return sum(math.comb(trials, k) for k in range(wins, trials + 1)) / 2**trials
+    if max(deltas) - min(deltas) < 1e-12:
+        return 0.0 if deltas[0] > 0 else 1.0
+    from scipy.stats import ttest_rel
+
+    return float(ttest_rel(challenger, champion, alternative="greater").pvalue)
 
 
 def _measured(evidence: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
@@ -100,18 +106,18 @@ def _rewrite(evidence: Mapping[str, Any], t: Thresholds) -> Verdict:
         warnings.append(f"the challenger keeps {retention:.0%} of the champion's body")
     if reasons:
         return Verdict("blocked", tuple(reasons), tuple(warnings))
-    p = sign_test_p([b - a for a, b in zip(champion, challenger, strict=True)])
+    p = paired_p(champion, challenger)
     if p > t.alpha:
         return Verdict(
             "insufficient",
             (
-                f"paired sign test p={p:.3f} > {t.alpha}: not enough evidence that "
+                f"paired t-test p={p:.3f} > {t.alpha}: not enough evidence that "
                 "the challenger is better; add held-out cases",
             ),
             tuple(warnings),
         )
     return Verdict(
-        "pass", (f"margin {margin:+.3f} over {len(cases)} cases, sign test p={p:.3f}",), tuple(warnings)
+        "pass", (f"margin {margin:+.3f} over {len(cases)} cases, paired t-test p={p:.3f}",), tuple(warnings)
     )
 
 

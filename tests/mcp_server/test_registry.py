@@ -264,3 +264,15 @@ def test_odd_folders_are_skipped_with_reasons_and_never_break_the_scan(tmp_path)
     assert "not finite" in found["infinite"]
     assert "hidden file" in found["hidden-link"]
     assert "skill folder is a symlink" in found["linked"]
+
+
+def test_adding_removing_or_renaming_a_file_changes_the_revision(tmp_path):
+    path = write_skill(tmp_path, "alpha", "Alpha.", files={"a.md": "same"})
+    base = read_skill(tmp_path, path, Limits()).revision
+    (path / "b.md").write_text("new")
+    added = read_skill(tmp_path, path, Limits()).revision
+    (path / "b.md").unlink()
+    assert read_skill(tmp_path, path, Limits()).revision == base
+    (path / "a.md").rename(path / "c.md")
+    renamed = read_skill(tmp_path, path, Limits()).revision
+    assert len({base, added, renamed}) == 3

@@ -1,0 +1,177 @@
+"""Change control end to end on real files: propose, approve (re-verified), reject, drift."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shutil
+
+import pytest
+
+from ingot.errors import IngotError
+from mcp_server.registry import Registry
+from optimize.audit import AuditLog
+from optimize.changes import ApprovalRefused
+from optimize.lock import PromotionConflict
+from optimize.promote import PromotionError
+from tests.optimize.conftest import ab, checks, skill_md
+
+
+def served(control, name="alpha"):
+    registry = Registry(control.roots)
+    registry.reload()
+    skill = registry.skills().get(name)
+    return skill.revision if skill else None
+
+
+def rewrite(control, text="Better step one.", measurements=None):
+    files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", text)}
+    return control.propose(
+        "alpha", "rewrite", "optimizer", files, measurements or ab([0.2, 0.3, 0.1, 0.4], [0.9, 0.8, 0.7, 0.9])
+    )
+
+
+def test_pending_content_never_serves_until_approved(control):
+    before = served(control)
+    change, _ = rewrite(control)
+    assert served(control) == before
+    outcome = control.approve("alpha", "reviewer")
+    assert served(control) == change.candidate_revision == outcome.to_revision
+    assert control.pending() == []
+    assert control.queue.archived("alpha")[-1]["archived_status"] == "approved"
+
+
+def test_a_newer_candidate_archives_the_displaced_one_and_says_where(control):
+    first, _ = rewrite(control, "First try.")
+    second, displaced = rewrite(control, "Second try.")
+    assert displaced is not None and displaced.name == f"{first.id}.json"
+    assert json.loads(displaced.read_text())["archived_reason"] == f"displaced by {second.id}"
+    assert [c.id for c in control.pending()] == [second.id]
+
+
+def test_a_create_with_passing_checks_is_approvable(control):
+    files = {"SKILL.md": skill_md("beta", "Beta does beta things.", "Do beta.")}
+    control.propose("beta", "create", "agent", files, checks())
+    control.approve("beta", "reviewer")
+    assert served(control, "beta") is not None
+
+
+def test_a_rewrite_without_ab_evidence_is_blocked_as_not_measured(control):
+    rewrite(control, measurements={"ab": {"status": "not_measured", "why": "not run"}})
+    with pytest.raises(ApprovalRefused, match="A/B was not measured"):
+        control.approve("alpha", "reviewer")
+
+
+def test_a_challenger_that_regresses_a_task_the_champion_passed_is_blocked(control):
+    rewrite(control, measurements=ab([0.6, 0.2, 0.1, 0.2], [1.0, 1.0, 0.9, 1.0], fail_case=0))
+    with pytest.raises(ApprovalRefused, match="regresses held-out task"):
+        control.approve("alpha", "reviewer")
+    refused = [e for e in AuditLog(control.runs_dir).entries() if e.get("action") == "approve-refused"]
+    assert refused and "regresses" in refused[-1].get("reason")
+
+
+def test_edited_evidence_is_refused(control):
+    change, _ = rewrite(control)
+    path = control.runs_dir / change.evidence_path
+    path.write_text(path.read_text().replace('"champion": 0.2', '"champion": 0.0'))
+    with pytest.raises(ApprovalRefused, match="evidence.json changed"):
+        control.approve("alpha", "reviewer")
+
+
+def test_a_forged_pending_record_is_refused(control):
+    rewrite(control)
+    slot = control.queue.slot("alpha")
+    record = json.loads(slot.read_text())
+    import base64
+
+    record["files"][0]["base64"] = base64.b64encode(skill_md("alpha", "Alpha.", "rm -rf /")).decode()
+    slot.write_text(json.dumps(record))
+    with pytest.raises(ApprovalRefused, match="hash to"):
+        control.approve("alpha", "reviewer")
+
+
+def test_a_champion_changed_after_the_evidence_is_refused(control):
+    rewrite(control)
+    (control.roots[0] / "alpha" / "SKILL.md").write_bytes(skill_md("alpha", "Alpha, hand-edited.", "x"))
+    with pytest.raises(ApprovalRefused, match="changed on disk since the evidence"):
+        control.approve("alpha", "reviewer")
+
+
+def test_reject_keeps_the_candidate_in_the_archive_with_the_reason(control):
+    change, _ = rewrite(control)
+    archived = control.reject("alpha", "too verbose", "reviewer")
+    record = json.loads(archived.read_text())
+    assert record["id"] == change.id and record["archived_reason"] == "too verbose"
+    assert record["files"]  # the candidate itself is kept
+    assert AuditLog(control.runs_dir).entries()[-1].get("reason") == "too verbose"
+    with pytest.raises(IngotError, match="needs a reason"):
+        control.reject("alpha", " ", "reviewer")
+
+
+def test_path_traversal_in_a_skill_name_is_refused(control):
+    with pytest.raises(PromotionError, match="not a valid skill name"):
+        control.approve("../alpha", "reviewer")
+
+
+def test_a_second_approval_of_the_same_change_is_a_conflict(control):
+    rewrite(control)
+    control.approve("alpha", "first")
+    with pytest.raises(PromotionConflict, match="already approved"):
+        control.approve("alpha", "second")
+
+
+def test_a_hand_edit_after_promotion_is_reported_as_drift(control):
+    rewrite(control)
+    control.approve("alpha", "reviewer")
+    assert not control.status().drifted
+    (control.roots[0] / "alpha" / "SKILL.md").write_bytes(skill_md("alpha", "Alpha, hand-edited.", "x"))
+    assert [s.name for s in control.status().drifted] == ["alpha"]
+
+
+def test_rollback_by_revision_prefix_from_history(control):
+    original = served(control)
+    rewrite(control)
+    control.approve("alpha", "reviewer")
+    control.rollback("alpha", original[:10], "reviewer", "regression")
+    assert served(control) == original
+    actions = [e.get("action") for e in control.history("alpha")]
+    assert actions[-2:] == ["rollback-intent", "rollback"]
+
+
+def _approve_in_child(args):
+    runs, roots, queue = args
+    from optimize.changes import ChangeControl
+    from optimize.lock import PromotionConflict as Conflict
+
+    try:
+        ChangeControl(runs, roots).approve("alpha", "racer")
+        queue.put("promoted")
+    except Conflict:
+        queue.put("conflict")
+    except Exception as exc:  # report, don't hang the parent
+        queue.put(f"error: {exc!r}")
+
+
+def test_eight_processes_approving_at_once_give_one_promotion_and_seven_conflicts(control, tmp_path):
+    context = multiprocessing.get_context("fork")
+    pristine = tmp_path / "pristine"
+    shutil.copytree(control.roots[0], pristine)
+    for round_ in range(20):
+        shutil.rmtree(control.roots[0])
+        shutil.copytree(pristine, control.roots[0])
+        shutil.rmtree(control.runs_dir, ignore_errors=True)
+        rewrite(control, f"Round {round_}.")
+        queue = context.Queue()
+        workers = [
+            context.Process(target=_approve_in_child, args=((control.runs_dir, control.roots, queue),))
+            for _ in range(8)
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        results = sorted(queue.get(timeout=5) for _ in workers)
+        assert results == ["conflict"] * 7 + ["promoted"], (round_, results)
+        audit = AuditLog(control.runs_dir)
+        assert audit.verify().ok
+        assert [e.get("action") for e in audit.entries()].count("promote") == 1
