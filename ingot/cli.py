@@ -55,12 +55,13 @@ def serve(
     skills: tuple[Path, ...], mcp_port: int | None, ui_port: int | None, host: str | None, no_ui: bool
 ) -> None:
     """Serve the skills over MCP (streamable HTTP at /mcp) and the UI."""
-    from ingot.runtime import open_library
+    from ingot.runtime import change_control, open_library
     from ingot.serve import serve as run
 
     settings = _settings(skills, mcp_port=mcp_port, ui_port=ui_port, bind_host=host)
     _setup_logging(settings.log_level)
     library = open_library(settings)
+    control = change_control(settings)
     status = library.status()
     click.echo(
         f"ingot: {status.skills} skills from {', '.join(map(str, status.roots))}; "
@@ -76,6 +77,7 @@ def serve(
     )
     run(
         library,
+        control,
         settings.bind_host,
         settings.mcp_port,
         None if no_ui else settings.ui_port,
@@ -100,6 +102,7 @@ def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
     click.echo(f"ingot: UI at http://{settings.bind_host}:{settings.ui_port}/", err=True)
     run(
         library,
+        None,
         settings.bind_host,
         None,
         settings.ui_port,

@@ -11,6 +11,7 @@ import uvicorn
 from ingot.errors import ConfigError
 from mcp_server.library import Library
 from mcp_server.server import build_server
+from optimize.changes import ChangeControl
 
 log = logging.getLogger(__name__)
 JSON_RESPONSES = True
@@ -25,13 +26,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def mcp_app(library: Library, host: str, allowed_hosts: tuple[str, ...]):
+def mcp_app(
+    library: Library, host: str, allowed_hosts: tuple[str, ...], control: ChangeControl | None = None
+):
     """The MCP ASGI app with strict Host/Origin checking (DNS-rebinding protection)."""
     hosts = ["127.0.0.1", "localhost", "[::1]", *allowed_hosts]
     if not is_loopback(host) and host not in ("0.0.0.0", "::"):  # noqa: S104 - a check, not a bind
         hosts.append(host)
     patterns = [p for h in hosts for p in (h, f"{h}:*")]
-    return build_server(library).http_app(
+    return build_server(library, control).http_app(
         path="/mcp",
         host_origin_protection=True,
         allowed_hosts=patterns,
@@ -58,6 +61,7 @@ def ui_app(library: Library, mcp_url: str, allowed_hosts: tuple[str, ...]):
 
 def serve(
     library: Library,
+    control: ChangeControl | None,
     host: str,
     mcp_port: int | None,
     ui_port: int | None,
@@ -79,7 +83,7 @@ def serve(
         servers.append(
             uvicorn.Server(
                 uvicorn.Config(
-                    mcp_app(library, host, allowed_hosts),
+                    mcp_app(library, host, allowed_hosts, control),
                     host=host,
                     port=mcp_port,
                     log_level=log_level,

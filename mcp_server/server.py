@@ -27,6 +27,8 @@ from ingot.errors import IngotError
 from mcp_server.library import Library
 from mcp_server.policy import CallerContext
 from mcp_server.registry import Skill
+from optimize.changes import ChangeControl
+from optimize.quarantine import agent_candidate
 
 log = logging.getLogger(__name__)
 MAX_TASK_CHARS = 8000
@@ -78,8 +80,10 @@ def _check_task(task: str) -> str:
     return task
 
 
-def build_server(library: Library) -> FastMCP:
-    """An MCP server whose tools and resources read from `library`."""
+def build_server(library: Library, control: ChangeControl | None = None) -> FastMCP:
+    """An MCP server whose tools and resources read from `library`.
+
+    With `control`, agents may also propose new skills through `create_skill` (quarantined)."""
     mcp = FastMCP(
         "ingot",
         version=__version__,
@@ -169,4 +173,30 @@ def build_server(library: Library) -> FastMCP:
             "problems": [{"folder": str(p.folder), "reason": p.reason} for p in report.invalid],
         }
 
+    if control is not None:
+        _add_create_skill(mcp, library, control)
     return mcp
+
+
+def _add_create_skill(mcp: FastMCP, library: Library, control: ChangeControl) -> None:
+    @mcp.tool
+    def create_skill(
+        name: Annotated[str, Field(description="Short name, e.g. 'invoice-reconciliation'.")],
+        description: Annotated[
+            str, Field(description="What the skill does and when to use it (<=1024 chars).")
+        ],
+        body: Annotated[str, Field(description="The instructions, in markdown.")],
+    ) -> dict[str, Any]:
+        """Propose a new reusable skill from what you just did. It is quarantined for human review
+        and is NOT served until approved; existing skills are never overwritten."""
+        try:
+            change, _ = agent_candidate(control, name, description, body, library.similar_descriptions)
+        except IngotError as exc:
+            raise ToolError(f"not queued: {exc}") from exc
+        return {
+            "status": "pending",
+            "skill": change.skill,
+            "change_id": change.id,
+            "candidate_revision": change.candidate_revision,
+            "message": "queued for human review; it will not be served until a person approves it",
+        }

@@ -88,14 +88,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_mcp(library: Library, allowed_hosts: tuple[str, ...] = ()) -> Iterator[str]:
+def running_mcp(library: Library, allowed_hosts: tuple[str, ...] = (), control=None) -> Iterator[str]:
     """A real uvicorn server on a free loopback port; yields the /mcp URL."""
     from ingot.serve import mcp_app
 
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
-            mcp_app(library, "127.0.0.1", allowed_hosts),
+            mcp_app(library, "127.0.0.1", allowed_hosts, control),
             host="127.0.0.1",
             port=port,
             log_level="warning",
