@@ -61,7 +61,7 @@ def serve(
     settings = _settings(skills, mcp_port=mcp_port, ui_port=ui_port, bind_host=host)
     _setup_logging(settings.log_level)
     library = open_library(settings)
-    control = change_control(settings)
+    control = change_control(settings, library=library)
     status = library.status()
     click.echo(
         f"ingot: {status.skills} skills from {', '.join(map(str, status.roots))}; "
@@ -210,6 +210,17 @@ def bench_latency(sizes: str, queries: int) -> None:
     settings = _settings()
     _setup_logging("WARNING")
     _print_json(run(settings, [int(s) for s in sizes.split(",")], queries))
+
+
+@bench.command(name="promote")
+@click.option("--rounds", default=30, help="Promotions to time.")
+def bench_promote(rounds: int) -> None:
+    """Approval latency and approve-to-served time for a typical skill."""
+    from ingot.bench_promote import run
+
+    settings = _settings()
+    _setup_logging("WARNING")
+    _print_json(run(settings, rounds))
 
 
 # -- change control -------------------------------------------------------------------------

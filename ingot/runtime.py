@@ -48,8 +48,12 @@ def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> L
     return library
 
 
-def change_control(settings: Settings, roots: tuple[Path, ...] | None = None) -> ChangeControl:
-    """The change-control API over the configured roots and runs directory."""
+def change_control(
+    settings: Settings, roots: tuple[Path, ...] | None = None, library: Library | None = None
+) -> ChangeControl:
+    """The change-control API over the configured roots and runs directory.
+
+    Given the served `library`, queued candidates are pre-embedded so approval is fast."""
     limits = Limits(
         max_file_bytes=settings.max_file_bytes,
         max_skill_bytes=settings.max_skill_bytes,
@@ -62,7 +66,13 @@ def change_control(settings: Settings, roots: tuple[Path, ...] | None = None) ->
         alpha=settings.promote_alpha,
     )
     absolute = tuple(Path(r).expanduser().absolute() for r in (roots or settings.skills_dirs))
-    return ChangeControl(settings.runs_dir.absolute(), absolute, thresholds, limits)
+    return ChangeControl(
+        settings.runs_dir.absolute(),
+        absolute,
+        thresholds,
+        limits,
+        prepare=library.prewarm if library is not None else None,
+    )
 
 
 def actor(settings: Settings) -> str:

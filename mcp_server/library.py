@@ -18,8 +18,17 @@ from pathlib import Path
 
 from ingot.errors import SkillNotFound
 from mcp_server.embedding import CachedEmbedder
+from mcp_server.index import body_text, description_text, sentence_texts
 from mcp_server.policy import CallerContext
-from mcp_server.registry import Limits, Problem, Registry, ReloadReport, Skill, read_served_file
+from mcp_server.registry import (
+    Limits,
+    Problem,
+    Registry,
+    ReloadReport,
+    Skill,
+    parse_skill_md,
+    read_served_file,
+)
 from mcp_server.router import Calibration, Candidate, Router, RouteResult
 
 log = logging.getLogger(__name__)
@@ -101,6 +110,12 @@ class Library:
     def route(self, task: str, context: CallerContext | None = None, k: int = 5) -> RouteResult:
         return self._router.route(task, context, k)
 
+    def prewarm(self, name: str, files: Mapping[str, bytes]) -> None:
+        """Embed a candidate's texts into the vector cache now, so promoting it is fast later."""
+        _, description, body, meta = parse_skill_md(files["SKILL.md"].decode("utf-8"), name)
+        skill = Skill(name, description, body, Path("."), Path("."), "", (), meta, meta.get("metadata") or {})
+        self._router.embedder.embed([description_text(skill), body_text(skill), *sentence_texts(skill)])
+
     def similar_descriptions(self, name: str, description: str) -> dict[str, float]:
         return self._router.similar_descriptions(name, description)
 
@@ -162,7 +177,7 @@ class Library:
                 *existing,
                 stop_event=self._stop,
                 debounce=400,
-                step=20,
+                step=5,  # ms of quiet that ends a batch: edits are served ~10 ms after they stop
                 rust_timeout=int(WATCH_TICK_S * 1000),
                 yield_on_timeout=True,
                 raise_interrupt=False,

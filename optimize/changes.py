@@ -11,7 +11,8 @@ and changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from optimize.gate import Thresholds, evaluate
 from optimize.lock import PromotionConflict, change_lock
 from optimize.pending import PendingChange, PendingQueue, new_change
 from optimize.promote import Outcome, Promoter, check_skill_name, tree_revision
+
+log = logging.getLogger(__name__)
 
 
 class ApprovalRefused(IngotError):
@@ -64,6 +67,9 @@ class ChangeControl:
     thresholds: Thresholds = Thresholds()
     limits: Limits = Limits()
     lock_wait_s: float = 30.0
+    # Called with a candidate's files when it is queued, e.g. to embed its texts ahead of time
+    # so that approving it re-indexes from the vector cache instead of running the model.
+    prepare: Callable[[str, Mapping[str, bytes]], None] | None = None
 
     def __post_init__(self) -> None:
         self.queue = PendingQueue(self.runs_dir)
@@ -151,6 +157,11 @@ class ChangeControl:
                 note,
             )
             displaced = self.queue.submit(change)
+            if self.prepare is not None:
+                try:
+                    self.prepare(skill, files)
+                except Exception as exc:  # an optimisation only: never block a proposal on it
+                    log.warning("could not pre-embed the candidate for %s: %s", skill, exc)
             self.audit.append(
                 action="propose",
                 skill=skill,

@@ -1,0 +1,114 @@
+"""`ingot bench promote`: how long approval takes, and how long until the new revision is served.
+
+For a typical skill (a ~5 KB SKILL.md plus two small files) in a temporary root, it repeatedly
+queues a rewrite with passing evidence (which pre-embeds the candidate, as `ingot serve` and the
+CLI do), then times `approve` (re-verification, snapshot,
+staging, audit intent, atomic exchange, cleanup, audit outcome, every step fsynced) and the
+time from the approve call until a running library, kept fresh by its file watcher, serves the
+new revision. Prints JSON with medians and p95s.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from ingot.settings import Settings
+from mcp_server.embedding import load_embedder
+from mcp_server.library import Library
+from optimize.changes import ChangeControl
+
+BODY = "\n".join(f"{n}. Check step {n} of the release checklist and record the result." for n in range(80))
+
+
+def _files(round_: int) -> dict[str, bytes]:
+    md = (
+        f"---\nname: bench-skill\ndescription: Runs the release checklist, round {round_}.\n---\n"
+        f"# Bench\n\n{BODY}\n"
+    )
+    return {
+        "SKILL.md": md.encode(),
+        "templates/checklist.md": b"- [ ] item\n" * 50,
+        "scripts/check.sh": b"#!/bin/sh\necho ok\n",
+    }
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50": round(statistics.median(ordered), 2),
+        "p95": round(ordered[min(len(ordered) - 1, int(0.95 * (len(ordered) - 1) + 0.5))], 2),
+    }
+
+
+def run(settings: Settings, rounds: int) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="ingot-bench-promote-"))
+    try:
+        root = work / "skills"
+        root.mkdir()
+        embedder = load_embedder(
+            settings.embed_model_dir,
+            settings.embed_model_sha256,
+            settings.vector_cache_path,
+            threads=settings.embed_threads,
+        )
+        library = Library((root,), embedder)
+        control = ChangeControl(work / "runs", (root,), prepare=library.prewarm)
+        checks = {
+            "checks": {
+                "status": "measured",
+                "results": {
+                    k: {"passed": True, "detail": "bench"} for k in ("validation", "injection", "collision")
+                },
+            }
+        }
+        control.propose("bench-skill", "create", "operator", _files(0), checks)
+        control.approve("bench-skill", "bench")
+        embedder = load_embedder(
+            settings.embed_model_dir,
+            settings.embed_model_sha256,
+            settings.vector_cache_path,
+            threads=settings.embed_threads,
+        )
+        library = Library((root,), embedder)
+        library.reload()
+        library.start_watching()
+        ab = {
+            "ab": {
+                "status": "measured",
+                "samples": 4,
+                "cases": [
+                    {
+                        "id": f"h{i}",
+                        "champion": 0.2,
+                        "challenger": 0.9 - i / 100,
+                        "champion_pass": False,
+                        "challenger_pass": True,
+                    }
+                    for i in range(4)
+                ],
+            }
+        }
+        approve_ms, served_ms = [], []
+        for round_ in range(1, rounds + 1):
+            change, _ = control.propose("bench-skill", "rewrite", "optimizer", _files(round_), ab)
+            start = time.perf_counter()
+            control.approve("bench-skill", "bench")
+            approve_ms.append((time.perf_counter() - start) * 1000)
+            while library.get("bench-skill").revision != change.candidate_revision:
+                if time.perf_counter() - start > 30:
+                    raise RuntimeError("promoted revision not served within 30 s")
+                time.sleep(0.001)
+            served_ms.append((time.perf_counter() - start) * 1000)
+        library.stop_watching()
+        return {
+            "rounds": rounds,
+            "approve_ms": _stats(approve_ms),
+            "approve_to_served_ms": _stats(served_ms),
+            "audit_lines": control.audit.verify().lines,
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,68 @@
+"""The change-control commands, run as real processes against real files."""
+
+from __future__ import annotations
+
+import shutil
+
+from optimize.changes import ChangeControl
+from tests.conftest import BUNDLED_SKILLS, write_skill
+from tests.ingot.test_cli import ingot
+from tests.optimize.conftest import ab, skill_md
+
+
+def setup(tmp_path):
+    root = tmp_path / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    control = ChangeControl((tmp_path / "runs").absolute(), (root.absolute(),))
+    files = {
+        "SKILL.md": skill_md(
+            "release-notes", "Writes release notes from merged pull requests.", "Group changes by theme."
+        )
+    }
+    control.propose("release-notes", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1], [0.9, 0.8, 0.9]))
+    return root, control
+
+
+def test_pending_approve_history_status_and_audit_verify(tmp_path):
+    root, control = setup(tmp_path)
+    args = ("--skills", str(root))
+    listed = ingot("pending", *args, cwd=tmp_path)
+    assert "release-notes" in listed.stdout and "gate: pass" in listed.stdout
+    approved = ingot("approve", "release-notes", *args, cwd=tmp_path)
+    assert approved.returncode == 0 and approved.stdout.startswith("promoted release-notes")
+    again = ingot("approve", "release-notes", *args, cwd=tmp_path)
+    assert again.returncode == 3 and "already approved" in again.stderr
+    history = ingot("history", "release-notes", *args, cwd=tmp_path)
+    assert "promote-intent" in history.stdout and "snapshot " in history.stdout
+    status = ingot("status", *args, cwd=tmp_path)
+    assert status.returncode == 0 and "audit: ok" in status.stdout
+    verify = ingot("audit", "verify", cwd=tmp_path)
+    assert verify.returncode == 0 and verify.stdout.startswith("ok: ")
+
+
+def test_status_exits_non_zero_on_drift_and_audit_verify_names_the_bad_line(tmp_path):
+    root, control = setup(tmp_path)
+    control.approve("release-notes", "reviewer")
+    write_skill(root, "release-notes", "Hand-edited behind Ingot's back.")
+    status = ingot("status", "--skills", str(root), cwd=tmp_path)
+    assert status.returncode == 1 and "release-notes" in status.stdout and "DRIFTED" in status.stdout
+    log = tmp_path / "runs" / "audit.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"actor":"reviewer"', b'"actor":"mallory"')
+    log.write_bytes(b"".join(lines))
+    verify = ingot("audit", "verify", cwd=tmp_path)
+    assert verify.returncode == 1 and "line 2" in verify.stderr
+
+
+def test_reject_needs_a_reason_and_propose_refuses_escaping_symlinks(tmp_path):
+    root, control = setup(tmp_path)
+    missing = ingot("reject", "release-notes", "--skills", str(root), cwd=tmp_path)
+    assert missing.returncode == 2 and "--reason" in missing.stderr
+    done = ingot("reject", "release-notes", "--reason", "too long", "--skills", str(root), cwd=tmp_path)
+    assert done.returncode == 0 and "archived at" in done.stdout
+    secret = tmp_path / "secret.txt"
+    secret.write_text("private")
+    candidate = write_skill(tmp_path / "cand", "release-notes", "Writes release notes.")
+    (candidate / "leak.txt").symlink_to(secret)
+    refused = ingot("propose", "release-notes", "--from", str(candidate), "--skills", str(root), cwd=tmp_path)
+    assert refused.returncode == 1 and "leaves the skill folder" in refused.stderr
