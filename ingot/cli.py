@@ -62,6 +62,8 @@ def serve(
     _setup_logging(settings.log_level)
     library = open_library(settings)
     control = change_control(settings, library=library)
+    for note in control.recover():
+        click.echo(f"ingot: recovered an interrupted change: {note}", err=True)
     status = library.status()
     click.echo(
         f"ingot: {status.skills} skills from {', '.join(map(str, status.roots))}; "

@@ -15,7 +15,7 @@ import datetime as dt
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,9 +89,10 @@ def _fsync_dir(path: Path) -> None:
 class AuditLog:
     """Append to and verify the chain under `runs_dir`."""
 
-    def __init__(self, runs_dir: Path) -> None:
+    def __init__(self, runs_dir: Path, on_step: Callable[[str], None] | None = None) -> None:
         self.path = runs_dir / "audit.jsonl"
         self.head_path = runs_dir / "audit.head"
+        self._step = on_step or (lambda _name: None)  # fault-injection tests kill the process here
 
     def append(self, now: dt.datetime | None = None, **fields: Any) -> AuditEntry:
         """Write one record and fsync it; raise `AuditError` if that is impossible.
@@ -117,8 +118,10 @@ class AuditLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
+                self._step("audit: write line")
                 if os.write(fd, line) != len(line):
                     raise OSError("short write")
+                self._step("audit: fsync line")
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -170,10 +173,12 @@ class AuditLog:
 
     def _write_head(self, seq: int, digest: str) -> None:
         tmp = self.head_path.with_name(self.head_path.name + ".tmp")
+        self._step("audit: write head")
         with open(tmp, "w") as handle:
             json.dump({"seq": seq, "hash": digest}, handle)
             handle.flush()
             os.fsync(handle.fileno())
+        self._step("audit: rename head")
         os.replace(tmp, self.head_path)
         _fsync_dir(self.head_path.parent)
 

@@ -118,6 +118,11 @@ class ChangeControl:
 
     # -- writing --------------------------------------------------------------------------
 
+    def recover(self) -> list[str]:
+        """Settle anything a killed promotion or rollback left (run at start-up and before writes)."""
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            return self.promoter.recover(self.roots)
+
     def propose(
         self,
         skill: str,

@@ -127,9 +127,9 @@ class Promoter:
     def __init__(self, runs_dir: Path, limits: Limits | None = None, on_step: StepHook | None = None) -> None:
         self.runs_dir = runs_dir
         self.revisions = runs_dir / "revisions"
-        self.audit = AuditLog(runs_dir)
-        self.limits = limits or Limits()
         self._on_step = on_step or (lambda _name: None)
+        self.audit = AuditLog(runs_dir, self._on_step)
+        self.limits = limits or Limits()
 
     def _step(self, name: str) -> None:
         self._on_step(name)
