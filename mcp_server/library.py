@@ -177,7 +177,7 @@ class Library:
                 *existing,
                 stop_event=self._stop,
                 debounce=400,
-                step=5,  # ms of quiet that ends a batch: edits are served ~10 ms after they stop
+                step=10,  # ms of quiet that ends a batch of events
                 rust_timeout=int(WATCH_TICK_S * 1000),
                 yield_on_timeout=True,
                 raise_interrupt=False,

@@ -393,12 +393,9 @@ class Registry:
                 continue
             try:
                 entries[folder] = _Entry(fingerprint, read_skill(root, folder, self.limits), None)
-            except SkillInvalid as exc:
-                entries[folder] = _Entry(fingerprint, None, Problem(folder, str(exc)))
-                log.warning("skipped skill folder %s: %s", folder, exc)
             except Exception as exc:  # one folder must never break the scan of the others
-                entries[folder] = _Entry(fingerprint, None, Problem(folder, f"unreadable: {exc!r}"))
-                log.exception("skipped skill folder %s after an unexpected error", folder)
+                reason = str(exc) if isinstance(exc, SkillInvalid) else f"unreadable: {exc!r}"
+                entries[folder] = self._broken(folder, fingerprint, reason, old)
         order = {root: i for i, root in enumerate(self.roots)}
         self._entries = dict(sorted(entries.items(), key=lambda kv: (order.get(kv[0].parent, 0), kv[0].name)))
         self._skills, self._problems = self._resolve(self._entries)
@@ -409,6 +406,18 @@ class Registry:
             removed=tuple(sorted(set(before) - set(after))),
             invalid=tuple(self._problems),
         )
+
+    @staticmethod
+    def _broken(folder: Path, fingerprint: tuple, reason: str, old: _Entry | None) -> _Entry:
+        """A folder that no longer reads as a valid skill keeps serving its last valid revision.
+
+        An editor saving in place (truncate, then write) or a half-finished edit must not take a
+        working skill offline; the problem is reported until the folder is valid again."""
+        last_good = old.skill if old is not None else None
+        if last_good is not None:
+            reason = f"{reason} (still serving the last valid revision {last_good.short_revision})"
+        log.warning("skill folder %s: %s", folder, reason)
+        return _Entry(fingerprint, last_good, Problem(folder, reason))
 
     def _folders_for(self, paths: Iterable[Path]) -> list[tuple[Path, Path]] | None:
         """The (root, skill folder) pairs holding `paths`, or None if a full scan is needed."""
@@ -430,7 +439,7 @@ class Registry:
         for folder, entry in entries.items():  # insertion order = root priority order
             if entry.problem is not None:
                 problems.append(entry.problem)
-            elif entry.skill is not None:
+            if entry.skill is not None:
                 if entry.skill.name in skills:
                     winner = skills[entry.skill.name].folder
                     log.warning(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -146,13 +147,27 @@ def test_reload_counts_added_changed_removed_and_invalid(tmp_path):
     registry = Registry((tmp_path,))
     write_skill(tmp_path, "one", "One.")
     write_skill(tmp_path, "two", "Two.")
-    assert registry.reload().counts() == {"added": 2, "changed": 0, "removed": 0, "invalid": 0}
+    write_skill(tmp_path, "gone", "Gone soon.")
+    assert registry.reload().counts() == {"added": 3, "changed": 0, "removed": 0, "invalid": 0}
     write_skill(tmp_path, "one", "One, edited.")
-    (tmp_path / "two" / "SKILL.md").unlink()
+    shutil.rmtree(tmp_path / "gone")
+    (tmp_path / "two" / "SKILL.md").write_text("---\nname: [broken\n---\n")
     write_skill(tmp_path, "three", "Three.")
     report = registry.reload()
-    assert (report.added, report.changed, report.removed) == (("three",), ("one",), ("two",))
-    assert len(report.invalid) == 1
+    assert (report.added, report.changed, report.removed) == (("three",), ("one",), ("gone",))
+    assert len(report.invalid) == 1 and "still serving the last valid revision" in report.invalid[0].reason
+
+
+def test_a_broken_edit_keeps_the_last_valid_revision_serving_until_fixed(tmp_path):
+    registry = Registry((tmp_path,))
+    write_skill(tmp_path, "notes", "Writes notes.")
+    registry.reload()
+    good = registry.skills()["notes"].revision
+    (tmp_path / "notes" / "SKILL.md").write_text("")  # an editor's truncate, before its write
+    assert registry.reload().counts()["changed"] == 0
+    assert registry.skills()["notes"].revision == good
+    write_skill(tmp_path, "notes", "Writes notes, edited.")
+    assert registry.reload().changed == ("notes",) and registry.problems() == []
 
 
 def test_reading_a_file_checks_it_against_the_served_revision(tmp_path):
