@@ -67,13 +67,6 @@ def run(settings: Settings, rounds: int) -> dict:
         }
         control.propose("bench-skill", "create", "operator", _files(0), checks)
         control.approve("bench-skill", "bench")
-        embedder = load_embedder(
-            settings.embed_model_dir,
-            settings.embed_model_sha256,
-            settings.vector_cache_path,
-            threads=settings.embed_threads,
-        )
-        library = Library((root,), embedder)
         library.reload()
         library.start_watching()
         ab = {

@@ -78,7 +78,8 @@ def _digest(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(rfc8785.dumps(dict(record))).hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a folder, so a rename or new entry in it survives a power cut."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -180,7 +181,7 @@ class AuditLog:
             os.fsync(handle.fileno())
         self._step("audit: rename head")
         os.replace(tmp, self.head_path)
-        _fsync_dir(self.head_path.parent)
+        fsync_dir(self.head_path.parent)
 
     def _read_valid_tail(self) -> AuditEntry | None:
         """The last record, refusing to extend a chain that does not verify."""

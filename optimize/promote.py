@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ingot.errors import IngotError
 from mcp_server.registry import NAME_PATTERN, Limits, SkillFile, manifest_revision, read_skill
-from optimize.audit import AuditLog
+from optimize.audit import AuditLog, fsync_dir
 
 STAGE_PREFIX = ".ingot-stage-"
 StepHook = Callable[[str], None]
@@ -113,14 +113,6 @@ def _rename2(source: Path, target: Path, flags: int) -> None:
         )
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class Promoter:
     """Writes skills roots and `runs/revisions`; call only while holding the change lock."""
 
@@ -164,9 +156,9 @@ class Promoter:
                 self._step(f"{label}: fsync {rel}")
                 os.fsync(handle.fileno())
         for directory in sorted({(folder / r).parent for r in files}, key=lambda p: -len(p.parts)):
-            _fsync_path(directory)
+            fsync_dir(directory)
         self._step(f"{label}: fsync folder")
-        _fsync_path(folder)
+        fsync_dir(folder)
 
     def _snapshot(self, skill: str, root: Path, revision: str) -> None:
         final = self.snapshot_path(skill, revision)
@@ -180,7 +172,7 @@ class Promoter:
         self._write_tree(temp, files, "snapshot")
         self._step("snapshot: rename into place")
         os.rename(temp, final)
-        _fsync_path(final.parent)
+        fsync_dir(final.parent)
 
     def switch(
         self,
@@ -222,42 +214,30 @@ class Promoter:
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)
             raise
+        record = {
+            "skill": skill,
+            "root": str(root),
+            "from_revision": from_revision,
+            "to_revision": to_revision,
+            "evidence_digest": evidence_digest,
+            "actor": actor,
+            "reason": reason,
+            "change_id": change_id,
+        }
         try:
             self._step("audit: intent")
-            intent = self.audit.append(
-                action=f"{action}-intent",
-                skill=skill,
-                root=str(root),
-                from_revision=from_revision,
-                to_revision=to_revision,
-                evidence_digest=evidence_digest,
-                actor=actor,
-                reason=reason,
-                change_id=change_id,
-            )
+            intent = self.audit.append(action=f"{action}-intent", **record)
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)
             raise
         self._step("switch: rename")
         _rename2(stage, live, _RENAME_EXCHANGE if from_revision is not None else _RENAME_NOREPLACE)
         self._step("switch: fsync root")
-        _fsync_path(root)
+        fsync_dir(root)
         self._step("cleanup: remove displaced tree")
         shutil.rmtree(stage, ignore_errors=True)
         self._step("audit: outcome")
-        self.audit.append(
-            action=action,
-            skill=skill,
-            root=str(root),
-            from_revision=from_revision,
-            to_revision=to_revision,
-            evidence_digest=evidence_digest,
-            actor=actor,
-            reason=reason,
-            outcome="done",
-            intent_seq=intent.seq,
-            change_id=change_id,
-        )
+        self.audit.append(action=action, outcome="done", intent_seq=intent.seq, **record)
         return Outcome(skill, from_revision, to_revision, root, intent.seq)
 
     def rollback(self, skill: str, root: Path, revision: str, actor: str, reason: str | None) -> Outcome:
