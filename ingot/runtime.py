@@ -12,8 +12,11 @@ from mcp_server.embedding import load_embedder
 from mcp_server.library import Library
 from mcp_server.registry import Limits
 from mcp_server.router import Calibration
+from optimize.cassette import Cassette
 from optimize.changes import ChangeControl
 from optimize.gate import Thresholds
+from optimize.ledger import UsageLedger, load_prices
+from optimize.llm import LLMClient, LLMConfig, make_endpoint
 
 
 def calibration_from(settings: Settings) -> Calibration:
@@ -77,3 +80,48 @@ def change_control(
 
 def actor(settings: Settings) -> str:
     return settings.actor or os.environ.get("USER") or "operator"
+
+
+def llm_config(settings: Settings) -> LLMConfig:
+    """Each role's endpoint from the settings; roles without a model are left out."""
+
+    def secret(value) -> str | None:
+        return value.get_secret_value() if value is not None else None
+
+    serving_url = settings.model_base_url or settings.base_url
+    serving_key = secret(settings.model_api_key) or secret(settings.api_key)
+    models = {
+        "agent": settings.agent_model,
+        "strong": settings.strong_model or settings.teacher_model,
+        "teacher": settings.teacher_model,
+        "judge": settings.judge_model or next(iter(settings.judge_models), None),
+    }
+    endpoints = {}
+    for role, model in models.items():
+        serving = role in ("agent", "strong")
+        endpoint = make_endpoint(
+            role,
+            serving_url if serving else settings.base_url,
+            serving_key if serving else secret(settings.api_key),
+            model,
+        )
+        if endpoint is not None:
+            endpoints[role] = endpoint
+    return LLMConfig(
+        endpoints,
+        settings.judge_models,
+        settings.llm_timeout_s,
+        settings.llm_max_retries,
+        settings.llm_concurrency,
+    )
+
+
+def llm_client(settings: Settings, run_id: str, cassette_name: str = "default") -> LLMClient:
+    """A client for one run: its ledger (with the price table and cap) and the cassette mode."""
+    ledger = UsageLedger(run_id, load_prices(settings.prices_file), settings.max_run_usd)
+    cassette = None
+    if settings.cassette_mode != "off":
+        cassette = Cassette(
+            settings.runs_dir / "cassettes" / f"{cassette_name}.jsonl", settings.cassette_mode
+        )
+    return LLMClient(llm_config(settings), ledger, cassette)

@@ -8,9 +8,9 @@ field here with a comment, and a test keeps the two in step.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ingot.errors import ConfigError
@@ -48,6 +48,34 @@ class Settings(BaseSettings):
     promote_alpha: float = Field(default=0.1, gt=0, lt=1)
     retention_warn: float = Field(default=0.5, ge=0, le=1)
     actor: str | None = Field(default=None, description="Name recorded in the audit log; default: $USER.")
+    # -- models (one client layer: optimize/llm.py) --
+    base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint for every role.")
+    api_key: SecretStr | None = Field(default=None)
+    model_base_url: str | None = Field(
+        default=None, description="Override for the serving roles (agent, strong)."
+    )
+    model_api_key: SecretStr | None = Field(default=None)
+    agent_model: str | None = None
+    strong_model: str | None = Field(default=None, description="Defaults to TEACHER_MODEL.")
+    teacher_model: str | None = None
+    judge_model: str | None = None
+    judge_models: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), description="Ensemble, comma-separated."
+    )
+    llm_timeout_s: float = Field(default=60.0, gt=0)
+    llm_max_retries: int = Field(default=3, ge=0, le=10)
+    llm_concurrency: int = Field(default=4, ge=1, le=64)
+    max_run_usd: float | None = Field(default=None, ge=0)
+    prices_file: Path | None = Field(
+        default=None, description="JSON: model -> USD per million input/output tokens."
+    )
+    cassette_mode: Literal["off", "record", "replay", "record-missing"] = "off"
+    # -- traces --
+    traces: bool = Field(default=True, description="Record agent runs in runs/traces.jsonl.")
+    trace_redact: bool = True
+    trace_max_bytes: int = Field(default=10 << 20, ge=1024)
+    trace_backups: int = Field(default=5, ge=0)
+    trace_retention_days: int = Field(default=30, ge=1)
     watch_skills: bool = Field(default=True, description="Re-index skills when files change on disk.")
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
 
@@ -58,7 +86,7 @@ class Settings(BaseSettings):
             return tuple(Path(p.strip()) for p in value.split(",") if p.strip())
         return value
 
-    @field_validator("allowed_hosts", mode="before")
+    @field_validator("allowed_hosts", "judge_models", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):

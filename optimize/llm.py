@@ -1,0 +1,303 @@
+"""The one way Ingot calls a model: any OpenAI-compatible endpoint, per role, with guard rails.
+
+Roles: `agent` (cheap serving model), `strong` (novel tasks; defaults to the teacher), `teacher`
+(writes candidates) and `judge`. The serving roles may use their own endpoint (MODEL_BASE_URL).
+Every request goes through here, so the rules are enforced once:
+- On an OpenRouter URL every request carries the zero-data-retention provider preference, and a
+  model without such an endpoint fails loudly instead of silently falling back.
+- A remote URL without a key is a configuration error naming the setting; a local http:// URL
+  needs no key.
+- Timeouts, retries with backoff on 429/5xx (the SDK's), and a concurrency limit.
+- Cassettes (record/replay), the usage ledger and its MAX_RUN_USD cap.
+- `complete_json` parses and validates structured output, with one repair retry.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import openai
+from pydantic import BaseModel, ValidationError
+
+from ingot.errors import ConfigError, IngotError
+from optimize.cassette import Cassette, request_key
+from optimize.ledger import UsageLedger
+
+ROLES = ("agent", "strong", "teacher", "judge")
+ZDR_PREFERENCE = {"provider": {"zdr": True, "data_collection": "deny"}}
+SAMPLING = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "seed",
+    "stop",
+    "n",
+    "presence_penalty",
+    "frequency_penalty",
+)
+T = TypeVar("T", bound=BaseModel)
+
+
+class LLMError(IngotError):
+    """A model call failed in a way retrying will not fix."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one role's requests go."""
+
+    role: str
+    base_url: str
+    api_key: str | None
+    model: str
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """Model settings, parsed once by the entry point (ingot/runtime.py)."""
+
+    endpoints: Mapping[str, Endpoint]
+    judge_models: tuple[str, ...] = ()
+    timeout_s: float = 60.0
+    max_retries: int = 3
+    concurrency: int = 4
+
+    def endpoint(self, role: str) -> Endpoint:
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}")
+        found = self.endpoints.get(role)
+        if found is None:
+            setting = f"{role.upper()}_MODEL" if role != "strong" else "STRONG_MODEL or TEACHER_MODEL"
+            raise ConfigError(
+                f"no model configured for the {role} role: set BASE_URL, {setting} and, "
+                "for a remote endpoint, API_KEY"
+            )
+        return found
+
+
+def is_openrouter(base_url: str) -> bool:
+    host = (urlsplit(base_url).hostname or "").lower()
+    return host == "openrouter.ai" or host.endswith(".openrouter.ai")
+
+
+def needs_key(base_url: str) -> bool:
+    return urlsplit(base_url).scheme != "http"
+
+
+def make_endpoint(role: str, base_url: str | None, api_key: str | None, model: str | None) -> Endpoint | None:
+    """Validate one role's settings; None when the role is simply not configured."""
+    if not model:
+        return None
+    if not base_url:
+        raise ConfigError(
+            f"{role.upper()} model {model!r} is set but BASE_URL is empty: set BASE_URL "
+            "(e.g. https://openrouter.ai/api/v1 or http://localhost:11434/v1)"
+        )
+    if needs_key(base_url) and not api_key:
+        key = "MODEL_API_KEY or API_KEY" if role in ("agent", "strong") else "API_KEY"
+        raise ConfigError(
+            f"{base_url} is a remote endpoint and no key is set for the {role} role: set {key}. "
+            "(A local http:// URL needs no key.)"
+        )
+    return Endpoint(role, base_url.rstrip("/"), api_key, model)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One model answer, assembled (also for streams)."""
+
+    role: str
+    model: str
+    text: str | None
+    tool_calls: tuple[ToolCall, ...]
+    tokens_in: int
+    tokens_out: int
+    finish_reason: str | None
+    cost_usd: float | None = None
+    from_cassette: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tool_calls"] = [asdict(c) for c in self.tool_calls]
+        return data
+
+
+def _from_json(role: str, data: Mapping[str, Any]) -> Completion:
+    return Completion(
+        role=role,
+        model=data["model"],
+        text=data.get("text"),
+        tool_calls=tuple(ToolCall(**c) for c in data.get("tool_calls", [])),
+        tokens_in=int(data.get("tokens_in", 0)),
+        tokens_out=int(data.get("tokens_out", 0)),
+        finish_reason=data.get("finish_reason"),
+        from_cassette=True,
+    )
+
+
+@dataclass
+class LLMClient:
+    """Calls models for every role; shares one ledger, cassette and concurrency limit."""
+
+    config: LLMConfig
+    ledger: UsageLedger | None = None
+    cassette: Cassette | None = None
+    _clients: dict[tuple[str, str | None], openai.OpenAI] = field(default_factory=dict, repr=False)
+    _slots: threading.BoundedSemaphore | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._slots = threading.BoundedSemaphore(self.config.concurrency)
+
+    def _client(self, endpoint: Endpoint) -> openai.OpenAI:
+        key = (endpoint.base_url, endpoint.api_key)
+        if key not in self._clients:
+            self._clients[key] = openai.OpenAI(
+                base_url=endpoint.base_url,
+                api_key=endpoint.api_key or "not-needed",
+                timeout=self.config.timeout_s,
+                max_retries=self.config.max_retries,
+            )
+        return self._clients[key]
+
+    def complete(
+        self,
+        role: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping] | None = None,
+        json_mode: bool = False,
+        stream: bool = False,
+        skill_revision: str | None = None,
+        model: str | None = None,
+        **sampling: Any,
+    ) -> Completion:
+        """One chat completion for `role` (optionally another `model` on the role's endpoint)."""
+        endpoint = self.config.endpoint(role)
+        request: dict[str, Any] = {
+            "model": model or endpoint.model,
+            "messages": list(messages),
+            **{k: v for k, v in sampling.items() if k in SAMPLING and v is not None},
+        }
+        if tools:
+            request["tools"] = list(tools)
+        if json_mode:
+            request["response_format"] = {"type": "json_object"}
+        key = request_key(request, skill_revision)
+        if self.cassette is not None:
+            recorded = self.cassette.lookup(key)
+            if recorded is not None:
+                return _from_json(role, recorded)
+        if self.ledger is not None:
+            self.ledger.check()
+        extra = dict(ZDR_PREFERENCE) if is_openrouter(endpoint.base_url) else None
+        assert self._slots is not None
+        with self._slots:
+            completion = self._call(endpoint, role, request, extra, stream)
+        if self.ledger is not None:
+            cost = self.ledger.record(role, completion.model, completion.tokens_in, completion.tokens_out)
+            completion = Completion(**{**completion.__dict__, "cost_usd": cost})
+        if self.cassette is not None:
+            self.cassette.store(key, request, completion.as_json())
+        return completion
+
+    def _call(
+        self, endpoint: Endpoint, role: str, request: dict[str, Any], extra: dict | None, stream: bool
+    ) -> Completion:
+        client = self._client(endpoint)
+        try:
+            if stream:
+                chunks = client.chat.completions.create(
+                    **request, stream=True, stream_options={"include_usage": True}, extra_body=extra
+                )
+                return _assemble(role, request["model"], chunks)
+            response = client.chat.completions.create(**request, extra_body=extra)
+        except openai.NotFoundError as exc:
+            if extra is not None:
+                raise LLMError(
+                    f"OpenRouter has no zero-data-retention endpoint for {request['model']!r} "
+                    f"({exc.message}); choose a model that offers one. Ingot will not send your "
+                    "prompts to a provider that may retain them"
+                ) from exc
+            raise LLMError(
+                f"{endpoint.base_url} does not know model {request['model']!r}: {exc.message}"
+            ) from exc
+        except openai.AuthenticationError as exc:
+            raise LLMError(
+                f"{endpoint.base_url} rejected the key for the {role} role; check API_KEY"
+            ) from exc
+        except openai.APIConnectionError as exc:
+            raise LLMError(f"cannot reach {endpoint.base_url} for the {role} role: {exc}") from exc
+        except openai.APIStatusError as exc:
+            raise LLMError(
+                f"{endpoint.base_url} answered {exc.status_code} for the {role} role after "
+                f"{self.config.max_retries} retries: {exc.message}"
+            ) from exc
+        choice = response.choices[0]
+        calls = tuple(
+            ToolCall(c.id, c.function.name, c.function.arguments)
+            for c in (choice.message.tool_calls or [])
+            if getattr(c, "function", None)
+        )
+        usage = response.usage
+        return Completion(
+            role,
+            response.model or request["model"],
+            choice.message.content,
+            calls,
+            usage.prompt_tokens if usage else 0,
+            usage.completion_tokens if usage else 0,
+            choice.finish_reason,
+        )
+
+    def complete_json(
+        self, role: str, messages: Sequence[Mapping[str, Any]], schema: type[T], **kwargs: Any
+    ) -> tuple[T, list[Completion]]:
+        """A reply parsed into `schema`; one repair round if the first reply does not validate."""
+        history = list(messages)
+        calls = []
+        for attempt in range(2):
+            completion = self.complete(role, history, json_mode=True, **kwargs)
+            calls.append(completion)
+            try:
+                return schema.model_validate(json.loads(completion.text or "")), calls
+            except (json.JSONDecodeError, ValidationError) as exc:
+                if attempt == 1:
+                    raise LLMError(
+                        f"the {role} model's reply is not valid {schema.__name__} JSON after a "
+                        f"repair attempt: {str(exc)[:300]}"
+                    ) from exc
+                history += [
+                    {"role": "assistant", "content": completion.text or ""},
+                    {
+                        "role": "user",
+                        "content": "That reply was not valid JSON for the required schema "
+                        f"({str(exc)[:300]}). Reply again with only the JSON object, matching: "
+                        f"{json.dumps(schema.model_json_schema())}",
+                    },
+                ]
+        raise AssertionError("unreachable")
+
+
+def _assemble(role: str, model: str, chunks: Any) -> Completion:
+    text, finish, tokens_in, tokens_out, seen_model = [], None, 0, 0, model
+    for chunk in chunks:
+        seen_model = chunk.model or seen_model
+        if chunk.usage:
+            tokens_in, tokens_out = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+        for choice in chunk.choices:
+            if choice.delta and choice.delta.content:
+                text.append(choice.delta.content)
+            finish = choice.finish_reason or finish
+    return Completion(role, seen_model, "".join(text), (), tokens_in, tokens_out, finish)

@@ -1,0 +1,162 @@
+"""The model client against a real scripted OpenAI-compatible server on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from pydantic import BaseModel
+
+from ingot.errors import ConfigError
+from ingot.runtime import llm_client
+from ingot.settings import load_settings
+from optimize.cassette import Cassette, CassetteMiss
+from optimize.ledger import BudgetExceeded, Price, UsageLedger
+from optimize.llm import LLMClient, LLMConfig, LLMError, make_endpoint
+from tests.scripted_llm import scripted_llm
+
+
+@pytest.fixture
+def server():
+    with scripted_llm() as state:
+        yield state
+
+
+def client_for(server, base_url=None, **kwargs) -> LLMClient:
+    url = base_url or server.url
+    endpoints = {
+        role: make_endpoint(role, url, "sk-test-key", f"{role}-model")
+        for role in ("agent", "strong", "teacher", "judge")
+    }
+    return LLMClient(LLMConfig(endpoints, max_retries=kwargs.pop("max_retries", 2)), **kwargs)
+
+
+def test_a_plain_completion_goes_to_the_roles_model_and_counts_usage(server):
+    server.add(user_contains="hello", reply="hi there", prompt_tokens=20, completion_tokens=5)
+    ledger = UsageLedger("run-1", {"agent-model": Price(1.0, 2.0)})
+    completion = client_for(server, ledger=ledger).complete("agent", [{"role": "user", "content": "hello"}])
+    assert completion.text == "hi there" and completion.model == "agent-model"
+    assert server.chat_requests()[0].body["model"] == "agent-model"
+    assert ledger.totals()["total"]["usd"] == pytest.approx((20 * 1.0 + 5 * 2.0) / 1e6)
+
+
+def test_no_zdr_preference_off_openrouter(server):
+    server.add(reply="ok")
+    client_for(server).complete("agent", [{"role": "user", "content": "x"}])
+    assert "provider" not in server.chat_requests()[0].body
+
+
+def test_openrouter_requests_carry_the_zdr_preference(server, monkeypatch):
+    # The scripted server acts as an HTTP proxy for openrouter.ai: real requests, no patching.
+    monkeypatch.setenv("HTTP_PROXY", server.url.removesuffix("/v1"))
+    monkeypatch.setenv("NO_PROXY", "")
+    server.add(reply="ok")
+    client_for(server, base_url="http://openrouter.ai/api/v1").complete(
+        "judge", [{"role": "user", "content": "x"}]
+    )
+    request = server.chat_requests()[0]
+    assert request.body["provider"] == {"zdr": True, "data_collection": "deny"}
+    assert "openrouter.ai" in request.path
+
+
+def test_a_model_without_a_zdr_endpoint_fails_loudly(server, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", server.url.removesuffix("/v1"))
+    monkeypatch.setenv("NO_PROXY", "")
+    server.add(
+        error_status=404,
+        error_times=99,
+        error_body={"error": {"message": "No endpoints found matching your data policy"}},
+    )
+    with pytest.raises(LLMError, match="no zero-data-retention endpoint"):
+        client_for(server, base_url="http://openrouter.ai/api/v1").complete(
+            "agent", [{"role": "user", "content": "x"}]
+        )
+
+
+def test_429_is_retried_then_succeeds(server):
+    rule = server.add(reply="finally", error_status=429, error_times=2)
+    completion = client_for(server, max_retries=3).complete("agent", [{"role": "user", "content": "x"}])
+    assert completion.text == "finally" and rule.used == 3
+
+
+def test_tool_calls_and_streaming_are_assembled(server):
+    server.add(user_contains="weather", tool_calls=[{"name": "get_weather", "arguments": {"city": "Lisbon"}}])
+    server.add(user_contains="story", reply="once upon a time, far away")
+    client = client_for(server)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    called = client.complete("agent", [{"role": "user", "content": "weather?"}], tools=tools)
+    assert called.tool_calls[0].name == "get_weather" and json.loads(called.tool_calls[0].arguments) == {
+        "city": "Lisbon"
+    }
+    streamed = client.complete("agent", [{"role": "user", "content": "a story"}], stream=True)
+    assert streamed.text == "once upon a time, far away" and streamed.tokens_in == 11
+
+
+class Verdict(BaseModel):
+    score: float
+    reason: str
+
+
+def test_structured_output_is_validated_with_one_repair_retry(server):
+    server.add(user_contains="That reply was not valid", reply='{"score": 0.8, "reason": "fixed"}')
+    server.add(user_contains="judge this", reply='{"score": "high"}')
+    verdict, calls = client_for(server).complete_json(
+        "judge", [{"role": "user", "content": "judge this"}], Verdict
+    )
+    assert verdict == Verdict(score=0.8, reason="fixed") and len(calls) == 2
+    assert server.chat_requests()[0].body["response_format"] == {"type": "json_object"}
+
+
+def test_the_cap_aborts_the_run_with_totals(server):
+    server.add(reply="expensive", prompt_tokens=1_000_000, completion_tokens=0)
+    ledger = UsageLedger("run-cap", {"agent-model": Price(5.0, 5.0)}, max_run_usd=1.0)
+    client = client_for(server, ledger=ledger)
+    client.complete("agent", [{"role": "user", "content": "x"}])
+    with pytest.raises(BudgetExceeded, match=r"passed MAX_RUN_USD \$1.0000") as caught:
+        client.complete("agent", [{"role": "user", "content": "y"}])
+    assert "'tokens_in': 1000000" in str(caught.value)
+    assert len(server.chat_requests()) == 1
+
+
+def test_unknown_prices_make_cost_unknown_not_zero(server):
+    server.add(reply="ok")
+    ledger = UsageLedger("run-u", {})
+    client_for(server, ledger=ledger).complete("agent", [{"role": "user", "content": "x"}])
+    assert ledger.totals()["total"]["usd"] is None and ledger.totals()["total"]["unknown_cost_calls"] == 1
+
+
+def test_record_then_replay_is_identical_with_zero_network_calls(server, tmp_path):
+    server.add(reply="first sample")
+    path = tmp_path / "c.jsonl"
+    recorder = client_for(server, cassette=Cassette(path, "record"))
+    messages = [{"role": "user", "content": "sample me"}]
+    recorded = [
+        recorder.complete("agent", messages, temperature=1.0, skill_revision="abc").text for _ in range(2)
+    ]
+    before = len(server.requests)
+    player = client_for(server, cassette=Cassette(path, "replay"))
+    replayed = [
+        player.complete("agent", messages, temperature=1.0, skill_revision="abc").text for _ in range(2)
+    ]
+    assert replayed == recorded and len(server.requests) == before
+    assert "sk-test-key" not in path.read_text() and "uthorization" not in path.read_text()
+    with pytest.raises(CassetteMiss, match="no recorded response"):
+        player.complete("agent", messages, temperature=1.0, skill_revision="abc")  # a third call
+    with pytest.raises(CassetteMiss):
+        player.complete("agent", messages, temperature=1.0, skill_revision="other-revision")
+
+
+def test_settings_without_a_key_for_a_remote_url_say_what_to_set(monkeypatch):
+    monkeypatch.setenv("BASE_URL", "https://openrouter.ai/api/v1")
+    monkeypatch.setenv("AGENT_MODEL", "some/model")
+    monkeypatch.delenv("API_KEY", raising=False)
+    with pytest.raises(ConfigError, match="set MODEL_API_KEY or API_KEY"):
+        llm_client(load_settings(), "run")
+    monkeypatch.setenv("BASE_URL", "http://localhost:11434/v1")  # local: no key needed
+    assert llm_client(load_settings(), "run").config.endpoint("agent").api_key is None
+
+
+def test_secrets_are_masked_in_settings_repr(monkeypatch):
+    monkeypatch.setenv("API_KEY", "sk-very-secret")
+    assert "sk-very-secret" not in repr(load_settings()) and os.environ["API_KEY"] == "sk-very-secret"

@@ -1,0 +1,209 @@
+"""A scripted OpenAI-compatible HTTP server for tests: real HTTP on loopback, no patched clients.
+
+Serves `/v1/chat/completions` (plain, JSON mode, tool calls, SSE streaming) and `/v1/models`.
+Replies come from per-test rules matched on the request (system prompt contains X, last user
+message contains Y, model is Z); a rule can also answer with an HTTP error a given number of
+times first (to exercise retries). Every request is recorded, headers included, so tests can
+assert on exactly what was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Rule:
+    """If every given condition holds, answer with `reply` (text), `tool_calls` or `error`."""
+
+    reply: str | None = None
+    system_contains: str | None = None
+    user_contains: str | None = None
+    model: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    error_status: int | None = None  # answer this status...
+    error_times: int = 0  # ...this many times, then the reply
+    error_body: dict[str, Any] | None = None
+    prompt_tokens: int = 11
+    completion_tokens: int = 7
+    used: int = field(default=0)
+
+    def matches(self, body: dict[str, Any]) -> bool:
+        messages = body.get("messages", [])
+        system = " ".join(_text(m) for m in messages if m.get("role") == "system")
+        users = [_text(m) for m in messages if m.get("role") == "user"]
+        return (
+            (self.model is None or body.get("model") == self.model)
+            and (self.system_contains is None or self.system_contains in system)
+            and (self.user_contains is None or (users and self.user_contains in users[-1]))
+        )
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content or ""
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+class ScriptedLLM:
+    """The server's state: rules, recorded requests, and the models it lists."""
+
+    def __init__(
+        self, models: tuple[str, ...] = ("agent-model", "strong-model", "teacher-model", "judge-model")
+    ) -> None:
+        self.rules: list[Rule] = []
+        self.requests: list[Recorded] = []
+        self.models = models
+        self.url = ""
+        self._lock = threading.Lock()
+
+    def add(self, **kwargs: Any) -> Rule:
+        rule = Rule(**kwargs)
+        self.rules.append(rule)
+        return rule
+
+    def chat_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None, Rule | None]:
+        with self._lock:
+            for rule in self.rules:
+                if rule.matches(body):
+                    rule.used += 1
+                    if rule.error_status and rule.used <= rule.error_times:
+                        return (
+                            rule.error_status,
+                            rule.error_body or {"error": {"message": "scripted error"}},
+                            None,
+                        )
+                    return 200, None, rule
+        return 500, {"error": {"message": f"no scripted rule matches: {json.dumps(body)[:300]}"}}, None
+
+
+def _completion(body: dict[str, Any], rule: Rule) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": rule.reply}
+    finish = "stop"
+    if rule.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))},
+            }
+            for i, c in enumerate(rule.tool_calls)
+        ]
+        finish = "tool_calls"
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model"),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": rule.prompt_tokens,
+            "completion_tokens": rule.completion_tokens,
+            "total_tokens": rule.prompt_tokens + rule.completion_tokens,
+        },
+    }
+
+
+def _handler(state: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:  # keep test output quiet
+            pass
+
+        def _send(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            state.requests.append(Recorded(self.path, dict(self.headers), {}))
+            if self.path.rstrip("/").endswith("/models"):
+                self._send(
+                    200, {"object": "list", "data": [{"id": m, "object": "model"} for m in state.models]}
+                )
+            else:
+                self._send(404, {"error": {"message": "not found"}})
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("content-length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            state.requests.append(Recorded(self.path, dict(self.headers), body))
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                self._send(404, {"error": {"message": "not found"}})
+                return
+            status, error, rule = state.respond(body)
+            if rule is None:
+                self._send(status, error or {})
+                return
+            completion = _completion(body, rule)
+            if body.get("stream"):
+                self._stream(completion, body)
+            else:
+                self._send(200, completion)
+
+        def _stream(self, completion: dict[str, Any], body: dict[str, Any]) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            text = completion["choices"][0]["message"]["content"] or ""
+            pieces = [text[i : i + 5] for i in range(0, len(text), 5)] or [""]
+            base = {k: completion[k] for k in ("id", "created", "model")}
+            for n, piece in enumerate(pieces):
+                delta = {"content": piece} if n else {"role": "assistant", "content": piece}
+                chunk = {
+                    **base,
+                    "object": "chat.completion.chunk",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+                }
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            final = {
+                **base,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            }
+            if body.get("stream_options", {}).get("include_usage"):
+                final["usage"] = completion["usage"]
+            self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
+            self.wfile.flush()
+            self.close_connection = True
+
+    return Handler
+
+
+@contextmanager
+def scripted_llm(**kwargs: Any) -> Iterator[ScriptedLLM]:
+    """Start the server on a free loopback port; `state.url` is its `/v1` base URL."""
+    state = ScriptedLLM(**kwargs)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server.daemon_threads = True
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
