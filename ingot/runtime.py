@@ -17,6 +17,7 @@ from optimize.changes import ChangeControl
 from optimize.gate import Thresholds
 from optimize.ledger import UsageLedger, load_prices
 from optimize.llm import LLMClient, LLMConfig, make_endpoint
+from optimize.traces import LocalTraceStore
 
 
 def calibration_from(settings: Settings) -> Calibration:
@@ -125,3 +126,15 @@ def llm_client(settings: Settings, run_id: str, cassette_name: str = "default") 
             settings.runs_dir / "cassettes" / f"{cassette_name}.jsonl", settings.cassette_mode
         )
     return LLMClient(llm_config(settings), ledger, cassette)
+
+
+def trace_store(settings: Settings) -> LocalTraceStore:
+    """The trace store the settings describe (the local file; Langfuse arrives with its issue)."""
+    return LocalTraceStore(
+        settings.runs_dir / "traces.jsonl",
+        enabled=settings.traces,
+        redaction=settings.trace_redact,
+        max_bytes=settings.trace_max_bytes,
+        backups=settings.trace_backups,
+        retention_days=settings.trace_retention_days,
+    )

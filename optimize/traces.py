@@ -1,0 +1,222 @@
+"""The local trace store: one record per agent run in `runs/traces.jsonl` (schema_version 1).
+
+A record holds the task, the answer, the served skill and revision (or novel/related), model,
+tokens, timings, tool calls and errors. Defaults protect the user: secrets are redacted before
+anything touches disk (API keys, bearer tokens, password/secret assignments, private keys), the
+file is 0600 in a 0700 folder, it rotates at TRACE_MAX_BYTES keeping TRACE_BACKUPS files,
+records older than TRACE_RETENTION_DAYS are dropped, and TRACES=false writes nothing at all.
+The reader skips corrupt or non-UTF-8 lines and says how many. Writers in several processes
+(agent, proxy) share a file lock for rotation and appends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from filelock import FileLock
+
+SCHEMA_VERSION = 1
+REDACTIONS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "private-key",
+        re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
+    ),
+    ("bearer-token", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}")),
+    (
+        "api-key",
+        re.compile(
+            r"\b(sk-(?:ant-|or-|proj-)?[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}"
+            r"|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35})\b"
+        ),
+    ),
+    (
+        "secret-assignment",
+        re.compile(
+            r"(?i)\b([\w.-]*(?:password|passwd|secret|token|api[_-]?key)[\w.-]*)"
+            r"(\s*[:=]\s*|\"\s*:\s*\")(['\"]?)[^\s'\",;]{3,}"
+        ),
+    ),
+)
+
+
+def redact(text: str) -> str:
+    """`text` with every secret-looking span replaced by `[REDACTED:<kind>]`."""
+    for kind, pattern in REDACTIONS:
+        if kind == "secret-assignment":
+            text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}[REDACTED:{kind}]", text)
+        else:
+            text = pattern.sub(f"[REDACTED:{kind}]", text)
+    return text
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {k: _redact_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact_value(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class TraceRecord:
+    """One agent run."""
+
+    task: str
+    answer: str | None
+    route: str  # "match" | "related" | "novel"
+    skill: str | None
+    revision: str | None
+    model: str | None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    duration_ms: float = 0.0
+    tool_calls: tuple[Mapping[str, Any], ...] = ()
+    errors: tuple[str, ...] = ()
+    harness: str | None = None
+    id: str = field(default_factory=lambda: f"tr-{secrets.token_hex(8)}")
+    time: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    records: tuple[TraceRecord, ...]
+    skipped: int  # corrupt, non-UTF-8 or unknown-schema lines
+
+
+class TraceStore(Protocol):
+    """Where agent runs are recorded and read back for mining (local file or Langfuse)."""
+
+    def append(self, record: TraceRecord) -> None: ...
+
+    def read(self) -> ReadResult: ...
+
+
+def _parse(line: bytes) -> TraceRecord | None:
+    try:
+        data = json.loads(line.decode("utf-8"))
+        if data.pop("schema_version") != SCHEMA_VERSION:
+            return None
+        data["tool_calls"] = tuple(data.get("tool_calls") or ())
+        data["errors"] = tuple(data.get("errors") or ())
+        return TraceRecord(**data)
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+class LocalTraceStore:
+    """`runs/traces.jsonl` plus `.1` … `.N` rotated backups."""
+
+    def __init__(
+        self,
+        path: Path,
+        enabled: bool = True,
+        redaction: bool = True,
+        max_bytes: int = 10 << 20,
+        backups: int = 5,
+        retention_days: int = 30,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.path, self.enabled, self.redaction = path, enabled, redaction
+        self.max_bytes, self.backups, self.retention_days, self.clock = (
+            max_bytes,
+            backups,
+            retention_days,
+            clock,
+        )
+        self._lock = FileLock(str(path) + ".lock")
+
+    def _prepare(self) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.path.parent, 0o700)
+
+    def append(self, record: TraceRecord) -> None:
+        if not self.enabled:
+            return
+        data = record.as_json()
+        if self.redaction:
+            data = _redact_value(data)
+        line = (json.dumps(data, ensure_ascii=False) + "\n").encode("utf-8")
+        self._prepare()
+        with self._lock:
+            if self.path.exists() and self.path.stat().st_size + len(line) > self.max_bytes:
+                self._rotate()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.fchmod(fd, 0o600)
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+
+    def _rotate(self) -> None:
+        """traces.jsonl -> .1 -> .2 …, keeping `backups` files; expired backups are deleted."""
+        oldest = self.path.with_name(f"{self.path.name}.{self.backups}")
+        if self.backups == 0:
+            self.path.unlink(missing_ok=True)
+            return
+        oldest.unlink(missing_ok=True)
+        for n in range(self.backups - 1, 0, -1):
+            source = self.path.with_name(f"{self.path.name}.{n}")
+            if source.exists():
+                os.replace(source, self.path.with_name(f"{self.path.name}.{n + 1}"))
+        os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        cutoff = (self.clock() - dt.timedelta(days=self.retention_days)).timestamp()
+        for backup in self.files()[:-1]:
+            if backup.stat().st_mtime < cutoff:
+                backup.unlink(missing_ok=True)
+
+    def files(self) -> list[Path]:
+        """Oldest first; the live file last."""
+        rotated = [self.path.with_name(f"{self.path.name}.{n}") for n in range(self.backups, 0, -1)]
+        return [p for p in (*rotated, self.path) if p.exists()]
+
+    def read(self) -> ReadResult:
+        cutoff = self.clock() - dt.timedelta(days=self.retention_days)
+        records, skipped = [], 0
+        for path in self.files():
+            for line in path.read_bytes().splitlines():
+                if not line.strip():
+                    continue
+                record = _parse(line)
+                if record is None:
+                    skipped += 1
+                elif dt.datetime.fromisoformat(record.time) >= cutoff:
+                    records.append(record)
+        return ReadResult(tuple(records), skipped)
+
+    def prune(self) -> int:
+        """Rewrite the files without expired or unreadable records; returns how many were dropped."""
+        with self._lock:
+            kept = self.read().records
+            before = sum(1 for p in self.files() for line in p.read_bytes().splitlines() if line.strip())
+            for path in self.files():
+                path.unlink()
+            if kept:
+                self._write_all(kept)
+            return before - len(kept)
+
+    def _write_all(self, records: Iterable[TraceRecord]) -> None:
+        self._prepare()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            for record in records:
+                os.write(fd, (json.dumps(record.as_json(), ensure_ascii=False) + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
+
+
+def records_for(store: TraceStore, skill: str) -> Sequence[TraceRecord]:
+    """The runs served by `skill` (by tag); routing-based attribution is mining's job."""
+    return [r for r in store.read().records if r.skill == skill]
