@@ -51,7 +51,9 @@ def redact(text: str) -> str:
     """`text` with every secret-looking span replaced by `[REDACTED:<kind>]`."""
     for kind, pattern in REDACTIONS:
         if kind == "secret-assignment":
-            text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}[REDACTED:{kind}]", text)
+            text = pattern.sub(
+                lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}[REDACTED:secret-assignment]", text
+            )
         else:
             text = pattern.sub(f"[REDACTED:{kind}]", text)
     return text
