@@ -66,7 +66,7 @@ def run(settings: Settings, rounds: int) -> dict:
             }
         }
         control.propose("bench-skill", "create", "operator", _files(0), checks)
-        control.approve("bench-skill", "bench")
+        control.approve("bench-skill", "bench", control.queue.get("bench-skill").id)
         library.reload()
         library.start_watching()
         ab = {
@@ -89,7 +89,7 @@ def run(settings: Settings, rounds: int) -> dict:
         for round_ in range(1, rounds + 1):
             change, _ = control.propose("bench-skill", "rewrite", "optimizer", _files(round_), ab)
             start = time.perf_counter()
-            control.approve("bench-skill", "bench")
+            control.approve("bench-skill", "bench", change.id)
             approve_ms.append((time.perf_counter() - start) * 1000)
             while library.get("bench-skill").revision != change.candidate_revision:
                 if time.perf_counter() - start > 30:

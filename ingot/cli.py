@@ -289,8 +289,13 @@ def list_pending(skills: tuple[Path, ...]) -> None:
 @main.command()
 @skills_option
 @click.argument("skill")
-@click.option("--change", "change_id", default=None, help="Approve only this change id.")
-def approve(skills: tuple[Path, ...], skill: str, change_id: str | None) -> None:
+@click.option(
+    "--change",
+    "change_id",
+    required=True,
+    help="The change id you reviewed (from `ingot pending`); a newer candidate is a conflict.",
+)
+def approve(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
     """Re-verify SKILL's pending change against its evidence and promote it."""
     control, who = _control(skills)
     outcome = control.approve(skill, who, change_id)

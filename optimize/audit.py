@@ -15,6 +15,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,23 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `data` atomically: a fresh O_EXCL temp file (never a followed symlink),
+    fsynced, renamed over the target, and the folder fsynced."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
 
 
 class AuditLog:
@@ -173,15 +191,8 @@ class AuditLog:
         return True
 
     def _write_head(self, seq: int, digest: str) -> None:
-        tmp = self.head_path.with_name(self.head_path.name + ".tmp")
         self._step("audit: write head")
-        with open(tmp, "w") as handle:
-            json.dump({"seq": seq, "hash": digest}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        self._step("audit: rename head")
-        os.replace(tmp, self.head_path)
-        fsync_dir(self.head_path.parent)
+        write_atomic(self.head_path, json.dumps({"seq": seq, "hash": digest}).encode())
 
     def _read_valid_tail(self) -> AuditEntry | None:
         """The last record, refusing to extend a chain that does not verify."""

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ingot.errors import IngotError
-from mcp_server.registry import Limits, Registry
+from mcp_server.registry import Limits, Registry, parse_skill_md
 from optimize import evidence as evidence_mod
 from optimize.audit import AuditEntry, AuditLog, Verification
+from optimize.checks import injection_check
 from optimize.gate import Thresholds, evaluate
 from optimize.lock import PromotionConflict, change_lock
 from optimize.pending import PendingChange, PendingQueue, new_change
@@ -179,21 +180,24 @@ class ChangeControl:
             )
             return change, displaced
 
-    def approve(self, skill: str, actor: str, change_id: str | None = None) -> Outcome:
-        """Re-verify everything from disk, then promote; see the module docstring."""
+    def approve(self, skill: str, actor: str, change_id: str) -> Outcome:
+        """Re-verify everything from disk, then promote; see the module docstring.
+
+        `change_id` pins the change the reviewer actually looked at: if another candidate has
+        displaced it since, this is a conflict, never a promotion of something unreviewed."""
         check_skill_name(skill)
         with change_lock(self.runs_dir, self.lock_wait_s):
             self.promoter.recover(self.roots)
             change = self.queue.get(skill)
             if change is None:
                 last = (self.queue.archived(skill) or [{}])[-1]
-                if last.get("archived_status") == "approved" and change_id in (None, last.get("id")):
+                if last.get("archived_status") == "approved" and change_id == last.get("id"):
                     raise PromotionConflict(
                         f"change {last.get('id')} for {skill!r} was already approved "
                         f"by {last.get('archived_by')} at {last.get('archived_at')}"
                     )
                 raise ApprovalRefused(f"no pending change for {skill!r}; `ingot pending` lists them")
-            if change_id is not None and change.id != change_id:
+            if change.id != change_id:
                 raise PromotionConflict(
                     f"the pending change for {skill!r} is now {change.id}, not "
                     f"{change_id}; review the new one"
@@ -243,6 +247,7 @@ class ChangeControl:
                 f"champion {(bundle.champion_revision or 'none')[:12]}, on disk {(live or 'none')[:12]}); "
                 f"re-measure it"
             )
+        self._check_kind(change, live)
         actual = tree_revision(change.files)
         if actual != bundle.candidate_revision or actual != change.candidate_revision:
             raise ApprovalRefused(
@@ -254,6 +259,38 @@ class ChangeControl:
             raise ApprovalRefused(f"the gate does not pass ({verdict.status}): {'; '.join(verdict.reasons)}")
         root = self.root_of(change.skill) or self.roots[0]
         return bundle, root
+
+    def _check_kind(self, change: PendingChange, live: str | None) -> None:
+        """The kind of change must match what the candidate actually does to the live tree."""
+        if (change.kind == "create") != (live is None):
+            raise ApprovalRefused(
+                f"a {change.kind} record for {change.skill!r}, but the skill "
+                f"{'does not exist' if live is None else 'already exists'}; re-propose it"
+            )
+        try:
+            text = change.files["SKILL.md"].decode("utf-8")
+            _, description, body, meta = parse_skill_md(text, change.skill)
+        except (KeyError, UnicodeDecodeError, IngotError) as exc:
+            raise ApprovalRefused(f"the candidate is not a valid skill: {exc}") from exc
+        scan = injection_check(f"{description}\n{body}")
+        if not scan.passed:
+            raise ApprovalRefused(scan.detail)
+        if change.kind == "description":
+            root = self.root_of(change.skill)
+            assert root is not None
+            current = self.promoter.read_tree(root / change.skill, change.skill)
+            _, _, live_body, live_meta = parse_skill_md(current["SKILL.md"].decode("utf-8"), change.skill)
+            same_files = {k: v for k, v in change.files.items() if k != "SKILL.md"} == {
+                k: v for k, v in current.items() if k != "SKILL.md"
+            }
+            same_meta = {k: v for k, v in meta.items() if k != "description"} == {
+                k: v for k, v in live_meta.items() if k != "description"
+            }
+            if not (same_files and same_meta and body == live_body):
+                raise ApprovalRefused(
+                    "a description change may change only the frontmatter description; "
+                    "this candidate changes more"
+                )
 
     def reject(self, skill: str, reason: str, actor: str) -> Path:
         if not reason or not reason.strip():

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ingot.errors import IngotError
+from optimize.audit import write_atomic
 from optimize.gate import Thresholds, Verdict, evaluate
 
 SCHEMA_VERSION = 1
@@ -98,12 +98,7 @@ def write_bundle(
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, data, mode=0o644)
 
 
 def load(path: Path) -> Evidence:

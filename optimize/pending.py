@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import os
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ingot.errors import IngotError
+from optimize.audit import write_atomic
 from optimize.promote import check_relative, check_skill_name, tree_revision
 
 SCHEMA_VERSION = 1
@@ -98,7 +99,10 @@ def new_change(
     )
 
 
-def parse(data: Any, where: Path) -> PendingChange:
+ID_PATTERN = re.compile(r"^chg-[0-9a-f]{12}$")
+
+
+def parse(data: Any, where: Path, slot_skill: str | None = None) -> PendingChange:
     """Validate a pending record read from disk; anything off is a `PendingError`."""
     try:
         if data.get("schema_version") != SCHEMA_VERSION:
@@ -126,6 +130,10 @@ def parse(data: Any, where: Path) -> PendingChange:
         raise PendingError(f"{where} is not a valid pending record: {exc}") from exc
     if change.kind not in KINDS or change.source not in SOURCES:
         raise PendingError(f"{where} has an unknown kind or source")
+    if not ID_PATTERN.match(change.id):
+        raise PendingError(f"{where} has a malformed change id {change.id[:40]!r}")
+    if slot_skill is not None and change.skill != slot_skill:
+        raise PendingError(f"{where} is the slot of {slot_skill!r} but holds a change for {change.skill!r}")
     return change
 
 
@@ -147,7 +155,7 @@ class PendingQueue:
             data = json.loads(path.read_bytes())
         except (OSError, ValueError) as exc:
             raise PendingError(f"{path} is unreadable: {exc}") from exc
-        return parse(data, path)
+        return parse(data, path, slot_skill=skill)
 
     def all(self) -> list[PendingChange]:
         if not self.folder.exists():
@@ -188,7 +196,10 @@ class PendingQueue:
                 "archived_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             }
         )
-        target = self.archive_folder / skill / f"{data.get('id', secrets.token_hex(6))}.json"
+        record_id = str(data.get("id", ""))
+        if not ID_PATTERN.match(record_id):  # never let a record's own text pick a path
+            record_id = f"unreadable-{secrets.token_hex(6)}"
+        target = self.archive_folder / check_skill_name(skill) / f"{record_id}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
         self._write(target, data)
         slot.unlink()
@@ -197,9 +208,4 @@ class PendingQueue:
     @staticmethod
     def _write(path: Path, data: Mapping[str, Any]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "w") as handle:
-            json.dump(data, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())

@@ -28,9 +28,12 @@ def test_pending_approve_history_status_and_audit_verify(tmp_path):
     args = ("--skills", str(root))
     listed = ingot("pending", *args, cwd=tmp_path)
     assert "release-notes" in listed.stdout and "gate: pass" in listed.stdout
-    approved = ingot("approve", "release-notes", *args, cwd=tmp_path)
+    change_id = control.queue.get("release-notes").id
+    unpinned = ingot("approve", "release-notes", *args, cwd=tmp_path)
+    assert unpinned.returncode == 2 and "--change" in unpinned.stderr
+    approved = ingot("approve", "release-notes", "--change", change_id, *args, cwd=tmp_path)
     assert approved.returncode == 0 and approved.stdout.startswith("promoted release-notes")
-    again = ingot("approve", "release-notes", *args, cwd=tmp_path)
+    again = ingot("approve", "release-notes", "--change", change_id, *args, cwd=tmp_path)
     assert again.returncode == 3 and "already approved" in again.stderr
     history = ingot("history", "release-notes", *args, cwd=tmp_path)
     assert "promote-intent" in history.stdout and "snapshot " in history.stdout
@@ -42,7 +45,7 @@ def test_pending_approve_history_status_and_audit_verify(tmp_path):
 
 def test_status_exits_non_zero_on_drift_and_audit_verify_names_the_bad_line(tmp_path):
     root, control = setup(tmp_path)
-    control.approve("release-notes", "reviewer")
+    control.approve("release-notes", "reviewer", control.queue.get("release-notes").id)
     write_skill(root, "release-notes", "Hand-edited behind Ingot's back.")
     status = ingot("status", "--skills", str(root), cwd=tmp_path)
     assert status.returncode == 1 and "release-notes" in status.stdout and "DRIFTED" in status.stdout

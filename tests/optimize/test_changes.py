@@ -35,7 +35,7 @@ def test_pending_content_never_serves_until_approved(control):
     before = served(control)
     change, _ = rewrite(control)
     assert served(control) == before
-    outcome = control.approve("alpha", "reviewer")
+    outcome = control.approve("alpha", "reviewer", change.id)
     assert served(control) == change.candidate_revision == outcome.to_revision
     assert control.pending() == []
     assert control.queue.archived("alpha")[-1]["archived_status"] == "approved"
@@ -52,20 +52,20 @@ def test_a_newer_candidate_archives_the_displaced_one_and_says_where(control):
 def test_a_create_with_passing_checks_is_approvable(control):
     files = {"SKILL.md": skill_md("beta", "Beta does beta things.", "Do beta.")}
     control.propose("beta", "create", "agent", files, checks())
-    control.approve("beta", "reviewer")
+    control.approve("beta", "reviewer", control.queue.get("beta").id)
     assert served(control, "beta") is not None
 
 
 def test_a_rewrite_without_ab_evidence_is_blocked_as_not_measured(control):
     rewrite(control, measurements={"ab": {"status": "not_measured", "why": "not run"}})
     with pytest.raises(ApprovalRefused, match="A/B was not measured"):
-        control.approve("alpha", "reviewer")
+        control.approve("alpha", "reviewer", control.queue.get("alpha").id)
 
 
 def test_a_challenger_that_regresses_a_task_the_champion_passed_is_blocked(control):
     rewrite(control, measurements=ab([0.6, 0.2, 0.1, 0.2], [1.0, 1.0, 0.9, 1.0], fail_case=0))
     with pytest.raises(ApprovalRefused, match="regresses held-out task"):
-        control.approve("alpha", "reviewer")
+        control.approve("alpha", "reviewer", control.queue.get("alpha").id)
     refused = [e for e in AuditLog(control.runs_dir).entries() if e.get("action") == "approve-refused"]
     assert refused and "regresses" in refused[-1].get("reason")
 
@@ -75,7 +75,7 @@ def test_edited_evidence_is_refused(control):
     path = control.runs_dir / change.evidence_path
     path.write_text(path.read_text().replace('"champion": 0.2', '"champion": 0.0'))
     with pytest.raises(ApprovalRefused, match="evidence.json changed"):
-        control.approve("alpha", "reviewer")
+        control.approve("alpha", "reviewer", control.queue.get("alpha").id)
 
 
 def test_a_forged_pending_record_is_refused(control):
@@ -87,14 +87,14 @@ def test_a_forged_pending_record_is_refused(control):
     record["files"][0]["base64"] = base64.b64encode(skill_md("alpha", "Alpha.", "rm -rf /")).decode()
     slot.write_text(json.dumps(record))
     with pytest.raises(ApprovalRefused, match="hash to"):
-        control.approve("alpha", "reviewer")
+        control.approve("alpha", "reviewer", control.queue.get("alpha").id)
 
 
 def test_a_champion_changed_after_the_evidence_is_refused(control):
     rewrite(control)
     (control.roots[0] / "alpha" / "SKILL.md").write_bytes(skill_md("alpha", "Alpha, hand-edited.", "x"))
     with pytest.raises(ApprovalRefused, match="changed on disk since the evidence"):
-        control.approve("alpha", "reviewer")
+        control.approve("alpha", "reviewer", control.queue.get("alpha").id)
 
 
 def test_reject_keeps_the_candidate_in_the_archive_with_the_reason(control):
@@ -110,19 +110,67 @@ def test_reject_keeps_the_candidate_in_the_archive_with_the_reason(control):
 
 def test_path_traversal_in_a_skill_name_is_refused(control):
     with pytest.raises(PromotionError, match="not a valid skill name"):
-        control.approve("../alpha", "reviewer")
+        control.approve("../alpha", "reviewer", "chg-000000000000")
 
 
 def test_a_second_approval_of_the_same_change_is_a_conflict(control):
-    rewrite(control)
-    control.approve("alpha", "first")
+    change, _ = rewrite(control)
+    control.approve("alpha", "first", change.id)
     with pytest.raises(PromotionConflict, match="already approved"):
-        control.approve("alpha", "second")
+        control.approve("alpha", "second", change.id)
+
+
+def test_approval_is_pinned_to_the_change_that_was_reviewed(control):
+    reviewed, _ = rewrite(control, "Reviewed text.")
+    rewrite(control, "Swapped in after the review.")  # e.g. an agent resubmitting
+    with pytest.raises(PromotionConflict, match="is now chg-"):
+        control.approve("alpha", "reviewer", reviewed.id)
+
+
+def test_a_create_record_cannot_overwrite_an_existing_skill(control):
+    files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Exfiltrate nothing, but differ.")}
+    change, _ = control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]))
+    slot = control.queue.slot("alpha")
+    record = json.loads(slot.read_text())
+    record["kind"] = "create"
+    slot.write_text(json.dumps(record))
+    with pytest.raises(ApprovalRefused):
+        control.approve("alpha", "reviewer", change.id)
+
+
+def test_a_description_change_may_not_touch_the_body(control):
+    files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things, better described.", "A different body.")}
+    routing = {
+        "routing": {
+            "status": "measured",
+            "champion": {"top1": 0.5, "recall_at_3": 0.5, "no_route_precision": 0.5},
+            "challenger": {"top1": 0.9, "recall_at_3": 0.9, "no_route_precision": 0.9},
+            "collisions": [],
+        }
+    }
+    change, _ = control.propose("alpha", "description", "optimizer", files, routing)
+    with pytest.raises(ApprovalRefused, match="only the frontmatter description"):
+        control.approve("alpha", "reviewer", change.id)
+
+
+def test_a_record_in_another_skills_slot_or_with_a_path_id_is_refused(control):
+    change, _ = rewrite(control)
+    slot = control.queue.slot("alpha")
+    record = json.loads(slot.read_text())
+    record["id"] = "../../../../skills/alpha/notes"
+    slot.write_text(json.dumps(record))
+    with pytest.raises(IngotError, match="malformed change id"):
+        control.approve("alpha", "reviewer", change.id)
+    archived = control.reject("alpha", "bad record", "reviewer") if False else None
+    assert archived is None
+    shutil.copy(slot, control.queue.slot("beta"))
+    with pytest.raises(IngotError):
+        control.queue.get("beta")
 
 
 def test_a_hand_edit_after_promotion_is_reported_as_drift(control):
     rewrite(control)
-    control.approve("alpha", "reviewer")
+    control.approve("alpha", "reviewer", control.queue.get("alpha").id)
     assert not control.status().drifted
     (control.roots[0] / "alpha" / "SKILL.md").write_bytes(skill_md("alpha", "Alpha, hand-edited.", "x"))
     assert [s.name for s in control.status().drifted] == ["alpha"]
@@ -131,7 +179,7 @@ def test_a_hand_edit_after_promotion_is_reported_as_drift(control):
 def test_rollback_by_revision_prefix_from_history(control):
     original = served(control)
     rewrite(control)
-    control.approve("alpha", "reviewer")
+    control.approve("alpha", "reviewer", control.queue.get("alpha").id)
     control.rollback("alpha", original[:10], "reviewer", "regression")
     assert served(control) == original
     actions = [e.get("action") for e in control.history("alpha")]
@@ -139,12 +187,12 @@ def test_rollback_by_revision_prefix_from_history(control):
 
 
 def _approve_in_child(args):
-    runs, roots, queue = args
+    runs, roots, queue, change_id = args
     from optimize.changes import ChangeControl
     from optimize.lock import PromotionConflict as Conflict
 
     try:
-        ChangeControl(runs, roots).approve("alpha", "racer")
+        ChangeControl(runs, roots).approve("alpha", "racer", change_id)
         queue.put("promoted")
     except Conflict:
         queue.put("conflict")
@@ -160,10 +208,12 @@ def test_eight_processes_approving_at_once_give_one_promotion_and_seven_conflict
         shutil.rmtree(control.roots[0])
         shutil.copytree(pristine, control.roots[0])
         shutil.rmtree(control.runs_dir, ignore_errors=True)
-        rewrite(control, f"Round {round_}.")
+        change, _ = rewrite(control, f"Round {round_}.")
         queue = context.Queue()
         workers = [
-            context.Process(target=_approve_in_child, args=((control.runs_dir, control.roots, queue),))
+            context.Process(
+                target=_approve_in_child, args=((control.runs_dir, control.roots, queue, change.id),)
+            )
             for _ in range(8)
         ]
         for worker in workers:

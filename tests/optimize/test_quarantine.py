@@ -49,9 +49,10 @@ def test_a_created_skill_is_pending_only_and_tagged_as_agent_authored(served):
     library.reload()
     assert "invoice-reconciliation" not in library.skills()
     change = control.queue.get("invoice-reconciliation")
+    assert change.id == data["change_id"]
     assert change.source == "agent" and change.kind == "create"
     assert b"source: agent" in change.files["SKILL.md"]
-    control.approve("invoice-reconciliation", "reviewer")  # a human can then promote it
+    control.approve("invoice-reconciliation", "reviewer", change.id)  # a human can then promote it
     library.reload()
     assert "invoice-reconciliation" in library.skills()
 

@@ -117,7 +117,7 @@ def exercise(work: Path, root: Path) -> None:
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Better step one.")}
     control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]))
     original = control.live_revision("alpha")
-    control.approve("alpha", "probe")
+    control.approve("alpha", "probe", control.queue.get("alpha").id)
     control.rollback("alpha", original, "probe", "probe")
     control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]))
     control.reject("alpha", "probe", "probe")
