@@ -351,7 +351,7 @@ def status(skills: tuple[Path, ...]) -> None:
     for skill in report.skills:
         flag = "DRIFTED" if skill.drifted else ("unaudited" if skill.audited_revision is None else "ok")
         click.echo(
-            f"{skill.name}  {skill.live_revision[:12]}  {flag}"
+            f"{skill.name}  {(skill.live_revision or 'MISSING/INVALID')[:15]}  {flag}"
             + (f"  (audited {skill.audited_revision[:12]})" if skill.drifted else "")
             + (f"  pending {skill.pending}" if skill.pending else "")
         )

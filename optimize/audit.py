@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import rfc8785
+from filelock import FileLock
 
 from ingot.errors import IngotError
 
@@ -120,6 +121,11 @@ class AuditLog:
         unknown = set(fields) - ALLOWED_FIELDS
         if unknown:
             raise AuditError(f"audit records carry metadata only; unexpected fields {sorted(unknown)}")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.path) + ".lock"):  # one appender at a time, even outside the change lock
+            return self._append(now, fields)
+
+    def _append(self, now: dt.datetime | None, fields: Mapping[str, Any]) -> AuditEntry:
         entries = self._read_valid_tail()
         seq = entries.seq + 1 if entries else 1
         prev = entries.hash if entries else GENESIS
@@ -182,7 +188,7 @@ class AuditLog:
             last_seq = json.loads(lines[-1])["seq"] if lines else 0
         except (ValueError, KeyError):
             return False
-        if int(head.get("seq", -1)) != last_seq:
+        if int(head.get("seq", -1)) not in (last_seq, last_seq - 1):  # crash before or after the head moved
             return False
         with open(self.path, "r+b") as handle:
             handle.truncate(len(complete))
@@ -208,8 +214,14 @@ class AuditLog:
     def entries(self) -> list[AuditEntry]:
         """Every record, parsed (no verification; call `verify` for that)."""
         out = []
-        for raw in self._read().splitlines():
-            record = json.loads(raw)
+        for number, raw in enumerate(self._read().splitlines(), start=1):
+            try:
+                record = json.loads(raw)
+                record["seq"], record["time"], record["prev"], record["hash"]  # noqa: B018 - shape check
+            except (ValueError, TypeError, KeyError) as exc:
+                raise AuditError(
+                    f"audit line {number} is not a readable record; run `ingot audit verify`"
+                ) from exc
             fields = {k: v for k, v in record.items() if k not in {"schema", "seq", "time", "prev", "hash"}}
             out.append(AuditEntry(record["seq"], record["time"], fields, record["prev"], record["hash"]))
         return out

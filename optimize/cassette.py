@@ -1,16 +1,18 @@
 """Record and replay model calls: JSONL cassettes under `runs/cassettes/`.
 
-The key is the SHA-256 of the canonical request (model, messages, tools, sampling parameters,
-response format) plus the skill revision being served, if any. Several responses recorded under
-one key replay in order (repeated sampling). Streaming responses are stored assembled. Only the
-request body is stored, never headers, so `Authorization` cannot leak into a cassette. Modes:
-off, record, replay (a miss is an error), record-missing. Golden-trace replay reuses this.
+The key is the SHA-256 of the canonical request (endpoint, model, messages, tools, sampling
+parameters, response format) plus the skill revision being served, if any. Files are 0600.
+Several responses recorded under one key replay in order (repeated sampling). Streaming
+responses are stored assembled. Only the request body is stored, never headers, so
+`Authorization` cannot leak into a cassette. Modes: off, record, replay (a miss is an error),
+record-missing. Golden-trace replay reuses this.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
@@ -91,7 +93,8 @@ class Cassette:
         }
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a") as handle:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # prompts are private
+            with os.fdopen(fd, "a") as handle:
                 handle.write(json.dumps(entry, sort_keys=True) + "\n")
             self._recorded[key].append(dict(response))
             self._cursor[key] += 1

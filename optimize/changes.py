@@ -38,7 +38,7 @@ class ApprovalRefused(IngotError):
 class SkillStatus:
     name: str
     root: Path
-    live_revision: str
+    live_revision: str | None  # None: missing or invalid on disk
     audited_revision: str | None  # last revision Ingot itself put live; None if never
     pending: str | None  # id of the pending change, if any
 
@@ -110,10 +110,18 @@ class ChangeControl:
             if str(entry.get("outcome", "")).startswith("done") and entry.get("skill"):
                 audited[entry.get("skill")] = entry.get("to_revision")
         pending = {c.skill: c.id for c in self.queue.all()}
-        skills = tuple(
+        served = registry.skills()
+        skills = [
             SkillStatus(s.name, s.root, s.revision, audited.get(s.name), pending.get(s.name))
-            for s in sorted(registry.skills().values(), key=lambda s: s.name)
-        )
+            for s in served.values()
+        ]
+        # A skill Ingot put live that is now missing or unreadable has drifted too.
+        skills += [
+            SkillStatus(name, self.root_of(name) or self.roots[0], None, revision, pending.get(name))
+            for name, revision in audited.items()
+            if name not in served and revision is not None
+        ]
+        skills = tuple(sorted(skills, key=lambda s: s.name))
         invalid = tuple(f"{p.folder}: {p.reason}" for p in registry.problems())
         return Status(skills, invalid, self.audit.verify(), len(pending))
 
@@ -122,7 +130,29 @@ class ChangeControl:
     def recover(self) -> list[str]:
         """Settle anything a killed promotion or rollback left (run at start-up and before writes)."""
         with change_lock(self.runs_dir, self.lock_wait_s):
-            return self.promoter.recover(self.roots)
+            return self._recover()
+
+    def _recover(self) -> list[str]:
+        """Promotions first, then the queue: a pending change the audit log says was already
+        promoted or rejected (killed before it was archived) is archived now."""
+        notes = self.promoter.recover(self.roots)
+        settled: dict[str, tuple[str, str]] = {}
+        for entry in self.audit.entries():
+            change_id = entry.get("change_id")
+            if (
+                change_id
+                and entry.get("action") == "promote"
+                and str(entry.get("outcome", "")).startswith("done")
+            ):
+                settled[change_id] = ("approved", f"promoted (recovered; audit line {entry.seq})")
+            elif change_id and entry.get("action") == "reject":
+                settled[change_id] = ("rejected", entry.get("reason") or "rejected")
+        for change in self.queue.all():
+            if change.id in settled:
+                status, reason = settled[change.id]
+                self.queue.archive(change.skill, reason, status, "ingot-recovery")
+                notes.append(f"{change.skill}: pending {change.id} archived as {status}")
+        return notes
 
     def propose(
         self,
@@ -187,7 +217,7 @@ class ChangeControl:
         displaced it since, this is a conflict, never a promotion of something unreviewed."""
         check_skill_name(skill)
         with change_lock(self.runs_dir, self.lock_wait_s):
-            self.promoter.recover(self.roots)
+            self._recover()
             change = self.queue.get(skill)
             if change is None:
                 last = (self.queue.archived(skill) or [{}])[-1]
@@ -296,6 +326,7 @@ class ChangeControl:
         if not reason or not reason.strip():
             raise IngotError("a rejection needs a reason (--reason)")
         with change_lock(self.runs_dir, self.lock_wait_s):
+            self._recover()
             change = self.queue.get(skill)
             if change is None:
                 raise ApprovalRefused(f"no pending change for {skill!r}")
@@ -312,7 +343,7 @@ class ChangeControl:
 
     def rollback(self, skill: str, revision: str, actor: str, reason: str | None = None) -> Outcome:
         with change_lock(self.runs_dir, self.lock_wait_s):
-            self.promoter.recover(self.roots)
+            self._recover()
             root = self.root_of(skill)
             if root is None:
                 raise IngotError(f"skill {skill!r} is not in any skills root")

@@ -9,6 +9,7 @@ cannot tell the challenger from the champion with the samples given).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +91,9 @@ def _rewrite(evidence: Mapping[str, Any], t: Thresholds) -> Verdict:
     if ab.get("leakage"):
         return Verdict("blocked", ("the task set has no train/holdout split (leakage)",))
     cases = ab.get("cases", [])
+    problem = _bad_cases(cases)
+    if problem:
+        return Verdict("blocked", (problem,))
     champion = [float(c["champion"]) for c in cases]
     challenger = [float(c["challenger"]) for c in cases]
     reasons, warnings = [], []
@@ -98,7 +102,7 @@ def _rewrite(evidence: Mapping[str, Any], t: Thresholds) -> Verdict:
     margin = (sum(challenger) - sum(champion)) / len(cases) if cases else 0.0
     if cases and margin < t.min_margin:
         reasons.append(f"margin {margin:+.3f} is below the required {t.min_margin:.3f}")
-    regressions = [c["id"] for c in cases if c.get("champion_pass") and c.get("challenger_pass") is False]
+    regressions = [c["id"] for c in cases if c["champion_pass"] and not c["challenger_pass"]]
     if regressions:
         reasons.append(f"regresses held-out task(s) the champion passed: {', '.join(map(str, regressions))}")
     retention = ab.get("retention")
@@ -121,13 +125,30 @@ def _rewrite(evidence: Mapping[str, Any], t: Thresholds) -> Verdict:
     )
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _bad_cases(cases: Any) -> str | None:
+    """Why per-case results cannot be trusted (missing or non-finite values), or None."""
+    if not isinstance(cases, list):
+        return "per-case results were not measured"
+    for case in cases:
+        if not isinstance(case, Mapping) or not all(_finite(case.get(k)) for k in ("champion", "challenger")):
+            label = case.get("id") if isinstance(case, Mapping) else repr(case)
+            return f"case {label}: scores not measured (missing or not finite)"
+        if not all(isinstance(case.get(k), bool) for k in ("champion_pass", "challenger_pass")):
+            return f"case {case.get('id')}: pass/fail not measured for both sides"
+    return None
+
+
 def _description(evidence: Mapping[str, Any]) -> Verdict:
     routing = _measured(evidence, "routing")
     if routing is None:
         return Verdict("blocked", ("router metrics were not measured",))
     before, after = routing.get("champion", {}), routing.get("challenger", {})
     metrics = ("top1", "recall_at_3", "no_route_precision")
-    missing = [m for m in metrics if m not in before or m not in after]
+    missing = [m for m in metrics if not _finite(before.get(m)) or not _finite(after.get(m))]
     if missing:
         return Verdict("blocked", tuple(f"{m} not measured" for m in missing))
     reasons = [f"{m} regresses {before[m]:.3f} -> {after[m]:.3f}" for m in metrics if after[m] < before[m]]

@@ -68,6 +68,8 @@ class UsageLedger:
     by_role: dict[str, Usage] = field(default_factory=dict)
     total: Usage = field(default_factory=Usage)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _in_flight: int = field(default=0, repr=False)
+    _max_call_usd: float = field(default=0.0, repr=False)
 
     def check(self) -> None:
         """Refuse to start another call once the cap is passed."""
@@ -77,14 +79,45 @@ class UsageLedger:
                 f"MAX_RUN_USD ${self.max_run_usd:.4f}; totals {self.totals()}"
             )
 
-    def record(self, role: str, model: str, tokens_in: int, tokens_out: int) -> float | None:
-        """Add one call; returns its cost, or None when the model's price is unknown."""
+    def reserve(self, model: str) -> None:
+        """Admit one more call, or refuse it: over the cap, or a cap that cannot be enforced.
+
+        Calls in flight count at the most expensive call seen so far, so concurrent callers
+        cannot all slip under the cap at once (before the first call has cost anything, at most
+        the concurrency limit can be in flight)."""
+        with self._lock:
+            if self.max_run_usd is not None:
+                if model not in self.prices:
+                    raise BudgetExceeded(
+                        f"MAX_RUN_USD is set but {model!r} has no price in PRICES_FILE: a "
+                        "cap cannot be enforced on an unknown cost. Add its price"
+                    )
+                if self.total.unknown_cost_calls:
+                    raise BudgetExceeded(
+                        f"run {self.run_id}: a call's usage was not reported, so the cap "
+                        f"can no longer be enforced; totals {self._totals()}"
+                    )
+                projected = self.total.usd + (self._in_flight + 1) * self._max_call_usd
+                if self.total.usd > self.max_run_usd or projected > self.max_run_usd:
+                    raise BudgetExceeded(
+                        f"run {self.run_id} stopped: estimated ${self.total.usd:.4f} "
+                        f"(+{self._in_flight} in flight) would pass MAX_RUN_USD "
+                        f"${self.max_run_usd:.4f}; totals {self._totals()}"
+                    )
+            self._in_flight += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._in_flight = max(0, self._in_flight - 1)
+
+    def record(self, role: str, model: str, tokens_in: int | None, tokens_out: int | None) -> float | None:
+        """Add one call; returns its cost, or None when the price or the usage is unknown."""
         price = self.prices.get(model)
-        cost = (
-            None
-            if price is None
-            else (tokens_in * price.input_per_million + tokens_out * price.output_per_million) / 1e6
-        )
+        known = tokens_in is not None and tokens_out is not None
+        tokens_in, tokens_out = tokens_in or 0, tokens_out or 0
+        cost = None
+        if price is not None and known:
+            cost = (tokens_in * price.input_per_million + tokens_out * price.output_per_million) / 1e6
         with self._lock:
             for usage in (self.by_role.setdefault(role, Usage()), self.total):
                 usage.calls += 1
@@ -94,12 +127,16 @@ class UsageLedger:
                     usage.unknown_cost_calls += 1
                 else:
                     usage.usd += cost
+            self._max_call_usd = max(self._max_call_usd, cost or 0.0)
         return cost
 
     def totals(self) -> dict[str, object]:
         with self._lock:
-            return {
-                "run_id": self.run_id,
-                "total": self.total.as_json(),
-                "by_role": {role: u.as_json() for role, u in sorted(self.by_role.items())},
-            }
+            return self._totals()
+
+    def _totals(self) -> dict[str, object]:
+        return {
+            "run_id": self.run_id,
+            "total": self.total.as_json(),
+            "by_role": {role: u.as_json() for role, u in sorted(self.by_role.items())},
+        }

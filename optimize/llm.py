@@ -53,8 +53,8 @@ class Endpoint:
 
     role: str
     base_url: str
-    api_key: str | None
-    model: str
+    api_key: str | None = field(repr=False)
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,7 @@ class Completion:
     finish_reason: str | None
     cost_usd: float | None = None
     from_cassette: bool = False
+    usage_known: bool = True
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -194,20 +195,29 @@ class LLMClient:
             request["tools"] = list(tools)
         if json_mode:
             request["response_format"] = {"type": "json_object"}
-        key = request_key(request, skill_revision)
+        key = request_key({**request, "endpoint": endpoint.base_url}, skill_revision)
         if self.cassette is not None:
             recorded = self.cassette.lookup(key)
             if recorded is not None:
                 return _from_json(role, recorded)
-        if self.ledger is not None:
-            self.ledger.check()
         extra = dict(ZDR_PREFERENCE) if is_openrouter(endpoint.base_url) else None
         assert self._slots is not None
         with self._slots:
-            completion = self._call(endpoint, role, request, extra, stream)
-        if self.ledger is not None:
-            cost = self.ledger.record(role, completion.model, completion.tokens_in, completion.tokens_out)
-            completion = Completion(**{**completion.__dict__, "cost_usd": cost})
+            if self.ledger is not None:
+                self.ledger.reserve(request["model"])
+            try:
+                completion = self._call(endpoint, role, request, extra, stream)
+                if self.ledger is not None:
+                    cost = self.ledger.record(
+                        role,
+                        request["model"],
+                        completion.tokens_in if completion.usage_known else None,
+                        completion.tokens_out if completion.usage_known else None,
+                    )
+                    completion = Completion(**{**completion.__dict__, "cost_usd": cost})
+            finally:
+                if self.ledger is not None:
+                    self.ledger.release()
         if self.cassette is not None:
             self.cassette.store(key, request, completion.as_json())
         return completion
@@ -259,6 +269,7 @@ class LLMClient:
             usage.prompt_tokens if usage else 0,
             usage.completion_tokens if usage else 0,
             choice.finish_reason,
+            usage_known=usage is not None,
         )
 
     def complete_json(
@@ -291,13 +302,13 @@ class LLMClient:
 
 
 def _assemble(role: str, model: str, chunks: Any) -> Completion:
-    text, finish, tokens_in, tokens_out, seen_model = [], None, 0, 0, model
+    text, finish, tokens_in, tokens_out, seen_model, known = [], None, 0, 0, model, False
     for chunk in chunks:
         seen_model = chunk.model or seen_model
         if chunk.usage:
-            tokens_in, tokens_out = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+            tokens_in, tokens_out, known = chunk.usage.prompt_tokens, chunk.usage.completion_tokens, True
         for choice in chunk.choices:
             if choice.delta and choice.delta.content:
                 text.append(choice.delta.content)
             finish = choice.finish_reason or finish
-    return Completion(role, seen_model, "".join(text), (), tokens_in, tokens_out, finish)
+    return Completion(role, seen_model, "".join(text), (), tokens_in, tokens_out, finish, usage_known=known)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingot.errors import IngotError
+from ingot.errors import IngotError, SkillInvalid
 from mcp_server.registry import NAME_PATTERN, Limits, SkillFile, manifest_revision, read_skill
 from optimize.audit import AuditLog, fsync_dir
 
@@ -163,7 +163,13 @@ class Promoter:
     def _snapshot(self, skill: str, root: Path, revision: str) -> None:
         final = self.snapshot_path(skill, revision)
         if final.exists():
-            return
+            try:
+                if tree_revision(self.read_tree(final, skill)) == revision:
+                    return
+            except SkillInvalid:
+                pass
+            # An incomplete or edited snapshot must not stand in for the revision: keep it aside.
+            os.rename(final, final.parent / f".bad-{revision[:12]}-{secrets.token_hex(4)}")
         files = self.read_tree(root / skill, skill)
         if tree_revision(files) != revision:
             raise PromotionError(f"skill {skill!r} changed on disk while being snapshotted; retry")
@@ -284,13 +290,16 @@ class Promoter:
             skill, root = entry.get("skill"), Path(entry.get("root"))
             for stale in root.glob(f"{STAGE_PREFIX}{skill}-*"):
                 shutil.rmtree(stale, ignore_errors=True)  # the live folder is never a stage folder
-            live = self.live_revision(root, skill)
+            try:
+                live = self.live_revision(root, skill)
+            except SkillInvalid as exc:  # settle it anyway: one broken folder must not block all changes
+                live = f"invalid ({exc})"
             if live == entry.get("to_revision"):
                 outcome = "done (recovered after interruption)"
             elif live == entry.get("from_revision"):
                 outcome = "aborted (interrupted before the switch)"
             else:
-                outcome = f"unknown: live revision is {(live or 'none')[:12]}"
+                outcome = f"unknown: live revision is {(live or 'none')[:60]}"
             self.audit.append(
                 action=action.removesuffix("-intent"),
                 skill=skill,

@@ -225,3 +225,48 @@ def test_eight_processes_approving_at_once_give_one_promotion_and_seven_conflict
         audit = AuditLog(control.runs_dir)
         assert audit.verify().ok
         assert [e.get("action") for e in audit.entries()].count("promote") == 1
+
+
+def test_a_kill_between_promotion_and_archiving_is_settled_by_recovery(control):
+    change, _ = rewrite(control)
+    bundle_digest = change.evidence_digest
+    control.promoter.switch(
+        "alpha",
+        control.roots[0],
+        change.files,
+        expected_from=change.champion_revision,
+        action="promote",
+        actor="reviewer",
+        evidence_digest=bundle_digest,
+        change_id=change.id,
+    )  # ...and the process died before archiving
+    assert control.queue.get("alpha") is not None
+    notes = control.recover()
+    assert control.queue.get("alpha") is None and any("archived as approved" in n for n in notes)
+
+
+def test_status_reports_a_deleted_or_broken_managed_skill_as_drifted(control):
+    change, _ = rewrite(control)
+    control.approve("alpha", "reviewer", change.id)
+    shutil.rmtree(control.roots[0] / "alpha")
+    drifted = control.status().drifted
+    assert [s.name for s in drifted] == ["alpha"] and drifted[0].live_revision is None
+
+
+def test_an_incomplete_snapshot_is_replaced_not_trusted(control):
+    original = served(control)
+    snapshot = control.promoter.snapshot_path("alpha", original)
+    snapshot.mkdir(parents=True)
+    (snapshot / "SKILL.md").write_text("half a file")
+    change, _ = rewrite(control)
+    control.approve("alpha", "reviewer", change.id)
+    control.rollback("alpha", original, "reviewer", "back")
+    assert served(control) == original
+
+
+def test_an_unreadable_audit_line_is_a_clear_error(control):
+    rewrite(control)
+    with control.audit.path.open("a") as handle:
+        handle.write("not json at all\n")
+    with pytest.raises(IngotError, match="audit"):
+        control.status().audit.ok or control.history("alpha")

@@ -90,3 +90,27 @@ def test_the_verdict_is_recomputable_from_the_stored_json(pairs):
     evidence = rewrite_evidence([a for a, _ in pairs], [b for _, b in pairs])
     stored = json.loads(json.dumps(evidence))
     assert evaluate(stored, Thresholds()) == evaluate(evidence, Thresholds())
+
+
+def test_non_finite_or_missing_per_case_results_block_as_not_measured():
+    nan = rewrite_evidence([0.1, 0.2, 0.1], [float("nan"), 0.9, 0.9])
+    assert (
+        evaluate(nan, Thresholds()).status == "blocked"
+        and "not finite" in evaluate(nan, Thresholds()).reasons[0]
+    )
+    inf = rewrite_evidence([0.1, 0.2, 0.1], [float("inf"), 0.9, 0.9])
+    assert evaluate(inf, Thresholds()).status == "blocked"
+    flags = rewrite_evidence([0.1, 0.2, 0.1], [0.9, 0.9, 0.9])
+    del flags["measurements"]["ab"]["cases"][0]["challenger_pass"]
+    assert "pass/fail not measured" in evaluate(flags, Thresholds()).reasons[0]
+    routing = {
+        "kind": "description",
+        "measurements": {
+            "routing": {
+                "status": "measured",
+                "champion": {"top1": 0.5, "recall_at_3": 0.5, "no_route_precision": 0.5},
+                "challenger": {"top1": float("nan"), "recall_at_3": 0.9, "no_route_precision": 0.9},
+            }
+        },
+    }
+    assert "top1 not measured" in evaluate(routing, Thresholds()).reasons

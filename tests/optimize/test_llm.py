@@ -113,7 +113,7 @@ def test_the_cap_aborts_the_run_with_totals(server):
     ledger = UsageLedger("run-cap", {"agent-model": Price(5.0, 5.0)}, max_run_usd=1.0)
     client = client_for(server, ledger=ledger)
     client.complete("agent", [{"role": "user", "content": "x"}])
-    with pytest.raises(BudgetExceeded, match=r"passed MAX_RUN_USD \$1.0000") as caught:
+    with pytest.raises(BudgetExceeded, match=r"would pass MAX_RUN_USD \$1.0000") as caught:
         client.complete("agent", [{"role": "user", "content": "y"}])
     assert "'tokens_in': 1000000" in str(caught.value)
     assert len(server.chat_requests()) == 1
@@ -160,3 +160,36 @@ def test_settings_without_a_key_for_a_remote_url_say_what_to_set(monkeypatch):
 def test_secrets_are_masked_in_settings_repr(monkeypatch):
     monkeypatch.setenv("API_KEY", "sk-very-secret")
     assert "sk-very-secret" not in repr(load_settings()) and os.environ["API_KEY"] == "sk-very-secret"
+
+
+def test_concurrent_callers_cannot_all_slip_under_the_cap(server):
+    import concurrent.futures
+
+    server.add(reply="ok", prompt_tokens=100_000, completion_tokens=0)  # $0.50 a call
+    ledger = UsageLedger("run-race", {"agent-model": Price(5.0, 5.0)}, max_run_usd=1.5)
+    client = client_for(server, ledger=ledger)
+    client.complete("agent", [{"role": "user", "content": "warm-up"}])  # the ledger learns a call's cost
+
+    def call(n):
+        try:
+            client.complete("agent", [{"role": "user", "content": f"call {n}"}])
+            return "sent"
+        except BudgetExceeded:
+            return "refused"
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(call, range(16)))
+    assert ledger.totals()["total"]["usd"] <= 1.5 + 1e-9
+    assert results.count("sent") == 2
+
+
+def test_a_cap_with_an_unpriced_model_is_refused_before_sending(server):
+    server.add(reply="ok")
+    client = client_for(server, ledger=UsageLedger("run-x", {}, max_run_usd=0.01))
+    with pytest.raises(BudgetExceeded, match="has no price"):
+        client.complete("agent", [{"role": "user", "content": "x"}])
+    assert server.chat_requests() == []
+
+
+def test_endpoint_repr_hides_the_key():
+    assert "sk-test-key" not in repr(make_endpoint("agent", "https://example.org/v1", "sk-test-key", "m"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import stat
 
+import pytest
+
 from optimize.traces import LocalTraceStore, TraceRecord, redact
 
 KEY = "sk-or-v1-0123456789abcdef0123456789abcdef"
@@ -84,3 +86,40 @@ def test_corrupt_and_non_utf8_lines_are_skipped_and_counted(tmp_path):
     store.append(record(task="good two"))
     result = store.read()
     assert [r.task for r in result.records] == ["good one", "good two"] and result.skipped == 3
+
+
+def test_prose_that_merely_mentions_secrets_survives():
+    for prose in (
+        "Explain how token buckets rate-limit an API.",
+        "Input tokens: 1500",
+        "Reset your password: click the link",
+        "The bearer instrument",
+    ):
+        assert redact(prose) == prose
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "sk_live_abcdefghijklmnop1234",
+        "hf_abcdefghijklmnopqrstuvwxyz123456",
+        "glpat-abcdefghij1234567890",
+        "github_pat_11ABCDEFG0123456789abcdefghijklmnop",
+        "AKIAABCDEFGHIJKLMNOP",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijk",
+    ],
+)
+def test_common_token_formats_are_redacted(secret):
+    assert secret not in redact(f"config: {secret} end")
+
+
+def test_secrets_in_urls_quoted_json_and_secret_named_fields_are_redacted(tmp_path):
+    assert redact("postgres://admin:s3cretpw@db/x") == "postgres://[REDACTED:url-credentials]@db/x"
+    assert "battery" not in redact('{"password": "correct horse battery staple"}')
+    assert "hunter22" not in redact(r"escaped {\"password\": \"hunter22\"}")
+    store = LocalTraceStore(tmp_path / "traces.jsonl")
+    store.append(
+        record(tool_calls=({"name": "login", "arguments": {"password": "hunter2hunter2", "city": "Lisbon"}},))
+    )
+    text = store.path.read_text()
+    assert "hunter2hunter2" not in text and "Lisbon" in text
