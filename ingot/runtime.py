@@ -17,7 +17,7 @@ from optimize.changes import ChangeControl
 from optimize.gate import Thresholds
 from optimize.ledger import UsageLedger, load_prices
 from optimize.llm import LLMClient, LLMConfig, make_endpoint
-from optimize.traces import LocalTraceStore
+from optimize.traces import LocalTraceStore, TraceStore
 
 
 def calibration_from(settings: Settings) -> Calibration:
@@ -128,8 +128,19 @@ def llm_client(settings: Settings, run_id: str, cassette_name: str = "default") 
     return LLMClient(llm_config(settings), ledger, cassette)
 
 
-def trace_store(settings: Settings) -> LocalTraceStore:
-    """The trace store the settings describe (the local file; Langfuse arrives with its issue)."""
+def trace_store(settings: Settings) -> TraceStore:
+    """Langfuse when both LANGFUSE keys are set, else the local file (the default)."""
+    if settings.langfuse_public_key and settings.langfuse_secret_key:
+        from langfuse import Langfuse
+
+        from optimize.traces_langfuse import LangfuseTraceStore
+
+        client = Langfuse(
+            public_key=settings.langfuse_public_key,
+            secret_key=settings.langfuse_secret_key.get_secret_value(),
+            base_url=settings.langfuse_base_url,
+        )
+        return LangfuseTraceStore(client, enabled=settings.traces, redaction=settings.trace_redact)
     return LocalTraceStore(
         settings.runs_dir / "traces.jsonl",
         enabled=settings.traces,

@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     trace_max_bytes: int = Field(default=10 << 20, ge=1024)
     trace_backups: int = Field(default=5, ge=0)
     trace_retention_days: int = Field(default=30, ge=1)
+    langfuse_public_key: str | None = Field(default=None, description="Set both keys to trace to Langfuse.")
+    langfuse_secret_key: SecretStr | None = None
+    langfuse_base_url: str | None = Field(default=None, description="Default: Langfuse Cloud.")
     watch_skills: bool = Field(default=True, description="Re-index skills when files change on disk.")
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
 

@@ -1,0 +1,116 @@
+"""A fake Langfuse server on loopback: OTLP/HTTP trace ingest in, observations v2 JSON out.
+
+It maps span attributes the way the Langfuse server does for the fields Ingot uses (name,
+input, output, `langfuse.observation.metadata.*` JSON values, `langfuse.trace.tags`), so the
+real `langfuse` SDK can write and read through it. It checks basic auth.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+
+def _value(v: Any) -> Any:
+    if v.HasField("array_value"):
+        return [_value(x) for x in v.array_value.values]
+    for kind in ("string_value", "bool_value", "int_value", "double_value"):
+        if v.HasField(kind):
+            return getattr(v, kind)
+    return None
+
+
+class FakeLangfuse:
+    def __init__(self, public_key: str, secret_key: str) -> None:
+        self.auth = "Basic " + base64.b64encode(f"{public_key}:{secret_key}".encode()).decode()
+        self.observations: list[dict[str, Any]] = []
+        self.url = ""
+
+    def ingest(self, request: ExportTraceServiceRequest) -> None:
+        for resource in request.resource_spans:
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    attrs = {kv.key: _value(kv.value) for kv in span.attributes}
+                    metadata = {}
+                    for key, value in attrs.items():
+                        if key.startswith("langfuse.observation.metadata."):
+                            metadata[key.removeprefix("langfuse.observation.metadata.")] = json.loads(value)
+                    self.observations.append(
+                        {
+                            "id": span.span_id.hex(),
+                            "traceId": span.trace_id.hex(),
+                            "projectId": "fake",
+                            "type": str(attrs.get("langfuse.observation.type", "SPAN")).upper(),
+                            "startTime": "2026-11-29T00:00:00Z",
+                            "name": span.name,
+                            "input": attrs.get("langfuse.observation.input"),
+                            "output": attrs.get("langfuse.observation.output"),
+                            "metadata": metadata,
+                            "tags": attrs.get("langfuse.trace.tags", []),
+                        }
+                    )
+
+
+def _handler(state: FakeLangfuse) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _reply(self, status: int, payload: dict[str, Any] | None = None) -> None:
+            data = json.dumps(payload or {}).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            if self.headers.get("authorization") != state.auth:
+                return self._reply(401, {"message": "unauthorized"})
+            if self.headers.get("content-encoding") == "gzip":
+                body = gzip.decompress(body)
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            state.ingest(request)
+            self._reply(200)
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.headers.get("authorization") != state.auth:
+                return self._reply(401, {"message": "unauthorized"})
+            url = urlsplit(self.path)
+            if url.path.rstrip("/") != "/api/public/v2/observations":
+                return self._reply(404, {"message": "not found"})
+            query = parse_qs(url.query)
+            name = query.get("name", [None])[0]
+            limit = int(query.get("limit", ["50"])[0])
+            start = int(query.get("cursor", ["0"])[0] or 0)
+            matching = [o for o in state.observations if name is None or o["name"] == name]
+            page = matching[start : start + limit]
+            more = start + limit < len(matching)
+            self._reply(200, {"data": page, "meta": {"cursor": str(start + limit) if more else None}})
+
+    return Handler
+
+
+@contextmanager
+def fake_langfuse(public_key: str = "pk-lf-test", secret_key: str = "sk-lf-test") -> Iterator[FakeLangfuse]:
+    state = FakeLangfuse(public_key, secret_key)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server.daemon_threads = True
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
