@@ -128,6 +128,17 @@ class TraceStore(Protocol):
     def read(self) -> ReadResult: ...
 
 
+def stored_form(record: TraceRecord, redaction: bool) -> dict[str, Any]:
+    """The JSON a backend stores for `record`: redacted first unless redaction is off."""
+    data = record.as_json()
+    return _redact_value(data) if redaction else data
+
+
+def parse_record(line: bytes) -> TraceRecord | None:
+    """A stored record back, or None if the line is corrupt, not UTF-8 or another schema."""
+    return _parse(line)
+
+
 def _parse(line: bytes) -> TraceRecord | None:
     try:
         data = json.loads(line.decode("utf-8"))
@@ -169,10 +180,7 @@ class LocalTraceStore:
     def append(self, record: TraceRecord) -> None:
         if not self.enabled:
             return
-        data = record.as_json()
-        if self.redaction:
-            data = _redact_value(data)
-        line = (json.dumps(data, ensure_ascii=False) + "\n").encode("utf-8")
+        line = (json.dumps(stored_form(record, self.redaction), ensure_ascii=False) + "\n").encode("utf-8")
         self._prepare()
         with self._lock:
             if self.path.exists() and self.path.stat().st_size + len(line) > self.max_bytes:

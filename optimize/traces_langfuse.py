@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from optimize.traces import ReadResult, TraceRecord, _parse, _redact_value
+from optimize.traces import ReadResult, TraceRecord, parse_record, stored_form
 
 OBSERVATION_NAME = "ingot-agent-run"
 PAGE_SIZE = 100
@@ -37,9 +37,7 @@ class LangfuseTraceStore:
             return
         from langfuse import propagate_attributes
 
-        data = record.as_json()
-        if self.redaction:
-            data = _redact_value(data)
+        data = stored_form(record, self.redaction)
         with (
             propagate_attributes(tags=trace_tags(record), metadata={"route": record.route}),
             self._client.start_as_current_observation(
@@ -67,7 +65,7 @@ class LangfuseTraceStore:
                 raw = (observation.metadata or {}).get("ingot_record")
                 if isinstance(raw, dict):
                     raw = json.dumps(raw)
-                record = _parse(raw.encode("utf-8")) if isinstance(raw, str) else None
+                record = parse_record(raw.encode("utf-8")) if isinstance(raw, str) else None
                 if record is None:
                     skipped += 1
                 else:
