@@ -1,1 +1,1 @@
-"""Reserved for a later issue; see ARCHITECTURE.md."""
+"""The harness side: the capture proxy (and, with its issue, the reference agent)."""

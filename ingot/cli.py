@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ingot.errors import IngotError
+from ingot.errors import ConfigError, IngotError
 from ingot.settings import Settings, load_settings
 
 
@@ -112,6 +112,39 @@ def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
         watch=settings.watch_skills,
         log_level=settings.log_level.lower(),
     )
+
+
+@main.command()
+@click.option(
+    "--upstream",
+    required=True,
+    help="The real OpenAI-compatible base URL, e.g. https://openrouter.ai/api/v1.",
+)
+@click.option("--port", type=int, default=None, help="Proxy port (default PROXY_PORT, 8090).")
+@click.option("--harness", default=None, help="Harness name recorded with each trace.")
+def proxy(upstream: str, port: int | None, harness: str | None) -> None:
+    """Record any harness's model calls: point its base URL at this OpenAI-compatible proxy."""
+    import uvicorn
+
+    from agent.proxy import build_proxy
+    from ingot.runtime import trace_store
+    from ingot.serve import is_loopback
+    from mcp_server.sessions import SessionRoutes
+    from optimize.cassette import Cassette
+
+    settings = _settings(proxy_port=port)
+    _setup_logging(settings.log_level)
+    if not is_loopback(settings.bind_host):
+        raise ConfigError(f"the capture proxy binds loopback only; BIND_HOST is {settings.bind_host}")
+    cassette = None
+    if settings.cassette_mode in ("record", "record-missing"):
+        cassette = Cassette(settings.runs_dir / "cassettes" / "proxy.jsonl", "record")
+    app = build_proxy(upstream, trace_store(settings), SessionRoutes(settings.runs_dir), cassette, harness)
+    click.echo(
+        f"ingot: capture proxy at http://{settings.bind_host}:{settings.proxy_port}/v1 -> {upstream}",
+        err=True,
+    )
+    uvicorn.run(app, host=settings.bind_host, port=settings.proxy_port, log_level=settings.log_level.lower())
 
 
 @main.command()

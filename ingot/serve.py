@@ -11,6 +11,7 @@ import uvicorn
 from ingot.errors import ConfigError
 from mcp_server.library import Library
 from mcp_server.server import build_server
+from mcp_server.sessions import SessionRoutes
 from optimize.changes import ChangeControl
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,8 @@ def mcp_app(
     if not is_loopback(host) and host not in ("0.0.0.0", "::"):  # noqa: S104 - a check, not a bind
         hosts.append(host)
     patterns = [p for h in hosts for p in (h, f"{h}:*")]
-    return build_server(library, control).http_app(
+    sessions = SessionRoutes(control.runs_dir) if control is not None else None
+    return build_server(library, control, sessions).http_app(
         path="/mcp",
         host_origin_protection=True,
         allowed_hosts=patterns,

@@ -27,6 +27,7 @@ from ingot.errors import IngotError
 from mcp_server.library import Library
 from mcp_server.policy import CallerContext
 from mcp_server.registry import Skill
+from mcp_server.sessions import SessionRoutes
 from optimize.changes import ChangeControl
 from optimize.quarantine import agent_candidate
 
@@ -80,7 +81,9 @@ def _check_task(task: str) -> str:
     return task
 
 
-def build_server(library: Library, control: ChangeControl | None = None) -> FastMCP:
+def build_server(
+    library: Library, control: ChangeControl | None = None, sessions: SessionRoutes | None = None
+) -> FastMCP:
     """An MCP server whose tools and resources read from `library`.
 
     With `control`, agents may also propose new skills through `create_skill` (quarantined)."""
@@ -135,6 +138,10 @@ def build_server(library: Library, control: ChangeControl | None = None) -> Fast
         cwd: Annotated[str | None, Field(description="Caller's working directory.")] = None,
         available_tools: Annotated[list[str] | None, Field(description="Tools the caller has.")] = None,
         available_mcps: Annotated[list[str] | None, Field(description="MCP servers the caller has.")] = None,
+        session: Annotated[
+            str | None,
+            Field(description="Your conversation id; send it as X-Ingot-Session to the capture proxy too."),
+        ] = None,
     ) -> dict[str, Any]:
         """Pick the skill for a task and load its approved revision in one call.
 
@@ -150,6 +157,14 @@ def build_server(library: Library, control: ChangeControl | None = None) -> Fast
         )
         result = library.route(_check_task(task), context)
         skill = result.skill
+        if session and sessions is not None:
+            route = "match" if result.match else ("related" if result.related_match else "novel")
+            try:
+                sessions.record(
+                    session, route, skill.name if skill else None, skill.revision if skill else None
+                )
+            except OSError as exc:  # attribution is best-effort; the routing answer is not
+                log.warning("could not remember the route for a session: %s", exc)
         return {
             "match": result.match,
             "related_match": result.related_match,

@@ -100,3 +100,23 @@ def test_limits_and_sanitising():
     with pytest.raises(CandidateRefused, match="limit is 1024"):
         clean_description("x" * 2000)
     assert injection_check("Use this skill to write release notes.").passed
+
+
+def test_route_and_load_remembers_a_sessions_route_for_the_proxy(served):
+    from mcp_server.sessions import SessionRoutes
+
+    url, library, control, _ = served
+
+    async def go():
+        async with Client(url) as client:
+            return await client.call_tool(
+                "route_and_load", {"task": "write release notes for v2", "session": "conv-7"}
+            )
+
+    data = asyncio.run(go()).structured_content
+    remembered = SessionRoutes(control.runs_dir).lookup("conv-7")
+    assert (remembered.route, remembered.skill, remembered.revision) == (
+        "match",
+        data["match"],
+        data["revision"],
+    )
