@@ -114,6 +114,41 @@ def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
     )
 
 
+@main.command(name="agent")
+@click.argument("task")
+@click.option("--cwd", default=None, help="Working directory to report to the router (default: here).")
+@click.option("--no-create", is_flag=True, help="Evaluation mode: never call create_skill.")
+def agent_command(task: str, cwd: str | None, no_create: bool) -> None:
+    """Run the reference agent on TASK: route once, serve with the right model, record the run."""
+    import secrets as _secrets
+
+    from agent.run import ReferenceAgent
+    from ingot.runtime import llm_client, trace_store
+
+    settings = _settings()
+    _setup_logging("WARNING")
+    mcp_url = settings.mcp_url or f"http://{settings.bind_host}:{settings.mcp_port}/mcp"
+    try:
+        llm, problem = llm_client(settings, f"agent-{_secrets.token_hex(4)}"), None
+    except ConfigError as exc:
+        llm, problem = None, str(exc)
+    result = ReferenceAgent(mcp_url, llm, trace_store(settings), allow_mutation=not no_create).run(task, cwd)
+    revision = f" @ {result.revision[:12]}" if result.revision else ""
+    click.echo(f"route: {result.route} {result.skill or 'none'}{revision} (score {result.score:.3f})")
+    if result.answer is None:
+        click.echo(f"no model call: {problem or result.note}")
+        click.echo(
+            "set BASE_URL, AGENT_MODEL and STRONG_MODEL or TEACHER_MODEL (and API_KEY for a remote "
+            "endpoint) to let the agent answer; the route above is what it would serve"
+        )
+        return
+    click.echo(f"model: {result.model}; tokens in/out: {result.tokens_in}/{result.tokens_out}")
+    for change_id in result.created:
+        click.echo(f"queued a new skill for review: {change_id} (see `ingot pending`)")
+    click.echo("")
+    click.echo(result.answer)
+
+
 @main.command()
 @click.option(
     "--upstream",

@@ -31,6 +31,7 @@ class Settings(BaseSettings):
     )
     mcp_port: int = Field(default=8000, ge=1, le=65535)
     ui_port: int = Field(default=8080, ge=1, le=65535)
+    mcp_url: str | None = Field(default=None, description="Where `ingot agent` finds Ingot's MCP server.")
     proxy_port: int = Field(default=8090, ge=1, le=65535, description="Capture proxy (`ingot proxy`).")
     allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),

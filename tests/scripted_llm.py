@@ -27,6 +27,7 @@ class Rule:
     system_contains: str | None = None
     user_contains: str | None = None
     model: str | None = None
+    tool_result_contains: str | None = None  # a tool message in the request contains this
     tool_calls: list[dict[str, Any]] | None = None
     error_status: int | None = None  # answer this status...
     error_times: int = 0  # ...this many times, then the reply
@@ -39,8 +40,10 @@ class Rule:
         messages = body.get("messages", [])
         system = " ".join(_text(m) for m in messages if m.get("role") == "system")
         users = [_text(m) for m in messages if m.get("role") == "user"]
+        tools = " ".join(_text(m) for m in messages if m.get("role") == "tool")
         return (
             (self.model is None or body.get("model") == self.model)
+            and (self.tool_result_contains is None or self.tool_result_contains in tools)
             and (self.system_contains is None or self.system_contains in system)
             and (self.user_contains is None or (users and self.user_contains in users[-1]))
         )
