@@ -110,3 +110,19 @@ def running_mcp(library: Library, allowed_hosts: tuple[str, ...] = (), control=N
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.fixture
+def served_copy(tmp_path, library_factory):
+    """The bundled skills copied to tmp, served over real MCP with change control: (url, library,
+    control, root)."""
+    import shutil
+
+    from optimize.changes import ChangeControl
+
+    root = tmp_path / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    library = library_factory(root)
+    control = ChangeControl(tmp_path / "runs", (root,))
+    with running_mcp(library, control=control) as url:
+        yield url, library, control, root

@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from agent.run import ReferenceAgent
-from optimize.changes import ChangeControl
 from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.traces import LocalTraceStore
-from tests.conftest import BUNDLED_SKILLS, running_mcp
 from tests.scripted_llm import scripted_llm
 
 
 @pytest.fixture
-def world(tmp_path, library_factory):
-    root = tmp_path / "skills"
-    shutil.copytree(BUNDLED_SKILLS, root)
-    library = library_factory(root)
-    control = ChangeControl(tmp_path / "runs", (root,))
-    with scripted_llm() as llm_server, running_mcp(library, control=control) as mcp_url:
+def world(tmp_path, served_copy):
+    mcp_url, library, control, _ = served_copy
+    with scripted_llm() as llm_server:
         config = LLMConfig(
             {role: make_endpoint(role, llm_server.url, None, f"{role}-model") for role in ("agent", "strong")}
         )

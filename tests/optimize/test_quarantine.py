@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 
 import pytest
 from fastmcp import Client
 
-from optimize.changes import ChangeControl
 from optimize.quarantine import CandidateRefused, clean_description, injection_check, slugify
-from tests.conftest import BUNDLED_SKILLS, running_mcp
 
 
 @pytest.fixture
-def served(tmp_path, library_factory):
-    root = tmp_path / "skills"
-    shutil.copytree(BUNDLED_SKILLS, root)
-    library = library_factory(root)
-    control = ChangeControl(tmp_path / "runs", (root,))
-    with running_mcp(library, control=control) as url:
-        yield url, library, control, root
+def served(served_copy):
+    return served_copy
 
 
 def create(url, **args):
