@@ -1,0 +1,190 @@
+"""Execution-grounded checks: run code from an answer (or a task's `check:`) in a real sandbox.
+
+Bubblewrap by default: the command runs as uid 65534 (dropped with `setpriv` before `bwrap`, so
+RLIMIT_NPROC really applies), in fresh user, network, PID, IPC and UTS namespaces (no network),
+with /usr read-only, a private /tmp, the check's files read-only at /work, no environment, all
+capabilities dropped, and CPU, memory, process, file-size and wall-clock limits. No sandbox, no
+run: a missing or broken sandbox makes the check `inconclusive`, never an unsandboxed execution.
+A fixture that fails to set up is also `inconclusive`, not a verdict against the answer.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from optimize.promote import check_relative
+
+OUTPUT_LIMIT = 8000  # characters of stdout/stderr kept in a result
+SANDBOX_UID = 65534
+SANDBOX_TMP = "/tmp"  # noqa: S108 - a private tmpfs inside the sandbox, not the host's /tmp
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_s: float = 10.0
+    cpu_s: int = 5
+    memory_bytes: int = 512 << 20
+    processes: int = 64
+    file_bytes: int = 16 << 20
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    status: str  # "passed" | "failed" | "inconclusive"
+    reason: str
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    duration_s: float = 0.0
+
+
+class BubblewrapSandbox:
+    """Runs commands under bwrap + prlimit + timeout; `available()` says whether it can."""
+
+    def __init__(self, bwrap: str = "bwrap", limits: Limits | None = None) -> None:
+        self.bwrap, self.limits = bwrap, limits or Limits()
+
+    def available(self) -> tuple[bool, str]:
+        missing = [
+            tool for tool in (self.bwrap, "setpriv", "prlimit", "timeout") if shutil.which(tool) is None
+        ]
+        if missing:
+            return False, f"sandbox tools missing: {', '.join(missing)} (install bubblewrap and util-linux)"
+        probe = self._run({}, ["/usr/bin/true"], Limits(wall_s=10))
+        if probe.exit_code != 0:
+            return False, f"bubblewrap cannot start a sandbox here: {probe.stderr.strip()[:300]}"
+        return True, "bubblewrap"
+
+    def command(self, workdir: Path, argv: Sequence[str], limits: Limits) -> list[str]:
+        return [
+            "timeout",
+            "--kill-after=1",
+            str(limits.wall_s),
+            "setpriv",
+            f"--reuid={SANDBOX_UID}",
+            f"--regid={SANDBOX_UID}",
+            "--clear-groups",
+            "--",
+            "prlimit",
+            f"--as={limits.memory_bytes}",
+            f"--cpu={limits.cpu_s}",
+            f"--nproc={limits.processes}",
+            f"--fsize={limits.file_bytes}",
+            "--",
+            self.bwrap,
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/lib",
+            "/lib",
+            "--symlink",
+            "usr/lib64",
+            "/lib64",
+            "--symlink",
+            "usr/bin",
+            "/bin",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            SANDBOX_TMP,
+            "--ro-bind",
+            str(workdir),
+            "/work",
+            "--chdir",
+            "/work",
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            "/usr/bin:/bin",
+            "--setenv",
+            "HOME",
+            SANDBOX_TMP,
+            "--cap-drop",
+            "ALL",
+            "--",
+            *argv,
+        ]
+
+    def run(self, files: Mapping[str, bytes], argv: Sequence[str]) -> ExecResult:
+        ok, why = self.available()
+        if not ok:
+            return ExecResult("inconclusive", f"no sandbox, so not run: {why}")
+        return self._run(files, argv, self.limits)
+
+    def _run(self, files: Mapping[str, bytes], argv: Sequence[str], limits: Limits) -> ExecResult:
+        with tempfile.TemporaryDirectory(prefix="ingot-exec-") as tmp:
+            workdir = Path(tmp)
+            workdir.chmod(0o755)
+            for rel, data in files.items():
+                target = workdir / check_relative(rel)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+                target.chmod(0o644)
+            start = time.perf_counter()
+            try:
+                done = subprocess.run(
+                    self.command(workdir, argv, limits),
+                    capture_output=True,
+                    timeout=limits.wall_s + 5,
+                    check=False,
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return ExecResult("inconclusive", f"the sandbox itself failed: {exc}")
+            elapsed = time.perf_counter() - start
+        out = done.stdout.decode("utf-8", "replace")[-OUTPUT_LIMIT:]
+        err = done.stderr.decode("utf-8", "replace")[-OUTPUT_LIMIT:]
+        if done.returncode in (124, 137):
+            return ExecResult(
+                "failed",
+                f"killed after the {limits.wall_s:.0f} s wall-clock limit",
+                done.returncode,
+                out,
+                err,
+                elapsed,
+            )
+        if done.returncode < 0 or done.returncode > 128:
+            return ExecResult(
+                "failed",
+                f"killed by a resource limit (exit {done.returncode})",
+                done.returncode,
+                out,
+                err,
+                elapsed,
+            )
+        status = "passed" if done.returncode == 0 else "failed"
+        return ExecResult(status, f"exit code {done.returncode}", done.returncode, out, err, elapsed)
+
+
+def run_python(
+    sandbox: BubblewrapSandbox,
+    source: str,
+    fixture: Mapping[str, bytes] | None = None,
+    setup: str | None = None,
+) -> ExecResult:
+    """Run `source` with the system Python; a failing `setup` script makes the result inconclusive."""
+    files = {**(fixture or {}), "main.py": source.encode()}
+    if setup is not None:
+        prepared = sandbox.run({**files, "setup.py": setup.encode()}, ["python3", "setup.py"])
+        if prepared.status != "passed":
+            return ExecResult(
+                "inconclusive",
+                f"the check's fixture failed to set up ({prepared.reason}); "
+                "this says nothing about the answer",
+                prepared.exit_code,
+                prepared.stdout,
+                prepared.stderr,
+                prepared.duration_s,
+            )
+    return sandbox.run(files, ["python3", "main.py"])
