@@ -18,7 +18,6 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from fastmcp import Client
@@ -28,15 +27,10 @@ from langchain_core.tools import StructuredTool
 from agent.chat_model import IngotChatModel
 from ingot.errors import ConfigError, IngotError
 from optimize.llm import LLMClient
+from optimize.prompting import render
 from optimize.traces import TraceRecord, TraceStore
 
-PROMPTS = Path(__file__).with_name("prompts")
 HARNESS = "ingot-agent"
-
-
-def render(prompt: str, **values: str) -> str:
-    """The prompt file `agent/prompts/<prompt>.md` with `values` filled in."""
-    return (PROMPTS / f"{prompt}.md").read_text().format(**values).strip()
 
 
 @dataclass(frozen=True)
@@ -116,9 +110,11 @@ class ReferenceAgent:
         created: list[str] = []
         tools = [self._create_skill_tool(created)] if kind == "novel" and self.allow_mutation else []
         if kind == "novel":
-            system = render("novel", create_hint=render("create_hint") if tools else "")
+            system = render("agent_novel", create_hint=render("agent_create_hint") if tools else "")
         else:
-            system = render(kind, name=name, revision=decision["revision"], body=decision["skill_body"])
+            system = render(
+                f"agent_{kind}", name=name, revision=decision["revision"], body=decision["skill_body"]
+            )
         model = IngotChatModel(client=self.llm, role=role, skill_revision=decision.get("revision"))
         graph = create_agent(model=model, tools=tools, system_prompt=system)
         state = graph.invoke({"messages": [{"role": "user", "content": task}]}, {"recursion_limit": 12})
