@@ -1,0 +1,138 @@
+"""Evaluation task sets: `optimize/tasks/<skill>.yaml`, split into train, holdout and routing.
+
+    train:   [ "task text", {prompt: "...", rubric: "...", check: {fixture: {...}, assert: "..."}} ]
+    holdout: [ ... ]          # sealed: its hash goes into the evidence
+    routing: [ {task: "...", expected: skill-name | null} ]
+
+A flat list with no split is leakage: the search would be judged on the tasks it tuned on, so
+such a set is flagged and can never promote. The same for a holdout task that also appears in
+train (compared after normalising case and whitespace). The holdout's hash is computed over its
+canonical JSON: any change to it invalidates evidence measured on the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import rfc8785
+import yaml
+
+from ingot.errors import IngotError
+
+
+class TaskSetError(IngotError):
+    """A task set file is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Check:
+    fixture: Mapping[str, str]
+    assertion: str
+
+
+@dataclass(frozen=True)
+class Task:
+    prompt: str
+    rubric: str | None = None
+    check: Check | None = None
+    deliverable: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"prompt": self.prompt}
+        if self.rubric:
+            data["rubric"] = self.rubric
+        if self.check:
+            data["check"] = {"fixture": dict(self.check.fixture), "assert": self.check.assertion}
+        if self.deliverable:
+            data["deliverable"] = self.deliverable
+        return data
+
+
+@dataclass(frozen=True)
+class RoutingCase:
+    task: str
+    expected: str | None
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    skill: str
+    train: tuple[Task, ...]
+    holdout: tuple[Task, ...]
+    routing: tuple[RoutingCase, ...] = ()
+    leakage: tuple[str, ...] = field(default=())  # why this set can never promote; empty if sound
+
+    @property
+    def holdout_hash(self) -> str:
+        return hashlib.sha256(rfc8785.dumps([t.as_json() for t in self.holdout])).hexdigest()
+
+
+def _normal(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def _task(item: Any, where: str) -> Task:
+    if isinstance(item, str) and item.strip():
+        return Task(item.strip())
+    if not isinstance(item, Mapping) or not isinstance(item.get("prompt"), str) or not item["prompt"].strip():
+        raise TaskSetError(f"{where}: each task is a string or a mapping with a non-empty 'prompt'")
+    check = item.get("check")
+    parsed_check = None
+    if check is not None:
+        if not isinstance(check, Mapping) or not isinstance(check.get("assert"), str):
+            raise TaskSetError(f"{where}: 'check' needs an 'assert' script (and an optional 'fixture' map)")
+        fixture = check.get("fixture") or {}
+        if not isinstance(fixture, Mapping) or not all(isinstance(v, str) for v in fixture.values()):
+            raise TaskSetError(f"{where}: 'check.fixture' maps file names to text")
+        parsed_check = Check({str(k): v for k, v in fixture.items()}, check["assert"])
+    return Task(item["prompt"].strip(), item.get("rubric"), parsed_check, item.get("deliverable"))
+
+
+def parse_task_set(skill: str, data: Any, where: str = "task set") -> TaskSet:
+    if isinstance(data, list):
+        tasks = tuple(_task(item, f"{where}[{i}]") for i, item in enumerate(data))
+        return TaskSet(
+            skill,
+            tasks,
+            (),
+            (),
+            ("a flat task list has no train/holdout split (leakage): split it into 'train' and 'holdout'",),
+        )
+    if not isinstance(data, Mapping):
+        raise TaskSetError(f"{where}: expected a mapping with train, holdout and routing")
+    train = tuple(_task(x, f"{where}.train[{i}]") for i, x in enumerate(data.get("train") or []))
+    holdout = tuple(_task(x, f"{where}.holdout[{i}]") for i, x in enumerate(data.get("holdout") or []))
+    routing = []
+    for i, case in enumerate(data.get("routing") or []):
+        if not isinstance(case, Mapping) or not isinstance(case.get("task"), str):
+            raise TaskSetError(f"{where}.routing[{i}]: expected {{task: ..., expected: skill or null}}")
+        routing.append(RoutingCase(case["task"], case.get("expected")))
+    leakage = []
+    seen = {_normal(t.prompt) for t in train}
+    overlap = [t.prompt for t in holdout if _normal(t.prompt) in seen]
+    if overlap:
+        leakage.append(
+            f"{len(overlap)} holdout task(s) also appear in train (leakage), e.g. {overlap[0][:80]!r}"
+        )
+    if not holdout:
+        leakage.append("the holdout is empty: nothing unseen to measure on")
+    return TaskSet(skill, train, holdout, tuple(routing), tuple(leakage))
+
+
+def load_task_set(folder: Path, skill: str) -> TaskSet:
+    path = folder / f"{skill}.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise TaskSetError(
+            f"no task set for {skill!r} at {path}; write one (train/holdout/routing) or let "
+            "`ingot optimize` draft it"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise TaskSetError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    return parse_task_set(skill, data, str(path))
