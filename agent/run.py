@@ -50,6 +50,46 @@ class AgentResult:
     errors: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class Served:
+    answer: str
+    tokens_in: int
+    tokens_out: int
+    tool_calls: tuple[dict[str, Any], ...]
+
+
+def serve(
+    llm: LLMClient,
+    role: str,
+    system: str,
+    task: str,
+    tools: list[StructuredTool] | None = None,
+    skill_revision: str | None = None,
+) -> Served:
+    """One task through the LangGraph agent: the same path for live runs and for A/B evaluation."""
+    model = IngotChatModel(client=llm, role=role, skill_revision=skill_revision)
+    graph = create_agent(model=model, tools=tools or [], system_prompt=system)
+    state = graph.invoke({"messages": [{"role": "user", "content": task}]}, {"recursion_limit": 12})
+    messages = state["messages"]
+    usage = [m.usage_metadata for m in messages if getattr(m, "usage_metadata", None)]
+    calls = tuple(
+        {"name": c["name"], "arguments": c["args"]}
+        for m in messages
+        for c in (getattr(m, "tool_calls", None) or [])
+    )
+    return Served(
+        str(messages[-1].content),
+        sum(u["input_tokens"] for u in usage),
+        sum(u["output_tokens"] for u in usage),
+        calls,
+    )
+
+
+def skill_system_prompt(kind: str, name: str, revision: str, body: str) -> str:
+    """The system prompt that serves a skill (`match`) or offers it to adapt (`related`)."""
+    return render(f"agent_{kind}", name=name, revision=revision, body=body)
+
+
 class ReferenceAgent:
     def __init__(
         self,
@@ -112,26 +152,15 @@ class ReferenceAgent:
         if kind == "novel":
             system = render("agent_novel", create_hint=render("agent_create_hint") if tools else "")
         else:
-            system = render(
-                f"agent_{kind}", name=name, revision=decision["revision"], body=decision["skill_body"]
-            )
-        model = IngotChatModel(client=self.llm, role=role, skill_revision=decision.get("revision"))
-        graph = create_agent(model=model, tools=tools, system_prompt=system)
-        state = graph.invoke({"messages": [{"role": "user", "content": task}]}, {"recursion_limit": 12})
-        messages = state["messages"]
-        usage = [m.usage_metadata for m in messages if getattr(m, "usage_metadata", None)]
-        calls = tuple(
-            {"name": c["name"], "arguments": c["args"]}
-            for m in messages
-            for c in (getattr(m, "tool_calls", None) or [])
-        )
+            system = skill_system_prompt(kind, name, decision["revision"], decision["skill_body"])
+        served = serve(self.llm, role, system, task, tools, decision.get("revision"))
         result = AgentResult(
             **base,
             model=endpoint.model,
-            answer=str(messages[-1].content),
-            tokens_in=sum(u["input_tokens"] for u in usage),
-            tokens_out=sum(u["output_tokens"] for u in usage),
-            tool_calls=calls,
+            answer=served.answer,
+            tokens_in=served.tokens_in,
+            tokens_out=served.tokens_out,
+            tool_calls=served.tool_calls,
             created=tuple(created),
         )
         self._record(result, time.perf_counter() - started)

@@ -1,0 +1,114 @@
+"""Held-out A/B through the agent's serving path and the judge, with the champion cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optimize.ab import ABRunner, Arm, first_divergence
+from optimize.changes import ChangeControl
+from optimize.judge import Judge
+from optimize.llm import LLMClient, LLMConfig, make_endpoint
+from optimize.taskset import parse_task_set
+from tests.conftest import write_skill
+from tests.scripted_llm import scripted_llm
+
+CHAMPION = "# Notes\n\nOld guidance: write whatever.\nKeep it short.\n"
+CHALLENGER = "# Notes\n\nNew guidance: group by theme.\nKeep it short.\n"
+
+
+def grade(score: float, passed: bool) -> str:
+    return json.dumps(
+        {
+            "scores": {
+                d: score for d in ("correctness", "completeness", "instruction_following", "efficiency")
+            },
+            "pass": passed,
+            "rationale": "r",
+        }
+    )
+
+
+@pytest.fixture
+def setup(tmp_path):
+    with scripted_llm() as server:
+        server.add(system_contains="Old guidance", reply="weak answer\nline two")
+        server.add(system_contains="New guidance", reply="strong answer\nline two")
+        server.add(user_contains="strong answer", model="judge-model", reply=grade(0.9, True))
+        server.add(user_contains="weak answer", model="judge-model", reply=grade(0.2, False))
+        config = LLMConfig(
+            {
+                "agent": make_endpoint("agent", server.url, None, "agent-model"),
+                "judge": make_endpoint("judge", server.url, None, "judge-model"),
+            }
+        )
+        llm = LLMClient(config)
+        runner = ABRunner(llm, Judge(llm, ("judge-model",), "teacher-model"), tmp_path / "cache")
+        tasks = parse_task_set(
+            "notes", {"train": ["t1"], "holdout": ["Notes for 1.0", "Notes for 1.1", "Notes for 1.2"]}
+        )
+        yield server, runner, tasks, tmp_path
+
+
+def champion_calls(server) -> int:
+    return sum("Old guidance" in json.dumps(r.body) for r in server.chat_requests())
+
+
+def test_a_better_challenger_shows_per_case_gains_and_passes_the_gate(setup):
+    server, runner, tasks, tmp_path = setup
+    ab = runner.run(Arm("notes", "c" * 64, CHAMPION), Arm("notes", "d" * 64, CHALLENGER), tasks)
+    assert (
+        ab["samples"] == 3
+        and ab["champion_mean"] == pytest.approx(0.2)
+        and ab["challenger_mean"] == pytest.approx(0.9)
+    )
+    assert ab["cases"][0]["divergence"] == {
+        "line": 1,
+        "champion": "weak answer",
+        "challenger": "strong answer",
+    }
+    assert ab["cases"][0]["champion_tokens"] > 0 and ab["retention"] == pytest.approx(2 / 3, abs=1e-3)
+    root = tmp_path / "skills"
+    write_skill(root, "notes", "Writes notes.", CHAMPION)
+    control = ChangeControl(tmp_path / "runs", (root,))
+    files = {
+        "SKILL.md": (root / "notes" / "SKILL.md")
+        .read_text()
+        .replace("Old guidance: write whatever.", "New guidance: group by theme.")
+        .encode()
+    }
+    change, _ = control.propose("notes", "rewrite", "optimizer", files, {"ab": ab})
+    control.approve("notes", "reviewer", change.id)
+
+
+def test_a_repeat_run_makes_no_champion_side_calls(setup):
+    server, runner, tasks, _ = setup
+    champion, challenger = Arm("notes", "c" * 64, CHAMPION), Arm("notes", "d" * 64, CHALLENGER)
+    first = runner.run(champion, challenger, tasks)
+    before = champion_calls(server)
+    second = runner.run(champion, challenger, tasks)
+    assert (
+        champion_calls(server) == before
+        and second["champion_from_cache"]
+        and not first["champion_from_cache"]
+    )
+    changed = parse_task_set("notes", {"train": ["t1"], "holdout": ["Notes for 2.0", "Notes for 2.1", "x"]})
+    runner.run(champion, challenger, changed)  # a new holdout invalidates the cache
+    assert champion_calls(server) > before
+
+
+def test_a_leaky_task_set_is_measured_as_leakage(setup):
+    _, runner, _, _ = setup
+    ab = runner.run(
+        Arm("notes", "c" * 64, CHAMPION),
+        Arm("notes", "d" * 64, CHALLENGER),
+        parse_task_set("notes", ["only", "a", "flat list"]),
+    )
+    assert ab["leakage"] is True and ab["samples"] == 0
+
+
+def test_first_divergence():
+    assert first_divergence("a\nb", "a\nb") is None
+    assert first_divergence("a\nb", "a\nc")["line"] == 2
+    assert first_divergence("a", "a\nextra")["line"] == 2
