@@ -114,6 +114,36 @@ def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
     )
 
 
+@main.command()
+@skills_option
+@click.argument("skill")
+@click.option(
+    "--candidates", type=int, default=None, help="Rewrites to author (default OPTIMIZE_CANDIDATES)."
+)
+def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None) -> None:
+    """Search for a better body for SKILL and queue it, with held-out A/B evidence, for review."""
+    import secrets as _secrets
+
+    from ingot.runtime import change_control, llm_client, open_library
+    from optimize.judge import Judge
+    from optimize.pipeline import optimize_body
+
+    settings = _settings(skills)
+    _setup_logging("WARNING")
+    library = open_library(settings)
+    control = change_control(settings, library=library)
+    llm = llm_client(settings, f"optimize-{skill}-{_secrets.token_hex(3)}", cassette_name=f"optimize-{skill}")
+    judges = settings.judge_models or ((settings.judge_model,) if settings.judge_model else ())
+    judge = Judge(llm, judges, settings.teacher_model)
+    outcome = optimize_body(
+        skill, control, library, llm, judge, settings.tasks_dir, candidates or settings.optimize_candidates
+    )
+    click.echo(outcome.reason)
+    if outcome.proposed:
+        click.echo(f"queued {outcome.proposed} for review (gate: {outcome.verdict}); see `ingot pending`")
+    click.echo(f"usage: {llm.ledger.totals()['total'] if llm.ledger else 'unknown'}")
+
+
 @main.command(name="agent")
 @click.argument("task")
 @click.option("--cwd", default=None, help="Working directory to report to the router (default: here).")

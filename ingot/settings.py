@@ -72,6 +72,8 @@ class Settings(BaseSettings):
         default=None, description="JSON: model -> USD per million input/output tokens."
     )
     cassette_mode: Literal["off", "record", "replay", "record-missing"] = "off"
+    optimize_candidates: int = Field(default=5, ge=1, le=5, description="Rewrites authored per search.")
+    tasks_dir: Path = Field(default=Path("optimize/tasks"), description="Eval task sets, <skill>.yaml.")
     # -- traces --
     traces: bool = Field(default=True, description="Record agent runs in runs/traces.jsonl.")
     trace_redact: bool = True

@@ -1,0 +1,86 @@
+"""`ingot optimize SKILL`: the body pass, from task set to a quarantined, evidenced rewrite.
+
+Load the skill's task set (refusing a leaky one), search for a better body on the train tasks
+(bestofn.py), measure the winner against the live champion on the sealed holdout (ab.py), and
+hand the result to change control as a pending rewrite with its evidence and cost. It proposes;
+it never activates: nothing here writes a skills root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingot.errors import IngotError
+from mcp_server.library import Library
+from optimize.ab import ABRunner, Arm
+from optimize.bestofn import CandidateSearch
+from optimize.changes import ChangeControl
+from optimize.judge import Judge
+from optimize.llm import LLMClient
+from optimize.taskset import load_task_set
+
+
+@dataclass(frozen=True)
+class Outcome:
+    skill: str
+    proposed: str | None  # pending change id, or None
+    verdict: str | None
+    reason: str
+    ab: dict | None = None
+
+
+def with_body(skill_md: str, body: str) -> str:
+    """SKILL.md text with its body replaced and its frontmatter kept byte for byte."""
+    _, front, _ = skill_md.split("---", 2)
+    return f"---{front}---\n\n{body.strip()}\n"
+
+
+def optimize_body(
+    skill: str,
+    control: ChangeControl,
+    library: Library,
+    llm: LLMClient,
+    judge: Judge,
+    tasks_dir: Path,
+    candidates: int = 5,
+) -> Outcome:
+    tasks = load_task_set(tasks_dir, skill)
+    if tasks.leakage:
+        raise IngotError(f"the task set for {skill!r} can never promote: {'; '.join(tasks.leakage)}")
+    champion = library.get(skill)
+    search = CandidateSearch(llm, judge, candidates).search(
+        skill, champion.revision, champion.body, tasks.train
+    )
+    if search.winner is None:
+        return Outcome(skill, None, None, search.reason)
+    files = {f.path: (champion.folder / f.path).read_bytes() for f in champion.files}
+    files["SKILL.md"] = with_body(files["SKILL.md"].decode("utf-8"), search.winner.body).encode()
+    ab = ABRunner(llm, judge, control.runs_dir / "cache" / "ab").run(
+        Arm(skill, champion.revision, champion.body), Arm(skill, search.winner.id, search.winner.body), tasks
+    )
+    measurements = {
+        "ab": ab,
+        "search": {
+            "status": "measured",
+            "seed_train_mean": round(search.seed_mean, 6),
+            "winner": search.winner.id,
+            "winner_train_mean": round(search.winner.mean, 6),
+            "candidates": len(search.candidates),
+            "diagnosis": list(search.diagnosis),
+            "summary": search.reason,
+        },
+    }
+    cost = llm.ledger.totals()["total"] if llm.ledger else None
+    change, _ = control.propose(
+        skill, "rewrite", "optimizer", files, measurements, note=search.reason, cost=cost
+    )
+    return Outcome(skill, change.id, _verdict(control, change.evidence_path), search.reason, ab)
+
+
+def _verdict(control: ChangeControl, evidence_path: str | None) -> str | None:
+    from optimize import evidence
+
+    if evidence_path is None:
+        return None
+    return evidence.load(control.runs_dir / evidence_path).data["gate"]["verdict"]

@@ -1,0 +1,148 @@
+"""`ingot optimize` body pass end to end through the scripted model server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ingot.errors import IngotError
+from optimize.changes import ChangeControl
+from optimize.judge import Judge
+from optimize.llm import LLMClient, LLMConfig, make_endpoint
+from optimize.pipeline import optimize_body
+from tests.conftest import write_skill
+from tests.scripted_llm import scripted_llm
+
+STALE = "# Release notes\n\nSEED-MARK: list every commit verbatim.\n"
+TASKS = """\
+train: [Notes for 1.0, Notes for 1.1, Notes for 1.2, Notes for 1.3]
+holdout: [Notes for 2.0, Notes for 2.1, Notes for 2.2]
+"""
+
+
+def grade(score: float, passed: bool) -> str:
+    return json.dumps(
+        {
+            "scores": {
+                d: score for d in ("correctness", "completeness", "instruction_following", "efficiency")
+            },
+            "pass": passed,
+            "rationale": "r",
+        }
+    )
+
+
+@pytest.fixture
+def world(tmp_path, library_factory):
+    root = tmp_path / "skills"
+    write_skill(root, "release-notes", "Writes release notes from merged pull requests.", STALE)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "release-notes.yaml").write_text(TASKS)
+    library = library_factory(root)
+    control = ChangeControl(tmp_path / "runs", (root,))
+    with scripted_llm() as server:
+        server.add(model="judge-model", user_contains="strong answer", reply=grade(0.9, True))
+        server.add(model="judge-model", user_contains="weak answer", reply=grade(0.2, False))
+        server.add(
+            model="teacher-model",
+            user_contains="Diagnose",
+            reply=json.dumps(
+                {"issues": [{"section": "SEED-MARK", "kind": "incorrect", "detail": "verbatim commits"}]}
+            ),
+        )
+        server.add(system_contains="SEED-MARK", reply="weak answer")
+        server.add(system_contains="NEW-MARK", reply="strong answer")
+        server.add(system_contains="MEH-MARK", reply="weak answer")
+        endpoints = {
+            role: make_endpoint(role, server.url, None, f"{role}-model")
+            for role in ("agent", "teacher", "judge")
+        }
+        llm = LLMClient(LLMConfig(endpoints))
+        yield server, control, library, llm, Judge(llm, ("judge-model",), "teacher-model"), tasks, root
+
+
+def test_a_stale_skill_gets_a_pending_rewrite_with_evidence_and_skills_untouched(world):
+    server, control, library, llm, judge, tasks, root = world
+    server.add(
+        model="teacher-model",
+        user_contains="Rewrite the skill",
+        reply=json.dumps(
+            {"body": "# Release notes\n\nNEW-MARK: group changes by theme, user-facing first.\n"}
+        ),
+    )
+    before = (root / "release-notes" / "SKILL.md").read_bytes()
+    outcome = optimize_body("release-notes", control, library, llm, judge, tasks, candidates=3)
+    assert outcome.proposed and outcome.verdict == "pass"
+    ab = outcome.ab
+    assert ab["champion_mean"] == pytest.approx(0.2) and ab["challenger_mean"] == pytest.approx(0.9)
+    assert all(c["delta"] > 0 for c in ab["cases"]) and ab["cases"][0]["champion_tokens"] > 0
+    assert (root / "release-notes" / "SKILL.md").read_bytes() == before  # proposes, never activates
+    change = control.queue.get("release-notes")
+    assert change.source == "optimizer" and b"NEW-MARK" in change.files["SKILL.md"]
+    assert change.files["SKILL.md"].startswith(before.split(b"---")[0] + b"---")  # frontmatter kept
+
+
+def test_no_improvement_means_no_pending_record(world):
+    server, control, library, llm, judge, tasks, _ = world
+    server.add(
+        model="teacher-model",
+        user_contains="Rewrite the skill",
+        reply=json.dumps({"body": "# Release notes\n\nMEH-MARK: list commits, maybe grouped.\n"}),
+    )
+    outcome = optimize_body("release-notes", control, library, llm, judge, tasks, candidates=2)
+    assert outcome.proposed is None and outcome.reason.startswith("no improvement")
+    assert control.pending() == []
+
+
+def test_a_leaky_task_set_is_refused(world):
+    _, control, library, llm, judge, tasks, _ = world
+    (tasks / "release-notes.yaml").write_text("- Notes for 1.0\n- Notes for 2.0\n")
+    with pytest.raises(IngotError, match="can never promote"):
+        optimize_body("release-notes", control, library, llm, judge, tasks)
+
+
+def test_ingot_optimize_command_queues_the_rewrite(world, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    server, control, *_, tasks, root = world
+    server.add(
+        model="teacher-model",
+        user_contains="Rewrite the skill",
+        reply=json.dumps({"body": "# Release notes\n\nNEW-MARK: group changes by theme.\n"}),
+    )
+    env = {
+        **os.environ,
+        "BASE_URL": server.url,
+        "AGENT_MODEL": "agent-model",
+        "TEACHER_MODEL": "teacher-model",
+        "JUDGE_MODEL": "judge-model",
+        "TASKS_DIR": str(tasks),
+        "RUNS_DIR": str(control.runs_dir),
+        "HF_HUB_OFFLINE": "1",
+    }
+    env.pop("API_KEY", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ingot.cli",
+            "optimize",
+            "release-notes",
+            "--candidates",
+            "2",
+            "--skills",
+            str(root),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "queued chg-" in done.stdout and "gate: pass" in done.stdout
+    assert control.queue.get("release-notes") is not None
