@@ -144,6 +144,42 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None) -> No
     click.echo(f"usage: {llm.ledger.totals()['total'] if llm.ledger else 'unknown'}")
 
 
+@main.command()
+@skills_option
+@click.argument("skill")
+def mine(skills: tuple[Path, ...], skill: str) -> None:
+    """How SKILL does on recorded traffic: mean score, failing dimensions, weakest tasks."""
+    import secrets as _secrets
+
+    from ingot.runtime import llm_client, open_library, trace_store
+    from optimize.judge import Judge
+    from optimize.mining import mine as run_mining
+
+    settings = _settings(skills)
+    _setup_logging("WARNING")
+    library = open_library(settings)
+    llm = llm_client(settings, f"mine-{skill}-{_secrets.token_hex(3)}")
+    judges = settings.judge_models or ((settings.judge_model,) if settings.judge_model else ())
+    report = run_mining(
+        skill,
+        trace_store(settings),
+        library,
+        Judge(llm, judges, settings.teacher_model),
+        settings.runs_dir / "cache" / "verdicts.jsonl",
+    )
+    click.echo(
+        f"{skill}: {report.traces} traces ({report.by_tag} tagged, {report.by_routing} by routing), "
+        f"{report.clusters} clusters, {report.judged} newly judged"
+    )
+    click.echo(f"mean score: {report.mean_score if report.mean_score is not None else 'no traffic'}")
+    for dimension, count in sorted(report.failing_dimensions.items(), key=lambda x: -x[1]):
+        click.echo(f"  failing {dimension}: {count}")
+    for score, task in report.weakest:
+        click.echo(f"  eval candidate ({score:.2f}): {task}")
+    if report.skipped_lines:
+        click.echo(f"  ({report.skipped_lines} unreadable trace lines skipped)")
+
+
 @main.command(name="agent")
 @click.argument("task")
 @click.option("--cwd", default=None, help="Working directory to report to the router (default: here).")

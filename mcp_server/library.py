@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ingot.errors import SkillNotFound
 from mcp_server.embedding import CachedEmbedder
 from mcp_server.index import body_text, description_text, sentence_texts
@@ -109,6 +111,10 @@ class Library:
 
     def route(self, task: str, context: CallerContext | None = None, k: int = 5) -> RouteResult:
         return self._router.route(task, context, k)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors for `texts` with the served model (for clustering traffic, not routing)."""
+        return self._router.embedder.embed(texts)
 
     def prewarm(self, name: str, files: Mapping[str, bytes]) -> None:
         """Embed a candidate's texts into the vector cache now, so promoting it is fast later."""
