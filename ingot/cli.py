@@ -133,6 +133,24 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None) -> No
     library = open_library(settings)
     control = change_control(settings, library=library)
     llm = llm_client(settings, f"optimize-{skill}-{_secrets.token_hex(3)}", cassette_name=f"optimize-{skill}")
+    if description_pass:
+        from optimize.describe import description_files, optimize_description
+        from optimize.taskset import load_task_set
+
+        cases = load_task_set(settings.tasks_dir, skill).routing
+        result = optimize_description(skill, library, llm, cases, candidates or settings.optimize_candidates)
+        click.echo(result.reason)
+        if result.chosen is not None and result.measurements is not None:
+            change, _ = control.propose(
+                skill,
+                "description",
+                "optimizer",
+                description_files(library, skill, result.chosen),
+                result.measurements,
+                cost=llm.ledger.totals()["total"] if llm.ledger else None,
+            )
+            click.echo(f"queued {change.id} for review; see `ingot pending`")
+        return
     judges = settings.judge_models or ((settings.judge_model,) if settings.judge_model else ())
     judge = Judge(llm, judges, settings.teacher_model)
     outcome = optimize_body(

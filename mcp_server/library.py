@@ -112,6 +112,12 @@ class Library:
     def route(self, task: str, context: CallerContext | None = None, k: int = 5) -> RouteResult:
         return self._router.route(task, context, k)
 
+    def router_with(self, overrides: Mapping[str, Skill]) -> Router:
+        """A private router over the served skills with some replaced in memory (what-if scoring)."""
+        router = Router(self._router.embedder, self._router.calibration)
+        router.update({**self._router.served(), **overrides})
+        return router
+
     def embed(self, texts: list[str]) -> np.ndarray:
         """Unit vectors for `texts` with the served model (for clustering traffic, not routing)."""
         return self._router.embedder.embed(texts)

@@ -1,0 +1,135 @@
+"""`ingot optimize SKILL --description`: a better description, measured by the real router.
+
+The teacher proposes descriptions from the routing cases the current one gets wrong (the only
+model calls). Each candidate is scored by the live router over the whole library with the
+skill's description replaced in memory: top-1 and recall@3 on cases that expect a skill, and
+no-route precision (the skill does not take cases meant for nothing or for others). The routing
+cases are split by a hash of their text: candidates are *selected* on one half and *gated* on
+the other, so the cases that pick a candidate are not the ones that judge it. A candidate whose
+description would shadow another skill's (embedding cosine ≥ 0.88) is never chosen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import yaml
+from pydantic import BaseModel
+
+from mcp_server.library import Library
+from mcp_server.router import Router
+from optimize.checks import COLLISION_COSINE
+from optimize.llm import LLMClient
+from optimize.prompting import render
+from optimize.taskset import RoutingCase
+
+
+class _Proposals(BaseModel):
+    descriptions: list[str]
+
+
+@dataclass(frozen=True)
+class DescriptionOutcome:
+    chosen: str | None
+    measurements: dict | None
+    reason: str
+
+
+def split(cases: Sequence[RoutingCase]) -> tuple[list[RoutingCase], list[RoutingCase]]:
+    """(select, gate): a stable split by the hash of each case's text."""
+    select, gate = [], []
+    for case in cases:
+        (select if hashlib.sha256(case.task.encode()).digest()[0] % 2 == 0 else gate).append(case)
+    return select, gate
+
+
+def metrics(router: Router, skill: str, cases: Sequence[RoutingCase]) -> dict[str, float]:
+    expecting = [c for c in cases if c.expected]
+    others = [c for c in cases if c.expected != skill]
+    top1 = recall3 = clean = 0
+    for case in cases:
+        result = router.route(case.task, k=3)
+        chosen = result.skill.name if result.skill else None
+        if case.expected:
+            top1 += chosen == case.expected
+            recall3 += case.expected in {c.name for c in result.ranked[:3]}
+        if case.expected != skill:
+            clean += chosen != skill
+    return {
+        "top1": round(top1 / len(expecting), 4) if expecting else 1.0,
+        "recall_at_3": round(recall3 / len(expecting), 4) if expecting else 1.0,
+        "no_route_precision": round(clean / len(others), 4) if others else 1.0,
+    }
+
+
+def router_with(library: Library, skill: str, description: str | None) -> Router:
+    """A private router over the served library, with `skill`'s description replaced."""
+    if description is None:
+        return library.router_with({})
+    return library.router_with({skill: dataclasses.replace(library.get(skill), description=description)})
+
+
+def with_description(skill_md: str, description: str) -> str:
+    _, front, body = skill_md.split("---", 2)
+    meta = yaml.safe_load(front)
+    meta["description"] = description
+    return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=100) + "---" + body
+
+
+def optimize_description(
+    skill: str, library: Library, llm: LLMClient, cases: Sequence[RoutingCase], n: int = 5
+) -> DescriptionOutcome:
+    select, gate = split(cases)
+    if not select or not gate:
+        return DescriptionOutcome(
+            None,
+            None,
+            f"need routing cases on both sides of the split "
+            f"(select {len(select)}, gate {len(gate)}); add more routing cases",
+        )
+    current = library.get(skill).description
+    champion = router_with(library, skill, None)
+    listing = "\n".join(f"- {'SHOULD' if c.expected == skill else 'SHOULD NOT'}: {c.task}" for c in select)
+    prompt = render("optimize_describe", n=n, name=skill, description=current, cases=listing)
+    proposals, _ = llm.complete_json("teacher", [{"role": "user", "content": prompt}], _Proposals)
+    scored: list[tuple[float, str, Router]] = []
+    refused: list[str] = []
+    for text in [d.strip() for d in proposals.descriptions if d.strip()][:n]:
+        if len(text) > 1024:
+            refused.append("over 1024 characters")
+            continue
+        similar = {k: v for k, v in library.similar_descriptions(skill, text).items() if k != skill}
+        clash = [k for k, v in similar.items() if v >= COLLISION_COSINE]
+        if clash:
+            refused.append(f"would shadow {', '.join(clash)}")
+            continue
+        router = router_with(library, skill, text)
+        scored.append((sum(metrics(router, skill, select).values()), text, router))
+    if not scored:
+        return DescriptionOutcome(
+            None, None, "no usable candidate: " + "; ".join(refused or ["none proposed"])
+        )
+    _, chosen, router = max(scored, key=lambda item: item[0])
+    before, after = metrics(champion, skill, gate), metrics(router, skill, gate)
+    measurements = {
+        "routing": {
+            "status": "measured",
+            "champion": before,
+            "challenger": after,
+            "collisions": [],
+            "select_cases": len(select),
+            "gate_cases": len(gate),
+            "refused": refused,
+        }
+    }
+    return DescriptionOutcome(chosen, measurements, f"gate split: {before} -> {after}")
+
+
+def description_files(library: Library, skill: str, description: str) -> Mapping[str, bytes]:
+    served = library.get(skill)
+    files = {f.path: (served.folder / f.path).read_bytes() for f in served.files}
+    files["SKILL.md"] = with_description(files["SKILL.md"].decode("utf-8"), description).encode()
+    return files

@@ -1,0 +1,72 @@
+"""The description pass: the real router scores candidates; select and gate on different cases."""
+
+from __future__ import annotations
+
+import json
+
+from optimize.describe import description_files, optimize_description, router_with, split
+from optimize.llm import LLMClient, LLMConfig, make_endpoint
+from optimize.taskset import RoutingCase
+from tests.scripted_llm import scripted_llm
+
+SKILL = "incident-postmortem"
+CASES = [
+    RoutingCase("Document the timeline of yesterday's database outage for the wiki", SKILL),
+    RoutingCase("Summarise what went wrong in the deploy for the team chat", SKILL),
+    RoutingCase("Checkout was down for an hour; write up the impact and follow-ups", SKILL),
+    RoutingCase("Our API returned 500s all morning; I need the incident report for leadership", SKILL),
+    RoutingCase("Write up last night's pager incident with root cause and action items", SKILL),
+    RoutingCase("Draft release notes for v3.1", "release-notes"),
+    RoutingCase("Write a commit message for this fix", "git-commit-messages"),
+    RoutingCase("Plan a three-day itinerary for Lisbon", None),
+]
+BETTER = (
+    "Writes blameless incident postmortems and outage write-ups: what went wrong, a timeline, customer "
+    "impact, root cause and follow-up action items. Use when the user asks to document or summarise an "
+    "outage, incident, downtime, failed deploy or pager alert for the team, wiki or leadership."
+)
+
+
+def llm_with(reply: str):
+    server_cm = scripted_llm()
+    server = server_cm.__enter__()
+    server.add(model="teacher-model", reply=json.dumps({"descriptions": [reply]}))
+    return server_cm, LLMClient(
+        LLMConfig({"teacher": make_endpoint("teacher", server.url, None, "teacher-model")})
+    )
+
+
+def test_the_split_keeps_selection_and_gating_cases_apart():
+    select, gate = split(CASES)
+    assert select and gate and not {c.task for c in select} & {c.task for c in gate}
+
+
+def test_a_better_description_fixes_a_misrouted_symptom_and_passes_the_gate(tmp_path, served_copy):
+    _, library, control, _ = served_copy
+    symptom = "Document the timeline of yesterday's database outage for the wiki"
+    assert library.route(symptom).skill is None  # misrouted today
+    cm, llm = llm_with(BETTER)
+    try:
+        outcome = optimize_description(SKILL, library, llm, CASES)
+    finally:
+        cm.__exit__(None, None, None)
+    assert outcome.chosen == BETTER
+    assert router_with(library, SKILL, BETTER).route(symptom).skill.name == SKILL
+    routing = outcome.measurements["routing"]
+    assert routing["gate_cases"] and routing["select_cases"]
+    change, _ = control.propose(
+        SKILL, "description", "optimizer", description_files(library, SKILL, BETTER), outcome.measurements
+    )
+    control.approve(SKILL, "reviewer", change.id)  # gate passed and only the description changed
+    library.reload()
+    assert library.get(SKILL).description == BETTER
+
+
+def test_a_description_that_would_shadow_another_skill_is_refused(served_copy):
+    _, library, control, _ = served_copy
+    cm, llm = llm_with(library.get("release-notes").description)
+    try:
+        outcome = optimize_description(SKILL, library, llm, CASES)
+    finally:
+        cm.__exit__(None, None, None)
+    assert outcome.chosen is None and "would shadow release-notes" in outcome.reason
