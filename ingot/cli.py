@@ -120,8 +120,14 @@ def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
 @click.option(
     "--candidates", type=int, default=None, help="Rewrites to author (default OPTIMIZE_CANDIDATES)."
 )
-def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None) -> None:
-    """Search for a better body for SKILL and queue it, with held-out A/B evidence, for review."""
+@click.option(
+    "--description",
+    "description_pass",
+    is_flag=True,
+    help="Optimise the description for routing instead of the body.",
+)
+def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, description_pass: bool) -> None:
+    """Search for a better body (or description) for SKILL and queue it, with evidence, for review."""
     import secrets as _secrets
 
     from ingot.runtime import change_control, llm_client, open_library
