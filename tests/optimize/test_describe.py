@@ -70,3 +70,46 @@ def test_a_description_that_would_shadow_another_skill_is_refused(served_copy):
     finally:
         cm.__exit__(None, None, None)
     assert outcome.chosen is None and "would shadow release-notes" in outcome.reason
+
+
+def test_ingot_optimize_description_command_queues_the_change(served_copy, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    _, library, control, root = served_copy
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / f"{SKILL}.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "train": ["t"],
+                "holdout": ["h"],
+                "routing": [{"task": c.task, "expected": c.expected} for c in CASES],
+            }
+        )
+    )
+    with scripted_llm() as server:
+        server.add(model="teacher-model", reply=json.dumps({"descriptions": [BETTER]}))
+        env = {
+            **os.environ,
+            "BASE_URL": server.url,
+            "TEACHER_MODEL": "teacher-model",
+            "TASKS_DIR": str(tasks),
+            "RUNS_DIR": str(control.runs_dir),
+            "HF_HUB_OFFLINE": "1",
+        }
+        env.pop("API_KEY", None)
+        done = subprocess.run(
+            [sys.executable, "-m", "ingot.cli", "optimize", SKILL, "--description", "--skills", str(root)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=180,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "queued chg-" in done.stdout
+    assert control.queue.get(SKILL).kind == "description"
