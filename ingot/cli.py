@@ -204,6 +204,41 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
         click.echo(f"  ({report.skipped_lines} unreadable trace lines skipped)")
 
 
+@main.command(name="loop")
+@skills_option
+@click.argument("targets", nargs=-1)
+def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
+    """Mine every skill with a task set (or TARGETS) and optimize the unhealthy ones (quarantined)."""
+    import secrets as _secrets
+
+    from ingot.runtime import change_control, llm_client, open_library, trace_store
+    from optimize.judge import Judge
+    from optimize.loop import run_loop
+
+    settings = _settings(skills)
+    _setup_logging("WARNING")
+    library = open_library(settings)
+    control = change_control(settings, library=library)
+    llm = llm_client(settings, f"loop-{_secrets.token_hex(3)}")
+    judges = settings.judge_models or ((settings.judge_model,) if settings.judge_model else ())
+    entries = run_loop(
+        targets,
+        library,
+        control,
+        llm,
+        Judge(llm, judges, settings.teacher_model),
+        trace_store(settings),
+        settings.tasks_dir,
+        settings.loop_health_threshold,
+        settings.loop_passes,
+        settings.optimize_candidates,
+        progress=lambda message: click.echo(f"... {message}", err=True),
+    )
+    for entry in entries:
+        score = "-" if entry.mean_score is None else f"{entry.mean_score:.2f}"
+        click.echo(f"{entry.skill}  {score}  {entry.action}: {entry.detail}")
+
+
 @main.command(name="agent")
 @click.argument("task")
 @click.option("--cwd", default=None, help="Working directory to report to the router (default: here).")

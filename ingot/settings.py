@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     cassette_mode: Literal["off", "record", "replay", "record-missing"] = "off"
     optimize_candidates: int = Field(default=5, ge=1, le=5, description="Rewrites authored per search.")
     tasks_dir: Path = Field(default=Path("optimize/tasks"), description="Eval task sets, <skill>.yaml.")
+    loop_health_threshold: float = Field(
+        default=0.7, ge=0, le=1, description="Optimize skills scoring below."
+    )
+    loop_passes: Annotated[tuple[str, ...], NoDecode] = Field(default=("body", "description"))
     # -- traces --
     traces: bool = Field(default=True, description="Record agent runs in runs/traces.jsonl.")
     trace_redact: bool = True
@@ -93,7 +97,7 @@ class Settings(BaseSettings):
             return tuple(Path(p.strip()) for p in value.split(",") if p.strip())
         return value
 
-    @field_validator("allowed_hosts", "judge_models", mode="before")
+    @field_validator("allowed_hosts", "judge_models", "loop_passes", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):
