@@ -159,8 +159,17 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
         return
     judges = settings.judge_models or ((settings.judge_model,) if settings.judge_model else ())
     judge = Judge(llm, judges, settings.teacher_model)
+    from optimize.execcheck import BubblewrapSandbox
+
     outcome = optimize_body(
-        skill, control, library, llm, judge, settings.tasks_dir, candidates or settings.optimize_candidates
+        skill,
+        control,
+        library,
+        llm,
+        judge,
+        settings.tasks_dir,
+        candidates or settings.optimize_candidates,
+        sandbox=BubblewrapSandbox(),
     )
     click.echo(outcome.reason)
     if outcome.proposed:

@@ -21,6 +21,7 @@ from typing import Any
 import rfc8785
 
 from agent.run import serve, skill_system_prompt
+from optimize.execcheck import BubblewrapSandbox, run_check
 from optimize.judge import Judge
 from optimize.llm import LLMClient
 from optimize.taskset import TaskSet
@@ -52,8 +53,10 @@ def first_divergence(a: str, b: str) -> dict[str, Any] | None:
 
 
 class ABRunner:
-    def __init__(self, llm: LLMClient, judge: Judge, cache_dir: Path) -> None:
-        self.llm, self.judge, self.cache_dir = llm, judge, cache_dir
+    def __init__(
+        self, llm: LLMClient, judge: Judge, cache_dir: Path, sandbox: BubblewrapSandbox | None = None
+    ) -> None:
+        self.llm, self.judge, self.cache_dir, self.sandbox = llm, judge, cache_dir, sandbox
 
     def _cache_path(self, champion: Arm, tasks: TaskSet) -> Path:
         key = {
@@ -69,7 +72,12 @@ class ABRunner:
         results = []
         for task in tasks.holdout:
             served = serve(self.llm, "agent", system, task.prompt, tools=None, skill_revision=arm.revision)
-            grade = self.judge.grade(task.prompt, served.answer, rubric=task.rubric)
+            check = None
+            if task.check is not None:
+                check = run_check(
+                    self.sandbox, served.answer, task.check.fixture, task.check.assertion, task.check.setup
+                )
+            grade = self.judge.grade(task.prompt, served.answer, rubric=task.rubric, check=check)
             results.append(
                 {
                     "answer": served.answer,
@@ -77,6 +85,7 @@ class ABRunner:
                     "pass": grade.passed,
                     "tokens": served.tokens_in + served.tokens_out,
                     "dimensions": dict(grade.dimensions),
+                    "check": None if check is None else {"status": check.status, "reason": check.reason},
                 }
             )
         return results
@@ -118,6 +127,8 @@ class ABRunner:
                     "champion_tokens": a["tokens"],
                     "challenger_tokens": b["tokens"],
                     "divergence": first_divergence(a["answer"], b["answer"]),
+                    "champion_check": a.get("check"),
+                    "challenger_check": b.get("check"),
                 }
             )
         return {

@@ -10,6 +10,7 @@ A fixture that fails to set up is also `inconclusive`, not a verdict against the
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -188,3 +189,40 @@ def run_python(
                 prepared.duration_s,
             )
     return sandbox.run(files, ["python3", "main.py"])
+
+
+_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
+
+
+def answer_code(answer: str) -> str:
+    """The first fenced Python block of an answer, or the whole answer if it has none."""
+    found = _CODE_BLOCK.search(answer)
+    return found.group(1) if found else answer
+
+
+def run_check(
+    sandbox: BubblewrapSandbox | None,
+    answer: str,
+    fixture: Mapping[str, str],
+    assertion: str,
+    setup: str | None = None,
+) -> ExecResult:
+    """Run a task's check against an answer: answer.py (its code), the fixture, then check.py."""
+    if sandbox is None:
+        return ExecResult("inconclusive", "no sandbox configured, so not run")
+    files = {name: text.encode() for name, text in fixture.items()}
+    files["answer.py"] = answer_code(answer).encode()
+    files["check.py"] = assertion.encode()
+    if setup is not None:
+        prepared = sandbox.run({**files, "setup.py": setup.encode()}, ["python3", "setup.py"])
+        if prepared.status != "passed":
+            return ExecResult(
+                "inconclusive",
+                f"the check's fixture failed to set up ({prepared.reason}); "
+                "this says nothing about the answer",
+                prepared.exit_code,
+                prepared.stdout,
+                prepared.stderr,
+                prepared.duration_s,
+            )
+    return sandbox.run(files, ["python3", "check.py"])

@@ -16,6 +16,7 @@ from mcp_server.library import Library
 from optimize.ab import ABRunner, Arm
 from optimize.bestofn import CandidateSearch
 from optimize.changes import ChangeControl
+from optimize.execcheck import BubblewrapSandbox
 from optimize.judge import Judge
 from optimize.llm import LLMClient
 from optimize.taskset import load_task_set
@@ -44,6 +45,7 @@ def optimize_body(
     judge: Judge,
     tasks_dir: Path,
     candidates: int = 5,
+    sandbox: BubblewrapSandbox | None = None,
 ) -> Outcome:
     tasks = load_task_set(tasks_dir, skill)
     if tasks.leakage:
@@ -56,7 +58,7 @@ def optimize_body(
         return Outcome(skill, None, None, search.reason)
     files = {f.path: (champion.folder / f.path).read_bytes() for f in champion.files}
     files["SKILL.md"] = with_body(files["SKILL.md"].decode("utf-8"), search.winner.body).encode()
-    ab = ABRunner(llm, judge, control.runs_dir / "cache" / "ab").run(
+    ab = ABRunner(llm, judge, control.runs_dir / "cache" / "ab", sandbox).run(
         Arm(skill, champion.revision, champion.body), Arm(skill, search.winner.id, search.winner.body), tasks
     )
     measurements = {

@@ -32,7 +32,8 @@ class TaskSetError(IngotError):
 @dataclass(frozen=True)
 class Check:
     fixture: Mapping[str, str]
-    assertion: str
+    assertion: str  # a Python script run beside answer.py; exit 0 = the answer works
+    setup: str | None = None  # optional script preparing the fixture; if it fails: inconclusive
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class Task:
             data["rubric"] = self.rubric
         if self.check:
             data["check"] = {"fixture": dict(self.check.fixture), "assert": self.check.assertion}
+            if self.check.setup:
+                data["check"]["setup"] = self.check.setup
         if self.deliverable:
             data["deliverable"] = self.deliverable
         return data
@@ -89,7 +92,10 @@ def _task(item: Any, where: str) -> Task:
         fixture = check.get("fixture") or {}
         if not isinstance(fixture, Mapping) or not all(isinstance(v, str) for v in fixture.values()):
             raise TaskSetError(f"{where}: 'check.fixture' maps file names to text")
-        parsed_check = Check({str(k): v for k, v in fixture.items()}, check["assert"])
+        setup = check.get("setup")
+        if setup is not None and not isinstance(setup, str):
+            raise TaskSetError(f"{where}: 'check.setup' is a script (text)")
+        parsed_check = Check({str(k): v for k, v in fixture.items()}, check["assert"], setup)
     return Task(item["prompt"].strip(), item.get("rubric"), parsed_check, item.get("deliverable"))
 
 

@@ -112,3 +112,42 @@ def test_first_divergence():
     assert first_divergence("a\nb", "a\nb") is None
     assert first_divergence("a\nb", "a\nc")["line"] == 2
     assert first_divergence("a", "a\nextra")["line"] == 2
+
+
+@pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap not installed")
+def test_an_execution_check_overrules_the_judge(tmp_path):
+    from optimize.execcheck import BubblewrapSandbox
+
+    with scripted_llm() as server:
+        server.add(system_contains="Old guidance", reply="```python\ndef add(a, b):\n    return a + b\n```")
+        server.add(system_contains="New guidance", reply="```python\ndef add(a, b):\n    return a - b\n```")
+        server.add(model="judge-model", reply=grade(0.9, True))  # the judge likes both
+        config = LLMConfig(
+            {
+                "agent": make_endpoint("agent", server.url, None, "agent-model"),
+                "judge": make_endpoint("judge", server.url, None, "judge-model"),
+            }
+        )
+        llm = LLMClient(config)
+        runner = ABRunner(
+            llm,
+            Judge(llm, ("judge-model",), "teacher-model"),
+            tmp_path / "cache",
+            sandbox=BubblewrapSandbox(),
+        )
+        tasks = parse_task_set(
+            "math",
+            {
+                "train": ["t"],
+                "holdout": [
+                    {
+                        "prompt": "Write add(a, b)",
+                        "check": {"assert": "from answer import add\nassert add(2, 3) == 5\n"},
+                    }
+                ],
+            },
+        )
+        ab = runner.run(Arm("math", "c" * 64, CHAMPION), Arm("math", "d" * 64, CHALLENGER), tasks)
+    case = ab["cases"][0]
+    assert case["champion_check"]["status"] == "passed" and case["challenger_check"]["status"] == "failed"
+    assert case["champion_pass"] is True and case["challenger_pass"] is False  # a catastrophic regression

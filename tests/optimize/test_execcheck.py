@@ -77,3 +77,20 @@ def test_no_sandbox_means_inconclusive_never_an_unsandboxed_run(tmp_path):
 def test_a_broken_fixture_is_inconclusive_not_a_failure(sandbox):
     result = run_python(sandbox, "print('answer')\n", setup="raise SystemExit('fixture broke')\n")
     assert result.status == "inconclusive" and "fixture failed" in result.reason
+
+
+def test_a_task_check_runs_the_answers_code_against_the_fixture(sandbox):
+    from optimize.execcheck import run_check
+
+    fixture = {"data.csv": "a,b\n1,2\n3,4\n"}
+    check = "from answer import total\nassert total('data.csv') == 10, total('data.csv')\n"
+    good = (
+        "Here you go:\n```python\nimport csv\ndef total(p):\n    rows = list(csv.reader(open(p)))[1:]\n"
+        "    return sum(int(x) for r in rows for x in r)\n```\n"
+    )
+    bad = "```python\ndef total(p):\n    return 0\n```"
+    assert run_check(sandbox, good, fixture, check).status == "passed"
+    assert run_check(sandbox, bad, fixture, check).status == "failed"
+    broken = run_check(sandbox, good, fixture, check, setup="raise SystemExit(1)")
+    assert broken.status == "inconclusive"
+    assert run_check(None, good, fixture, check).status == "inconclusive"
