@@ -427,6 +427,20 @@ def bench_promote(rounds: int) -> None:
     _print_json(run(settings, rounds))
 
 
+@bench.command(name="optimize")
+@click.option("--candidates", default=5, help="Candidate rewrites per search.")
+def bench_optimize(candidates: int) -> None:
+    """Model calls and tokens per verdict (body and description passes) against the scripted server."""
+    repo = Path(__file__).resolve().parents[1]
+    if not (repo / "tests" / "scripted_llm.py").exists():
+        raise IngotError("`ingot bench optimize` needs a source checkout (it uses tests/scripted_llm.py)")
+    sys.path.insert(0, str(repo))
+    from scripts.bench_optimize import run as run_bench
+
+    _setup_logging("WARNING")
+    _print_json(run_bench(candidates))
+
+
 # -- change control -------------------------------------------------------------------------
 
 

@@ -1,0 +1,149 @@
+"""`ingot bench optimize`: model calls and tokens per verdict, against the scripted model server.
+
+Runs the body pass (search + held-out A/B) and the description pass on a small synthetic skill
+with the scripted OpenAI-compatible server from tests/ (no real model, no network), then runs the
+body pass's A/B again against the unchanged champion to show what the champion cache saves.
+Prints JSON. Numbers are call and token counts, which do not depend on machine speed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from mcp_server.embedding import load_embedder  # noqa: E402
+from mcp_server.library import Library  # noqa: E402
+from optimize.ab import ABRunner, Arm  # noqa: E402
+from optimize.changes import ChangeControl  # noqa: E402
+from optimize.describe import optimize_description  # noqa: E402
+from optimize.judge import Judge  # noqa: E402
+from optimize.ledger import UsageLedger  # noqa: E402
+from optimize.llm import LLMClient, LLMConfig, make_endpoint  # noqa: E402
+from optimize.pipeline import optimize_body  # noqa: E402
+from optimize.taskset import load_task_set  # noqa: E402
+from tests.conftest import BUNDLED_SKILLS  # noqa: E402
+from tests.scripted_llm import scripted_llm  # noqa: E402
+
+TASKS = """\
+train: [Notes for 1.0, Notes for 1.1, Notes for 1.2, Notes for 1.3, Notes for 1.4, Notes for 1.5]
+holdout: [Notes for 2.0, Notes for 2.1, Notes for 2.2, Notes for 2.3]
+routing:
+  - {task: Draft release notes for v3.1, expected: release-notes}
+  - {task: Summarise the merged PRs for the changelog, expected: release-notes}
+  - {task: Turn this sprint's merged pull requests into user-facing notes, expected: release-notes}
+  - {task: Write the announcement of what changed in version 4, expected: release-notes}
+  - {task: Write a commit message for this fix, expected: git-commit-messages}
+  - {task: Plan a three-day itinerary for Lisbon, expected: null}
+  - {task: "What shipped in the last sprint? Write it up for customers", expected: release-notes}
+  - {task: Prepare the GitHub release text for tag v2.0.0, expected: release-notes}
+  - {task: Harden our Dockerfile, expected: dockerfile-hardening}
+  - {task: Explain the rules of cricket, expected: null}
+"""
+
+
+def _grade(score: float) -> str:
+    dims = ("correctness", "completeness", "instruction_following", "efficiency")
+    return json.dumps({"scores": {d: score for d in dims}, "pass": score >= 0.5, "rationale": "r"})
+
+
+def _counts(server, since: int) -> dict:
+    """Calls the scripted server received since request number `since`, by model."""
+    requests = server.chat_requests()[since:]
+    models = sorted({r.body["model"] for r in requests})
+    return {
+        "model_calls": len(requests),
+        "calls_by_model": {m: sum(r.body["model"] == m for r in requests) for m in models},
+    }
+
+
+def run(candidates: int = 5) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="ingot-bench-optimize-"))
+    import shutil
+
+    shutil.copytree(BUNDLED_SKILLS, work / "skills")
+    skill_md = work / "skills" / "release-notes" / "SKILL.md"
+    text = skill_md.read_text()
+    front, body = text.split("---", 2)[1], text.split("---", 2)[2]
+    skill_md.write_text(f"---{front}---\nSEED-MARK\n{body}")
+    (work / "tasks").mkdir()
+    (work / "tasks" / "release-notes.yaml").write_text(TASKS)
+    library = Library((work / "skills",), load_embedder(None, None, work / "vectors.sqlite"))
+    library.reload()
+    control = ChangeControl(work / "runs", (work / "skills",))
+    with scripted_llm() as server:
+        server.add(model="judge-model", user_contains="strong answer", reply=_grade(0.9))
+        server.add(model="judge-model", user_contains="weak answer", reply=_grade(0.3))
+        server.add(model="teacher-model", user_contains="Diagnose", reply=json.dumps({"issues": []}))
+        server.add(
+            model="teacher-model",
+            user_contains="Rewrite the skill",
+            reply=json.dumps({"body": "# Release notes\n\nNEW-MARK: group by theme.\n"}),
+        )
+        server.add(
+            model="teacher-model",
+            user_contains="router picks agent skills",
+            reply=json.dumps(
+                {
+                    "descriptions": [
+                        "Writes user-facing release notes and changelog entries from merged pull "
+                        "requests, grouped by theme. Use when the user asks for release notes, a "
+                        "changelog or a summary of what changed in a version."
+                    ]
+                }
+            ),
+        )
+        server.add(system_contains="SEED-MARK", reply="weak answer")
+        server.add(system_contains="NEW-MARK", reply="strong answer")
+        endpoints = {
+            r: make_endpoint(r, server.url, None, f"{r}-model") for r in ("agent", "teacher", "judge")
+        }
+        ledger = UsageLedger("bench")
+        llm = LLMClient(LLMConfig(endpoints), ledger)
+        judge = Judge(llm, ("judge-model",), "teacher-model")
+        body = optimize_body("release-notes", control, library, llm, judge, work / "tasks", candidates)
+        body_counts = {
+            **_counts(server, 0),
+            "tokens_in": ledger.totals()["total"]["tokens_in"],
+            "tokens_out": ledger.totals()["total"]["tokens_out"],
+        }
+        mark = len(server.chat_requests())
+        tasks = load_task_set(work / "tasks", "release-notes")
+        described = optimize_description("release-notes", library, llm, tasks.routing, candidates)
+        description_counts = _counts(server, mark)
+        mark = len(server.chat_requests())
+        champion = library.get("release-notes")
+        runner = ABRunner(llm, judge, control.runs_dir / "cache" / "ab")
+        runner.run(
+            Arm("release-notes", champion.revision, champion.body),
+            Arm("release-notes", "again", "# Release notes\n\nNEW-MARK: group by theme.\n"),
+            tasks,
+        )
+        repeat = server.chat_requests()[mark:]
+        champion_side = sum("SEED-MARK" in json.dumps(r.body) for r in repeat)
+    holdout = len(tasks.holdout)
+    return {
+        "candidates": candidates,
+        "train_tasks": len(tasks.train),
+        "holdout_tasks": holdout,
+        "body_pass": {**body_counts, "verdict": body.verdict},
+        "description_pass": {
+            **description_counts,
+            "chosen": described.chosen is not None,
+            "summary": described.reason,
+        },
+        "repeat_ab": {
+            "model_calls": len(repeat),
+            "champion_side_calls": champion_side,
+            "calls_saved_by_champion_cache": 2 * holdout,  # one serve + one judge per task
+            "saving_share": round(2 * holdout / (len(repeat) + 2 * holdout), 3),
+        },
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))
