@@ -157,6 +157,15 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
             )
             click.echo(f"queued {change.id} for review; see `ingot pending`")
         return
+    if not (settings.tasks_dir / f"{skill}.yaml").exists():
+        from optimize.taskset import draft_task_set
+
+        path = draft_task_set(llm, library.get(skill), settings.tasks_dir)
+        click.echo(
+            f"no task set for {skill}: the teacher drafted {path}. Review it (its holdout will be "
+            "sealed into the evidence), then run `ingot optimize` again"
+        )
+        return
     judges = settings.judge_models or ((settings.judge_model,) if settings.judge_model else ())
     judge = Judge(llm, judges, settings.teacher_model)
     from optimize.execcheck import BubblewrapSandbox

@@ -21,6 +21,7 @@ from typing import Any
 
 import rfc8785
 import yaml
+from pydantic import BaseModel
 
 from ingot.errors import IngotError
 
@@ -142,3 +143,45 @@ def load_task_set(folder: Path, skill: str) -> TaskSet:
     except yaml.YAMLError as exc:
         raise TaskSetError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     return parse_task_set(skill, data, str(path))
+
+
+class _Draft(BaseModel):
+    train: list[str]
+    holdout: list[str]
+    routing: list[dict[str, Any]] = []
+
+
+def draft_task_set(
+    llm: Any, skill: Any, folder: Path, train: int = 8, holdout: int = 5, routing: int = 8
+) -> Path:
+    """Have the teacher draft `<skill>.yaml` for a skill that has none; never overwrites one.
+
+    The draft is written for a person to review before it is used: the holdout it contains will
+    be sealed into every evidence bundle measured on it."""
+    from optimize.prompting import render
+
+    path = folder / f"{skill.name}.yaml"
+    if path.exists():
+        raise TaskSetError(f"{path} already exists; edit it instead of drafting a new one")
+    prompt = render(
+        "optimize_draft_tasks",
+        name=skill.name,
+        description=skill.description,
+        body=skill.body,
+        train=train,
+        holdout=holdout,
+        routing=routing,
+    )
+    draft, _ = llm.complete_json("teacher", [{"role": "user", "content": prompt}], _Draft)
+    data = {"train": draft.train, "holdout": draft.holdout, "routing": draft.routing}
+    parsed = parse_task_set(skill.name, data, "drafted task set")
+    if parsed.leakage:
+        raise TaskSetError(
+            f"the teacher's draft is unusable: {'; '.join(parsed.leakage)}; write the set by hand"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "# Drafted by the teacher model: review before optimizing (the holdout is sealed into evidence).\n"
+        + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+    )
+    return path

@@ -64,3 +64,37 @@ def test_no_holdout_task_is_ever_silently_in_train(train, holdout):
     normal = lambda s: " ".join(s.split()).lower()  # noqa: E731
     shared = {normal(t) for t in train} & {normal(t) for t in holdout}
     assert bool(shared) == any("also appear in train" in reason for reason in tasks.leakage)
+
+
+def test_the_teacher_drafts_a_set_for_review_and_never_overwrites_one(tmp_path, library_factory):
+    import json
+
+    from optimize.llm import LLMClient, LLMConfig, make_endpoint
+    from optimize.taskset import draft_task_set
+    from tests.conftest import BUNDLED_SKILLS
+    from tests.scripted_llm import scripted_llm
+
+    library = library_factory(BUNDLED_SKILLS)
+    skill = library.get("release-notes")
+    draft = {
+        "train": ["Notes for 1.0", "Notes for 1.1"],
+        "holdout": ["Notes for 2.0"],
+        "routing": [
+            {"task": "Draft release notes", "expected": "release-notes"},
+            {"task": "Bake bread", "expected": None},
+        ],
+    }
+    with scripted_llm() as server:
+        server.add(model="teacher-model", reply=json.dumps(draft))
+        llm = LLMClient(LLMConfig({"teacher": make_endpoint("teacher", server.url, None, "teacher-model")}))
+        path = draft_task_set(llm, skill, tmp_path)
+        assert path.read_text().startswith("# Drafted by the teacher model")
+        tasks = load_task_set(tmp_path, "release-notes")
+        assert [t.prompt for t in tasks.holdout] == ["Notes for 2.0"] and tasks.leakage == ()
+        with pytest.raises(TaskSetError, match="already exists"):
+            draft_task_set(llm, skill, tmp_path)
+        leaky = {**draft, "holdout": ["Notes for 1.0"]}
+        server.rules.clear()
+        server.add(model="teacher-model", reply=json.dumps(leaky))
+        with pytest.raises(TaskSetError, match="unusable"):
+            draft_task_set(llm, skill, tmp_path / "other")
