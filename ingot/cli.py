@@ -168,7 +168,8 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
         return
     judges = settings.judge_models or ((settings.judge_model,) if settings.judge_model else ())
     judge = Judge(llm, judges, settings.teacher_model)
-    from optimize.execcheck import BubblewrapSandbox
+
+    from optimize.execcheck import make_sandbox
 
     outcome = optimize_body(
         skill,
@@ -178,7 +179,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
         judge,
         settings.tasks_dir,
         candidates or settings.optimize_candidates,
-        sandbox=BubblewrapSandbox(),
+        sandbox=make_sandbox(settings.exec_sandbox),
     )
     click.echo(outcome.reason)
     if outcome.proposed:

@@ -78,6 +78,9 @@ class Settings(BaseSettings):
         default=0.7, ge=0, le=1, description="Optimize skills scoring below."
     )
     loop_passes: Annotated[tuple[str, ...], NoDecode] = Field(default=("body", "description"))
+    exec_sandbox: Literal["bubblewrap", "docker", "none"] = Field(
+        default="bubblewrap", description="Where code from answers runs; none: checks are inconclusive."
+    )
     # -- traces --
     traces: bool = Field(default=True, description="Record agent runs in runs/traces.jsonl.")
     trace_redact: bool = True

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,47 +125,115 @@ class BubblewrapSandbox:
         return self._run(files, argv, self.limits)
 
     def _run(self, files: Mapping[str, bytes], argv: Sequence[str], limits: Limits) -> ExecResult:
-        with tempfile.TemporaryDirectory(prefix="ingot-exec-") as tmp:
-            workdir = Path(tmp)
-            workdir.chmod(0o755)
-            for rel, data in files.items():
-                target = workdir / check_relative(rel)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-                target.chmod(0o644)
-            start = time.perf_counter()
-            try:
-                done = subprocess.run(
-                    self.command(workdir, argv, limits),
-                    capture_output=True,
-                    timeout=limits.wall_s + 5,
-                    check=False,
-                )
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                return ExecResult("inconclusive", f"the sandbox itself failed: {exc}")
-            elapsed = time.perf_counter() - start
-        out = done.stdout.decode("utf-8", "replace")[-OUTPUT_LIMIT:]
-        err = done.stderr.decode("utf-8", "replace")[-OUTPUT_LIMIT:]
-        if done.returncode in (124, 137):
-            return ExecResult(
-                "failed",
-                f"killed after the {limits.wall_s:.0f} s wall-clock limit",
-                done.returncode,
-                out,
-                err,
-                elapsed,
+        return _execute(self.command, files, argv, limits)
+
+
+def _execute(
+    command: Callable[[Path, Sequence[str], Limits], list[str]],
+    files: Mapping[str, bytes],
+    argv: Sequence[str],
+    limits: Limits,
+) -> ExecResult:
+    """Lay out `files` in a fresh folder, run the sandbox `command` over it, and classify the exit."""
+    with tempfile.TemporaryDirectory(prefix="ingot-exec-") as tmp:
+        workdir = Path(tmp)
+        workdir.chmod(0o755)
+        for rel, data in files.items():
+            target = workdir / check_relative(rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            target.chmod(0o644)
+        start = time.perf_counter()
+        try:
+            done = subprocess.run(
+                command(workdir, argv, limits), capture_output=True, timeout=limits.wall_s + 5, check=False
             )
-        if done.returncode < 0 or done.returncode > 128:
-            return ExecResult(
-                "failed",
-                f"killed by a resource limit (exit {done.returncode})",
-                done.returncode,
-                out,
-                err,
-                elapsed,
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return ExecResult("inconclusive", f"the sandbox itself failed: {exc}")
+        elapsed = time.perf_counter() - start
+    out = done.stdout.decode("utf-8", "replace")[-OUTPUT_LIMIT:]
+    err = done.stderr.decode("utf-8", "replace")[-OUTPUT_LIMIT:]
+    if done.returncode in (124, 137):
+        reason = f"killed after the {limits.wall_s:.0f} s wall-clock limit"
+        return ExecResult("failed", reason, done.returncode, out, err, elapsed)
+    if done.returncode < 0 or done.returncode > 128:
+        reason = f"killed by a resource limit (exit {done.returncode})"
+        return ExecResult("failed", reason, done.returncode, out, err, elapsed)
+    status = "passed" if done.returncode == 0 else "failed"
+    return ExecResult(status, f"exit code {done.returncode}", done.returncode, out, err, elapsed)
+
+
+class DockerSandbox:
+    """The same checks in a throwaway container (EXEC_SANDBOX=docker): no network, read-only root,
+    tmpfs /tmp, uid 65534, memory/CPU/pids limits. Needs a running engine; without one every
+    check is inconclusive."""
+
+    def __init__(self, image: str = "python:3.11-slim", limits: Limits | None = None) -> None:
+        self.image, self.limits = image, limits or Limits()
+
+    def available(self) -> tuple[bool, str]:
+        if shutil.which("docker") is None:
+            return False, "the docker client is not installed"
+        try:
+            probe = subprocess.run(
+                ["docker", "info", "--format", "{{.ServerVersion}}"],
+                capture_output=True,
+                timeout=15,
+                check=False,
             )
-        status = "passed" if done.returncode == 0 else "failed"
-        return ExecResult(status, f"exit code {done.returncode}", done.returncode, out, err, elapsed)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return False, f"docker did not answer: {exc}"
+        if probe.returncode != 0:
+            return False, "no Docker engine is reachable (`docker info` failed)"
+        return True, "docker"
+
+    def command(self, workdir: Path, argv: Sequence[str], limits: Limits) -> list[str]:
+        return [
+            "timeout",
+            "--kill-after=1",
+            str(limits.wall_s),
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--read-only",
+            "--tmpfs",
+            f"{SANDBOX_TMP}:rw,size=64m",
+            "--user",
+            f"{SANDBOX_UID}:{SANDBOX_UID}",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "--pids-limit",
+            str(limits.processes),
+            "--memory",
+            str(limits.memory_bytes),
+            "--cpus",
+            "1",
+            "-v",
+            f"{workdir}:/work:ro",
+            "-w",
+            "/work",
+            self.image,
+            *argv,
+        ]
+
+    def run(self, files: Mapping[str, bytes], argv: Sequence[str]) -> ExecResult:
+        ok, why = self.available()
+        if not ok:
+            return ExecResult("inconclusive", f"no sandbox, so not run: {why}")
+        return _execute(self.command, files, argv, self.limits)
+
+
+def make_sandbox(kind: str) -> BubblewrapSandbox | DockerSandbox | None:
+    """The configured sandbox (EXEC_SANDBOX): bubblewrap (default), docker, or none."""
+    if kind == "docker":
+        return DockerSandbox()
+    if kind == "none":
+        return None
+    return BubblewrapSandbox()
 
 
 def run_python(

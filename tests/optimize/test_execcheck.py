@@ -94,3 +94,14 @@ def test_a_task_check_runs_the_answers_code_against_the_fixture(sandbox):
     broken = run_check(sandbox, good, fixture, check, setup="raise SystemExit(1)")
     assert broken.status == "inconclusive"
     assert run_check(None, good, fixture, check).status == "inconclusive"
+
+
+def test_docker_without_an_engine_is_inconclusive_and_none_means_no_sandbox():
+    from optimize.execcheck import DockerSandbox, make_sandbox
+
+    ok, why = DockerSandbox().available()
+    if ok:
+        pytest.skip("a Docker engine is reachable here; this checks the no-engine path")
+    result = run_python(DockerSandbox(), "print('hi')\n")
+    assert result.status == "inconclusive" and "no sandbox" in result.reason
+    assert make_sandbox("none") is None and isinstance(make_sandbox("docker"), DockerSandbox)
