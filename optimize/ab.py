@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import rfc8785
+from tqdm import tqdm
 
 from agent.run import serve, skill_system_prompt
 from optimize.execcheck import BubblewrapSandbox, run_check
@@ -70,7 +71,9 @@ class ABRunner:
     def _run_arm(self, arm: Arm, tasks: TaskSet) -> list[dict[str, Any]]:
         system = skill_system_prompt("match", arm.name, arm.revision, arm.body)
         results = []
-        for task in tasks.holdout:
+        for task in tqdm(
+            tasks.holdout, desc=f"A/B {arm.revision[:12]}", unit="task", leave=False, disable=None
+        ):
             served = serve(self.llm, "agent", system, task.prompt, tools=None, skill_revision=arm.revision)
             check = None
             if task.check is not None:

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
+from tqdm import tqdm
 
 from agent.run import serve, skill_system_prompt
 from optimize.judge import Judge
@@ -73,7 +74,10 @@ class CandidateSearch:
         return grade.score, served.answer, "; ".join(grade.rationales)
 
     def search(self, name: str, revision: str, seed: str, train: tuple[Task, ...]) -> SearchResult:
-        rollout = [self._score(name, revision, seed, task) for task in train]
+        rollout = [
+            self._score(name, revision, seed, task)
+            for task in tqdm(train, desc="seed rollout", unit="task", leave=False, disable=None)
+        ]
         seed_mean = sum(s for s, _, _ in rollout) / len(rollout)
         failures = "\n\n".join(
             f"TASK: {t.prompt}\nSCORE: {s:.2f}\nJUDGE: {why}"
@@ -134,7 +138,9 @@ class CandidateSearch:
         per_round = max(1, math.ceil(len(train) / rounds))
         while survivors and start < len(train):
             batch = train[start : start + per_round]
-            for candidate in survivors:
+            for candidate in tqdm(
+                survivors, desc=f"race over {len(batch)} task(s)", unit="candidate", leave=False, disable=None
+            ):
                 candidate.scores += [self._score(name, candidate.id, candidate.body, t)[0] for t in batch]
             start += per_round
             if len(survivors) > 1 and start < len(train):
