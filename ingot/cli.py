@@ -140,22 +140,16 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
     control = change_control(settings, library=library)
     llm = llm_client(settings, f"optimize-{skill}-{_secrets.token_hex(3)}", cassette_name=f"optimize-{skill}")
     if description_pass:
-        from optimize.describe import description_files, optimize_description
+        from optimize.describe import propose_description
         from optimize.taskset import load_task_set
 
         cases = load_task_set(settings.tasks_dir, skill).routing
-        result = optimize_description(skill, library, llm, cases, candidates or settings.optimize_candidates)
-        click.echo(result.reason)
-        if result.chosen is not None and result.measurements is not None:
-            change, _ = control.propose(
-                skill,
-                "description",
-                "optimizer",
-                description_files(library, skill, result.chosen),
-                result.measurements,
-                cost=llm.ledger.totals()["total"] if llm.ledger else None,
-            )
-            click.echo(f"queued {change.id} for review; see `ingot pending`")
+        change_id, reason = propose_description(
+            skill, library, control, llm, cases, candidates or settings.optimize_candidates
+        )
+        click.echo(reason)
+        if change_id:
+            click.echo(f"queued {change_id} for review; see `ingot pending`")
         return
     if not (settings.tasks_dir / f"{skill}.yaml").exists():
         from optimize.taskset import draft_task_set

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 from pydantic import BaseModel
@@ -133,3 +134,27 @@ def description_files(library: Library, skill: str, description: str) -> Mapping
     files = {f.path: (served.folder / f.path).read_bytes() for f in served.files}
     files["SKILL.md"] = with_description(files["SKILL.md"].decode("utf-8"), description).encode()
     return files
+
+
+def propose_description(
+    skill: str,
+    library: Library,
+    control: Any,
+    llm: LLMClient,
+    cases: Sequence[RoutingCase],
+    candidates: int = 5,
+) -> tuple[str | None, str]:
+    """Run the description pass and queue its winner: (change id or None, what happened)."""
+    found = optimize_description(skill, library, llm, cases, candidates)
+    if found.chosen is None or found.measurements is None:
+        return None, found.reason
+    cost = llm.ledger.totals()["total"] if llm.ledger else None
+    change, _ = control.propose(
+        skill,
+        "description",
+        "optimizer",
+        description_files(library, skill, found.chosen),
+        found.measurements,
+        cost=cost,
+    )
+    return change.id, found.reason

@@ -236,27 +236,34 @@ def make_sandbox(kind: str) -> BubblewrapSandbox | DockerSandbox | None:
     return BubblewrapSandbox()
 
 
+def _prepared(
+    sandbox: BubblewrapSandbox | DockerSandbox, files: Mapping[str, bytes], setup: str | None
+) -> ExecResult | None:
+    """None if there is no setup or it succeeded; else the inconclusive result to return."""
+    if setup is None:
+        return None
+    prepared = sandbox.run({**files, "setup.py": setup.encode()}, ["python3", "setup.py"])
+    if prepared.status == "passed":
+        return None
+    return ExecResult(
+        "inconclusive",
+        f"the check's fixture failed to set up ({prepared.reason}); this says nothing about the answer",
+        prepared.exit_code,
+        prepared.stdout,
+        prepared.stderr,
+        prepared.duration_s,
+    )
+
+
 def run_python(
-    sandbox: BubblewrapSandbox,
+    sandbox: BubblewrapSandbox | DockerSandbox,
     source: str,
     fixture: Mapping[str, bytes] | None = None,
     setup: str | None = None,
 ) -> ExecResult:
     """Run `source` with the system Python; a failing `setup` script makes the result inconclusive."""
     files = {**(fixture or {}), "main.py": source.encode()}
-    if setup is not None:
-        prepared = sandbox.run({**files, "setup.py": setup.encode()}, ["python3", "setup.py"])
-        if prepared.status != "passed":
-            return ExecResult(
-                "inconclusive",
-                f"the check's fixture failed to set up ({prepared.reason}); "
-                "this says nothing about the answer",
-                prepared.exit_code,
-                prepared.stdout,
-                prepared.stderr,
-                prepared.duration_s,
-            )
-    return sandbox.run(files, ["python3", "main.py"])
+    return _prepared(sandbox, files, setup) or sandbox.run(files, ["python3", "main.py"])
 
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
@@ -269,7 +276,7 @@ def answer_code(answer: str) -> str:
 
 
 def run_check(
-    sandbox: BubblewrapSandbox | None,
+    sandbox: BubblewrapSandbox | DockerSandbox | None,
     answer: str,
     fixture: Mapping[str, str],
     assertion: str,
@@ -281,16 +288,4 @@ def run_check(
     files = {name: text.encode() for name, text in fixture.items()}
     files["answer.py"] = answer_code(answer).encode()
     files["check.py"] = assertion.encode()
-    if setup is not None:
-        prepared = sandbox.run({**files, "setup.py": setup.encode()}, ["python3", "setup.py"])
-        if prepared.status != "passed":
-            return ExecResult(
-                "inconclusive",
-                f"the check's fixture failed to set up ({prepared.reason}); "
-                "this says nothing about the answer",
-                prepared.exit_code,
-                prepared.stdout,
-                prepared.stderr,
-                prepared.duration_s,
-            )
-    return sandbox.run(files, ["python3", "check.py"])
+    return _prepared(sandbox, files, setup) or sandbox.run(files, ["python3", "check.py"])

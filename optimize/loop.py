@@ -15,7 +15,7 @@ from pathlib import Path
 from ingot.errors import IngotError
 from mcp_server.library import Library
 from optimize.changes import ChangeControl
-from optimize.describe import description_files, optimize_description
+from optimize.describe import propose_description
 from optimize.judge import Judge
 from optimize.llm import LLMClient
 from optimize.mining import mine
@@ -75,18 +75,8 @@ def run_loop(
             if "description" in passes:
                 progress(f"description pass for {skill}")
                 cases = load_task_set(tasks_dir, skill).routing
-                found = optimize_description(skill, library, llm, cases, candidates)
-                if found.chosen is not None and found.measurements is not None:
-                    change, _ = control.propose(
-                        skill,
-                        "description",
-                        "optimizer",
-                        description_files(library, skill, found.chosen),
-                        found.measurements,
-                    )
-                    details.append(f"description: {change.id}")
-                else:
-                    details.append(f"description: {found.reason}")
+                change_id, reason = propose_description(skill, library, control, llm, cases, candidates)
+                details.append(f"description: {change_id or reason}")
             entries.append(LoopEntry(skill, report.mean_score, "optimized", "; ".join(details)))
         except IngotError as exc:  # one skill's problem must not stop the loop for the others
             entries.append(LoopEntry(skill, None, "error", str(exc)))

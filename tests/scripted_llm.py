@@ -210,3 +210,11 @@ def scripted_llm(**kwargs: Any) -> Iterator[ScriptedLLM]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def grade_json(score: float, passed: bool | None = None, weak: str | None = None) -> str:
+    """A judge reply: every dimension at `score` (one `weak` dimension at 0.1)."""
+    dims = {d: score for d in ("correctness", "completeness", "instruction_following", "efficiency")}
+    if weak:
+        dims[weak] = 0.1
+    return json.dumps({"scores": dims, "pass": score >= 0.5 if passed is None else passed, "rationale": "r"})

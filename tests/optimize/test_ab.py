@@ -12,22 +12,11 @@ from optimize.judge import Judge
 from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.taskset import parse_task_set
 from tests.conftest import write_skill
+from tests.scripted_llm import grade_json as grade
 from tests.scripted_llm import scripted_llm
 
 CHAMPION = "# Notes\n\nOld guidance: write whatever.\nKeep it short.\n"
 CHALLENGER = "# Notes\n\nNew guidance: group by theme.\nKeep it short.\n"
-
-
-def grade(score: float, passed: bool) -> str:
-    return json.dumps(
-        {
-            "scores": {
-                d: score for d in ("correctness", "completeness", "instruction_following", "efficiency")
-            },
-            "pass": passed,
-            "rationale": "r",
-        }
-    )
 
 
 @pytest.fixture

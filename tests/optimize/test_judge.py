@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from ingot.errors import ConfigError
 from optimize.execcheck import ExecResult
 from optimize.judge import Judge
 from optimize.llm import LLMClient, LLMConfig, make_endpoint
-from tests.scripted_llm import scripted_llm
-
-
-def grade_json(score: float, passed: bool, why: str = "ok") -> str:
-    return json.dumps(
-        {
-            "scores": {
-                d: score for d in ("correctness", "completeness", "instruction_following", "efficiency")
-            },
-            "pass": passed,
-            "rationale": why,
-        }
-    )
+from tests.scripted_llm import grade_json, scripted_llm
 
 
 @pytest.fixture
@@ -37,7 +23,7 @@ def judge_for(server, models=("judge-a",), teacher="teacher-model") -> Judge:
 
 
 def test_a_grade_is_validated_json_with_every_dimension(server):
-    server.add(user_contains="ANSWER:", reply=grade_json(0.8, True, "solid"))
+    server.add(user_contains="ANSWER:", reply=grade_json(0.8, True))
     grade = judge_for(server).grade("Add two numbers", "def add(a, b): return a + b")
     assert (
         grade.passed

@@ -10,19 +10,8 @@ from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.loop import run_loop
 from optimize.traces import LocalTraceStore, TraceRecord
 from tests.conftest import write_skill
+from tests.scripted_llm import grade_json as grade
 from tests.scripted_llm import scripted_llm
-
-
-def grade(score: float) -> str:
-    return json.dumps(
-        {
-            "scores": {
-                d: score for d in ("correctness", "completeness", "instruction_following", "efficiency")
-            },
-            "pass": score >= 0.5,
-            "rationale": "r",
-        }
-    )
 
 
 def test_only_the_unhealthy_skill_is_optimized_and_nothing_goes_live(tmp_path, library_factory):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from optimize.judge import Judge
@@ -11,14 +9,8 @@ from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.mining import mine
 from optimize.traces import LocalTraceStore, TraceRecord
 from tests.conftest import BUNDLED_SKILLS
+from tests.scripted_llm import grade_json as grade
 from tests.scripted_llm import scripted_llm
-
-
-def grade(score: float, weak: str | None = None) -> str:
-    scores = {d: score for d in ("correctness", "completeness", "instruction_following", "efficiency")}
-    if weak:
-        scores[weak] = 0.1
-    return json.dumps({"scores": scores, "pass": score >= 0.5, "rationale": "r"})
 
 
 def test_mining_attributes_clusters_judges_once_and_reports_weak_tasks(tmp_path, library_factory):

@@ -12,6 +12,7 @@ from optimize.judge import Judge
 from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.pipeline import optimize_body
 from tests.conftest import write_skill
+from tests.scripted_llm import grade_json as grade
 from tests.scripted_llm import scripted_llm
 
 STALE = "# Release notes\n\nSEED-MARK: list every commit verbatim.\n"
@@ -19,18 +20,6 @@ TASKS = """\
 train: [Notes for 1.0, Notes for 1.1, Notes for 1.2, Notes for 1.3]
 holdout: [Notes for 2.0, Notes for 2.1, Notes for 2.2]
 """
-
-
-def grade(score: float, passed: bool) -> str:
-    return json.dumps(
-        {
-            "scores": {
-                d: score for d in ("correctness", "completeness", "instruction_following", "efficiency")
-            },
-            "pass": passed,
-            "rationale": "r",
-        }
-    )
 
 
 @pytest.fixture
