@@ -135,3 +135,49 @@ def test_ingot_optimize_command_queues_the_rewrite(world, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "queued chg-" in done.stdout and "gate: pass" in done.stdout
     assert control.queue.get("release-notes") is not None
+
+
+def test_a_challenger_that_regresses_a_holdout_task_is_queued_blocked_and_cannot_be_approved(
+    tmp_path, library_factory
+):
+    from optimize.changes import ApprovalRefused
+
+    root = tmp_path / "skills"
+    write_skill(root, "release-notes", "Writes release notes from merged pull requests.", STALE)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "release-notes.yaml").write_text(TASKS)
+    library = library_factory(root)
+    control = ChangeControl(tmp_path / "runs", (root,))
+    with scripted_llm() as server:
+        # Specific rules first: on one holdout task the champion is fine and the challenger breaks it.
+        server.add(system_contains="SEED-MARK", user_contains="Notes for 2.1", reply="solid answer")
+        server.add(system_contains="NEW-MARK", user_contains="Notes for 2.1", reply="broken answer")
+        server.add(model="judge-model", user_contains="solid answer", reply=grade(0.8, True))
+        server.add(model="judge-model", user_contains="broken answer", reply=grade(0.1, False))
+        server.add(model="judge-model", user_contains="strong answer", reply=grade(0.95, True))
+        server.add(model="judge-model", user_contains="weak answer", reply=grade(0.2, False))
+        server.add(model="teacher-model", user_contains="Diagnose", reply=json.dumps({"issues": []}))
+        server.add(
+            model="teacher-model",
+            user_contains="Rewrite the skill",
+            reply=json.dumps({"body": "# Release notes\n\nNEW-MARK: group by theme.\n"}),
+        )
+        server.add(system_contains="SEED-MARK", reply="weak answer")
+        server.add(system_contains="NEW-MARK", reply="strong answer")
+        endpoints = {
+            r: make_endpoint(r, server.url, None, f"{r}-model") for r in ("agent", "teacher", "judge")
+        }
+        llm = LLMClient(LLMConfig(endpoints))
+        outcome = optimize_body(
+            "release-notes",
+            control,
+            library,
+            llm,
+            Judge(llm, ("judge-model",), "teacher-model"),
+            tasks,
+            candidates=2,
+        )
+    assert outcome.proposed and outcome.verdict == "blocked"  # kept, with its diagnosis, for a person
+    with pytest.raises(ApprovalRefused, match="regresses held-out task"):
+        control.approve("release-notes", "reviewer", outcome.proposed)
