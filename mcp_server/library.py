@@ -64,7 +64,6 @@ class Library:
         self._reload_lock = threading.Lock()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
-        self.generation = 0  # bumped after each reload that changed the served set
         self._stale = True  # the router snapshot lags the registry (first load, or a failed update)
 
     def reload(self, changed: Iterable[Path] | None = None) -> ReloadReport:
@@ -81,7 +80,6 @@ class Library:
                 self._stale = False
                 for name, reason in disabled.items():
                     log.warning("skill %r disabled by its routing metadata: %s", name, reason)
-                self.generation += 1
             return report
 
     def status(self) -> LibraryStatus:

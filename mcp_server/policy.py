@@ -72,10 +72,6 @@ class Policy:
     priority: int = 0
     conflicts: tuple[str, ...] = ()
 
-    @property
-    def routable(self) -> bool:
-        return self.trust != "blocked" and self.activation != "manual"
-
 
 def normalise_platform(value: str) -> str:
     value = value.strip().lower()

@@ -81,7 +81,6 @@ class _State:
     disabled: dict[str, str]  # skill name -> why its routing metadata disabled it
     constrained: list[int] = field(default_factory=list)  # index rows with any routing constraint
     has_conflicts: bool = False
-    conflict_slack: int = 0  # extra ranks to fetch so dropping conflicting skills still leaves k
     priorities: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
@@ -89,7 +88,6 @@ class _State:
         names = self.index.names
         self.constrained = [i for i, n in enumerate(names) if self.policies[n] != default]
         self.has_conflicts = any(self.policies[n].conflicts for n in names)
-        self.conflict_slack = sum(bool(self.policies[n].conflicts) for n in names)
         self.priorities = np.array([self.policies[n].priority for n in names], dtype=np.int64)
 
 

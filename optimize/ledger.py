@@ -71,14 +71,6 @@ class UsageLedger:
     _in_flight: int = field(default=0, repr=False)
     _max_call_usd: float = field(default=0.0, repr=False)
 
-    def check(self) -> None:
-        """Refuse to start another call once the cap is passed."""
-        if self.max_run_usd is not None and self.total.usd > self.max_run_usd:
-            raise BudgetExceeded(
-                f"run {self.run_id} stopped: estimated ${self.total.usd:.4f} passed "
-                f"MAX_RUN_USD ${self.max_run_usd:.4f}; totals {self.totals()}"
-            )
-
     def reserve(self, model: str) -> None:
         """Admit one more call, or refuse it: over the cap, or a cap that cannot be enforced.
 

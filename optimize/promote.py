@@ -20,6 +20,7 @@ Filesystems without an atomic exchange are refused rather than served a gap.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -163,11 +164,9 @@ class Promoter:
     def _snapshot(self, skill: str, root: Path, revision: str) -> None:
         final = self.snapshot_path(skill, revision)
         if final.exists():
-            try:
+            with contextlib.suppress(SkillInvalid):  # unreadable counts as incomplete
                 if tree_revision(self.read_tree(final, skill)) == revision:
                     return
-            except SkillInvalid:
-                pass
             # An incomplete or edited snapshot must not stand in for the revision: keep it aside.
             os.rename(final, final.parent / f".bad-{revision[:12]}-{secrets.token_hex(4)}")
         files = self.read_tree(root / skill, skill)

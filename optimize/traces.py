@@ -16,7 +16,7 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -136,10 +136,6 @@ def stored_form(record: TraceRecord, redaction: bool) -> dict[str, Any]:
 
 def parse_record(line: bytes) -> TraceRecord | None:
     """A stored record back, or None if the line is corrupt, not UTF-8 or another schema."""
-    return _parse(line)
-
-
-def _parse(line: bytes) -> TraceRecord | None:
     try:
         data = json.loads(line.decode("utf-8"))
         if data.pop("schema_version") != SCHEMA_VERSION:
@@ -221,7 +217,7 @@ class LocalTraceStore:
             for line in path.read_bytes().splitlines():
                 if not line.strip():
                     continue
-                record = _parse(line)
+                record = parse_record(line)
                 if record is None:
                     skipped += 1
                 elif dt.datetime.fromisoformat(record.time) >= cutoff:
@@ -247,8 +243,3 @@ class LocalTraceStore:
                 os.write(fd, (json.dumps(record.as_json(), ensure_ascii=False) + "\n").encode("utf-8"))
         finally:
             os.close(fd)
-
-
-def records_for(store: TraceStore, skill: str) -> Sequence[TraceRecord]:
-    """The runs served by `skill` (by tag); routing-based attribution is mining's job."""
-    return [r for r in store.read().records if r.skill == skill]

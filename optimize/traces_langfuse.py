@@ -48,7 +48,7 @@ class LangfuseTraceStore:
                 metadata={"ingot_record": json.dumps(data, ensure_ascii=False)},
             ),
         ):
-            pass
+            pass  # the span itself is the record: it opens and closes around nothing
         self._client.flush()  # runs are few and short; flushing keeps read-after-write true
 
     def read(self) -> ReadResult:
