@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ingot.errors import ConfigError
 from ingot.settings import Settings
@@ -18,6 +20,9 @@ from optimize.gate import Thresholds
 from optimize.ledger import UsageLedger, load_prices
 from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.traces import LocalTraceStore, TraceStore
+
+if TYPE_CHECKING:
+    from optimize.judge import Judge
 
 
 def calibration_from(settings: Settings) -> Calibration:
@@ -149,3 +154,16 @@ def trace_store(settings: Settings) -> TraceStore:
         backups=settings.trace_backups,
         retention_days=settings.trace_retention_days,
     )
+
+
+def judge(settings: Settings, llm: LLMClient) -> Judge:
+    """The judge for a run: JUDGE_MODELS (an ensemble) or JUDGE_MODEL, never the teacher."""
+    from optimize.judge import Judge
+
+    models = settings.judge_models or ((settings.judge_model,) if settings.judge_model else ())
+    return Judge(llm, models, settings.teacher_model)
+
+
+def run_id(purpose: str) -> str:
+    """A fresh id for one run's ledger (and its lines in the trace and cost reports)."""
+    return f"{purpose}-{secrets.token_hex(4)}"

@@ -1,0 +1,170 @@
+"""`ingot` change-control commands: propose, pending, approve, reject, rollback, history, status, audit."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ingot.cli import _settings, _setup_logging, main, skills_option
+
+
+def _control(skills: tuple[Path, ...]):
+    from ingot.runtime import actor, change_control
+
+    settings = _settings(skills)
+    _setup_logging("WARNING")
+    return change_control(settings), actor(settings)
+
+
+@main.command()
+@skills_option
+@click.argument("skill")
+@click.option(
+    "--from",
+    "source_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    required=True,
+    help="Folder holding the candidate SKILL.md and its files.",
+)
+@click.option("--note", default=None, help="Why you propose it (shown to the reviewer).")
+def propose(skills: tuple[Path, ...], skill: str, source_dir: Path, note: str | None) -> None:
+    """Quarantine a hand-made candidate for SKILL (operator source; never served until approved)."""
+    from ingot.runtime import open_library
+    from optimize.quarantine import admit, read_candidate
+
+    control, _ = _control(skills)
+    files, description = read_candidate(source_dir, skill, control)
+    library = open_library(_settings(skills), control.roots)
+    similar = library.similar_descriptions(skill, description)
+    change, displaced = admit(control, skill, files, "operator", similar, note)
+    click.echo(f"pending {change.id}: {change.kind} of {skill} -> {change.candidate_revision[:12]}")
+    if displaced:
+        click.echo(f"displaced the previous candidate to {displaced}")
+
+
+@main.command(name="pending")
+@skills_option
+def list_pending(skills: tuple[Path, ...]) -> None:
+    """List the changes waiting for a decision, with their gate verdicts."""
+    from optimize import evidence as evidence_mod
+
+    control, _ = _control(skills)
+    changes = control.pending()
+    if not changes:
+        click.echo("nothing pending")
+    for change in changes:
+        verdict = "no evidence"
+        if change.evidence_path:
+            try:
+                verdict = evidence_mod.load(control.runs_dir / change.evidence_path).data["gate"]["verdict"]
+            except (evidence_mod.EvidenceError, KeyError):
+                verdict = "evidence unreadable"
+        click.echo(
+            f"{change.skill}  {change.id}  {change.kind}  from {change.source}  "
+            f"{(change.champion_revision or 'new')[:12]} -> {change.candidate_revision[:12]}  "
+            f"gate: {verdict}"
+        )
+
+
+@main.command()
+@skills_option
+@click.argument("skill")
+@click.option(
+    "--change",
+    "change_id",
+    required=True,
+    help="The change id you reviewed (from `ingot pending`); a newer candidate is a conflict.",
+)
+def approve(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
+    """Re-verify SKILL's pending change against its evidence and promote it."""
+    control, who = _control(skills)
+    outcome = control.approve(skill, who, change_id)
+    click.echo(f"promoted {skill}: {(outcome.from_revision or 'new')[:12]} -> {outcome.to_revision[:12]}")
+
+
+@main.command()
+@skills_option
+@click.argument("skill")
+@click.option("--reason", required=True, help="Why (kept in the archive and the audit log).")
+def reject(skills: tuple[Path, ...], skill: str, reason: str) -> None:
+    """Reject SKILL's pending change; it stays in the archive with the reason."""
+    control, who = _control(skills)
+    click.echo(f"rejected; archived at {control.reject(skill, reason, who)}")
+
+
+@main.command()
+@skills_option
+@click.argument("skill")
+@click.argument("revision")
+@click.option("--reason", default=None)
+def rollback(skills: tuple[Path, ...], skill: str, revision: str, reason: str | None) -> None:
+    """Restore a snapshot of SKILL (a revision prefix from `ingot history`)."""
+    control, who = _control(skills)
+    outcome = control.rollback(skill, revision, who, reason)
+    click.echo(f"rolled back {skill}: {(outcome.from_revision or '')[:12]} -> {outcome.to_revision[:12]}")
+
+
+@main.command()
+@skills_option
+@click.argument("skill")
+def history(skills: tuple[Path, ...], skill: str) -> None:
+    """SKILL's audited changes and the snapshots that can be restored."""
+    control, _ = _control(skills)
+    for entry in control.history(skill):
+        click.echo(
+            f"{entry.seq:>5}  {entry.time}  {entry.get('action'):<16} "
+            f"{(entry.get('from_revision') or '-')[:12]:>12} -> {(entry.get('to_revision') or '-')[:12]:<12}"
+            f"  {entry.get('actor', '')}  {entry.get('outcome') or entry.get('reason') or ''}"
+        )
+    for revision in control.snapshots(skill):
+        click.echo(f"snapshot {revision}")
+
+
+@main.command()
+@skills_option
+def status(skills: tuple[Path, ...]) -> None:
+    """Live revisions, drift from the audited revision, pending changes and the audit chain.
+
+    Exits 1 when a skill has drifted or the audit chain is broken."""
+    control, _ = _control(skills)
+    report = control.status()
+    for skill in report.skills:
+        flag = "DRIFTED" if skill.drifted else ("unaudited" if skill.audited_revision is None else "ok")
+        click.echo(
+            f"{skill.name}  {(skill.live_revision or 'MISSING/INVALID')[:15]}  {flag}"
+            + (f"  (audited {skill.audited_revision[:12]})" if skill.drifted else "")
+            + (f"  pending {skill.pending}" if skill.pending else "")
+        )
+    for problem in report.invalid:
+        click.echo(f"INVALID {problem}")
+    audit = report.audit
+    click.echo(
+        f"audit: {'ok' if audit.ok else f'BROKEN at line {audit.bad_line}: {audit.problem}'}"
+        f" ({audit.lines} lines, head {audit.head_hash[:16]})"
+    )
+    if report.drifted or not audit.ok:
+        sys.exit(1)
+
+
+@main.group()
+def audit() -> None:
+    """The tamper-evident audit chain."""
+
+
+@audit.command(name="verify")
+def audit_verify() -> None:
+    """Check every line of runs/audit.jsonl; print the head hash or the first bad line."""
+    from optimize.audit import AuditLog
+
+    settings = _settings()
+    result = AuditLog(settings.runs_dir).verify()
+    if result.ok:
+        click.echo(
+            f"ok: {result.lines} lines, head {result.head_hash}"
+            + (f" ({result.note})" if result.note else "")
+        )
+        return
+    click.echo(f"BROKEN at line {result.bad_line}: {result.problem}", err=True)
+    sys.exit(1)

@@ -1,0 +1,205 @@
+"""`ingot` commands that call models: optimize, mine, loop, agent and the capture proxy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ingot.cli import _settings, _setup_logging, main, skills_option
+from ingot.errors import ConfigError
+
+
+@main.command()
+@skills_option
+@click.argument("skill")
+@click.option(
+    "--candidates", type=int, default=None, help="Rewrites to author (default OPTIMIZE_CANDIDATES)."
+)
+@click.option(
+    "--description",
+    "description_pass",
+    is_flag=True,
+    help="Optimise the description for routing instead of the body.",
+)
+def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, description_pass: bool) -> None:
+    """Search for a better body (or description) for SKILL and queue it, with evidence, for review."""
+    from ingot.runtime import change_control, llm_client, open_library, run_id
+    from ingot.runtime import judge as make_judge
+    from optimize.pipeline import optimize_body
+
+    settings = _settings(skills)
+    _setup_logging("WARNING")
+    library = open_library(settings)
+    control = change_control(settings, library=library)
+    llm = llm_client(settings, run_id(f"optimize-{skill}"), cassette_name=f"optimize-{skill}")
+    if description_pass:
+        from optimize.describe import propose_description
+        from optimize.taskset import load_task_set
+
+        cases = load_task_set(settings.tasks_dir, skill).routing
+        change_id, reason = propose_description(
+            skill, library, control, llm, cases, candidates or settings.optimize_candidates
+        )
+        click.echo(reason)
+        if change_id:
+            click.echo(f"queued {change_id} for review; see `ingot pending`")
+        return
+    if not (settings.tasks_dir / f"{skill}.yaml").exists():
+        from optimize.taskset import draft_task_set
+
+        path = draft_task_set(llm, library.get(skill), settings.tasks_dir)
+        click.echo(
+            f"no task set for {skill}: the teacher drafted {path}. Review it (its holdout will be "
+            "sealed into the evidence), then run `ingot optimize` again"
+        )
+        return
+    judge = make_judge(settings, llm)
+
+    from optimize.execcheck import make_sandbox
+
+    outcome = optimize_body(
+        skill,
+        control,
+        library,
+        llm,
+        judge,
+        settings.tasks_dir,
+        candidates or settings.optimize_candidates,
+        sandbox=make_sandbox(settings.exec_sandbox),
+    )
+    click.echo(outcome.reason)
+    if outcome.proposed:
+        click.echo(f"queued {outcome.proposed} for review (gate: {outcome.verdict}); see `ingot pending`")
+    click.echo(f"usage: {llm.ledger.totals()['total'] if llm.ledger else 'unknown'}")
+
+
+@main.command()
+@skills_option
+@click.argument("skill")
+def mine(skills: tuple[Path, ...], skill: str) -> None:
+    """How SKILL does on recorded traffic: mean score, failing dimensions, weakest tasks."""
+    from ingot.runtime import judge as make_judge
+    from ingot.runtime import llm_client, open_library, run_id, trace_store
+    from optimize.mining import mine as run_mining
+
+    settings = _settings(skills)
+    _setup_logging("WARNING")
+    library = open_library(settings)
+    llm = llm_client(settings, run_id(f"mine-{skill}"))
+    report = run_mining(
+        skill,
+        trace_store(settings),
+        library,
+        make_judge(settings, llm),
+        settings.runs_dir / "cache" / "verdicts.jsonl",
+    )
+    click.echo(
+        f"{skill}: {report.traces} traces ({report.by_tag} tagged, {report.by_routing} by routing), "
+        f"{report.clusters} clusters, {report.judged} newly judged"
+    )
+    click.echo(f"mean score: {report.mean_score if report.mean_score is not None else 'no traffic'}")
+    for dimension, count in sorted(report.failing_dimensions.items(), key=lambda x: -x[1]):
+        click.echo(f"  failing {dimension}: {count}")
+    for score, task in report.weakest:
+        click.echo(f"  eval candidate ({score:.2f}): {task}")
+    if report.skipped_lines:
+        click.echo(f"  ({report.skipped_lines} unreadable trace lines skipped)")
+
+
+@main.command(name="loop")
+@skills_option
+@click.argument("targets", nargs=-1)
+def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
+    """Mine every skill with a task set (or TARGETS) and optimize the unhealthy ones (quarantined)."""
+    from ingot.runtime import change_control, llm_client, open_library, run_id, trace_store
+    from ingot.runtime import judge as make_judge
+    from optimize.loop import run_loop
+
+    settings = _settings(skills)
+    _setup_logging("WARNING")
+    library = open_library(settings)
+    control = change_control(settings, library=library)
+    llm = llm_client(settings, run_id("loop"))
+    entries = run_loop(
+        targets,
+        library,
+        control,
+        llm,
+        make_judge(settings, llm),
+        trace_store(settings),
+        settings.tasks_dir,
+        settings.loop_health_threshold,
+        settings.loop_passes,
+        settings.optimize_candidates,
+        progress=lambda message: click.echo(f"... {message}", err=True),
+    )
+    for entry in entries:
+        score = "-" if entry.mean_score is None else f"{entry.mean_score:.2f}"
+        click.echo(f"{entry.skill}  {score}  {entry.action}: {entry.detail}")
+
+
+@main.command(name="agent")
+@click.argument("task")
+@click.option("--cwd", default=None, help="Working directory to report to the router (default: here).")
+@click.option("--no-create", is_flag=True, help="Evaluation mode: never call create_skill.")
+def agent_command(task: str, cwd: str | None, no_create: bool) -> None:
+    """Run the reference agent on TASK: route once, serve with the right model, record the run."""
+    from agent.run import ReferenceAgent
+    from ingot.runtime import llm_client, run_id, trace_store
+
+    settings = _settings()
+    _setup_logging("WARNING")
+    mcp_url = settings.mcp_url or f"http://{settings.bind_host}:{settings.mcp_port}/mcp"
+    try:
+        llm, problem = llm_client(settings, run_id("agent")), None
+    except ConfigError as exc:
+        llm, problem = None, str(exc)
+    result = ReferenceAgent(mcp_url, llm, trace_store(settings), allow_mutation=not no_create).run(task, cwd)
+    revision = f" @ {result.revision[:12]}" if result.revision else ""
+    click.echo(f"route: {result.route} {result.skill or 'none'}{revision} (score {result.score:.3f})")
+    if result.answer is None:
+        click.echo(f"no model call: {problem or result.note}")
+        click.echo(
+            "set BASE_URL, AGENT_MODEL and STRONG_MODEL or TEACHER_MODEL (and API_KEY for a remote "
+            "endpoint) to let the agent answer; the route above is what it would serve"
+        )
+        return
+    click.echo(f"model: {result.model}; tokens in/out: {result.tokens_in}/{result.tokens_out}")
+    for change_id in result.created:
+        click.echo(f"queued a new skill for review: {change_id} (see `ingot pending`)")
+    click.echo("")
+    click.echo(result.answer)
+
+
+@main.command()
+@click.option(
+    "--upstream",
+    required=True,
+    help="The real OpenAI-compatible base URL, e.g. https://openrouter.ai/api/v1.",
+)
+@click.option("--port", type=int, default=None, help="Proxy port (default PROXY_PORT, 8090).")
+@click.option("--harness", default=None, help="Harness name recorded with each trace.")
+def proxy(upstream: str, port: int | None, harness: str | None) -> None:
+    """Record any harness's model calls: point its base URL at this OpenAI-compatible proxy."""
+    import uvicorn
+
+    from agent.proxy import build_proxy
+    from ingot.runtime import trace_store
+    from ingot.serve import is_loopback
+    from mcp_server.sessions import SessionRoutes
+    from optimize.cassette import Cassette
+
+    settings = _settings(proxy_port=port)
+    _setup_logging(settings.log_level)
+    if not is_loopback(settings.bind_host):
+        raise ConfigError(f"the capture proxy binds loopback only; BIND_HOST is {settings.bind_host}")
+    cassette = None
+    if settings.cassette_mode in ("record", "record-missing"):
+        cassette = Cassette(settings.runs_dir / "cassettes" / "proxy.jsonl", "record")
+    app = build_proxy(upstream, trace_store(settings), SessionRoutes(settings.runs_dir), cassette, harness)
+    click.echo(
+        f"ingot: capture proxy at http://{settings.bind_host}:{settings.proxy_port}/v1 -> {upstream}",
+        err=True,
+    )
+    uvicorn.run(app, host=settings.bind_host, port=settings.proxy_port, log_level=settings.log_level.lower())
