@@ -29,9 +29,9 @@ from mcp_server.registry import (
     ReloadReport,
     Skill,
     parse_skill_md,
-    read_served_file,
 )
 from mcp_server.router import Calibration, Candidate, Router, RouteResult
+from mcp_server.skillfiles import read_served_file
 
 log = logging.getLogger(__name__)
 WATCH_TICK_S = 0.1  # how often the watcher wakes with no events (root checks, stop requests)

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingot.errors import SkillChanged, SkillNotFound
-from mcp_server.registry import Limits, Registry, manifest_revision, read_served_file, read_skill
+from mcp_server.registry import Limits, Registry, manifest_revision, read_skill
+from mcp_server.skillfiles import read_served_file
 from tests.conftest import BUNDLED_SKILLS, write_skill
 
 
