@@ -51,6 +51,10 @@ class LangfuseTraceStore:
             pass  # the span itself is the record: it opens and closes around nothing
         self._client.flush()  # runs are few and short; flushing keeps read-after-write true
 
+    def close(self) -> None:
+        """Flush and stop the SDK's exporter (call when done; the process may exit right after)."""
+        self._client.shutdown()
+
     def read(self) -> ReadResult:
         records, skipped, cursor = [], 0, None
         while True:

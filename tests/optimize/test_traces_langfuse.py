@@ -20,8 +20,9 @@ def store():
     public_key = f"pk-lf-{secrets.token_hex(4)}"
     with fake_langfuse(public_key=public_key) as server:
         client = Langfuse(public_key=public_key, secret_key="sk-lf-test", base_url=server.url)
-        yield LangfuseTraceStore(client), server
-        client.shutdown()
+        store = LangfuseTraceStore(client)
+        yield store, server
+        store.close()
 
 
 def test_records_round_trip_with_mining_tags_and_redaction(store):
@@ -80,3 +81,4 @@ def test_settings_choose_langfuse_only_when_both_keys_are_set(monkeypatch, tmp_p
         assert isinstance(store, LangfuseTraceStore)
         store.append(TraceRecord(task="t", answer="a", route="novel", skill=None, revision=None, model=None))
         assert [r.task for r in store.read().records] == ["t"]
+        store.close()  # stop the exporter while the server is still up
