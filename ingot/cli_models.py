@@ -24,7 +24,7 @@ from ingot.errors import ConfigError
 )
 def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, description_pass: bool) -> None:
     """Search for a better body (or description) for SKILL and queue it, with evidence, for review."""
-    from ingot.runtime import change_control, llm_client, open_library, run_id
+    from ingot.runtime import change_control, llm_client, open_library, researcher, run_id
     from ingot.runtime import judge as make_judge
     from optimize.pipeline import optimize_body
 
@@ -39,7 +39,13 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
 
         cases = load_task_set(settings.tasks_dir, skill).routing
         change_id, reason = propose_description(
-            skill, library, control, llm, cases, candidates or settings.optimize_candidates
+            skill,
+            library,
+            control,
+            llm,
+            cases,
+            candidates or settings.optimize_candidates,
+            researcher(settings),
         )
         click.echo(reason)
         if change_id:
@@ -67,6 +73,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
         settings.tasks_dir,
         candidates or settings.optimize_candidates,
         sandbox=make_sandbox(settings.exec_sandbox),
+        research=researcher(settings),
     )
     click.echo(outcome.reason)
     if outcome.proposed:
@@ -112,8 +119,9 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
 @click.argument("targets", nargs=-1)
 def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
     """Mine every skill with a task set (or TARGETS) and optimize the unhealthy ones (quarantined)."""
-    from ingot.runtime import change_control, llm_client, open_library, run_id, trace_store
+    from ingot.runtime import change_control, llm_client, open_library, researcher, run_id, trace_store
     from ingot.runtime import judge as make_judge
+    from optimize.execcheck import make_sandbox
     from optimize.loop import run_loop
 
     settings = _settings(skills)
@@ -133,6 +141,8 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
         settings.loop_passes,
         settings.optimize_candidates,
         progress=lambda message: click.echo(f"... {message}", err=True),
+        sandbox=make_sandbox(settings.exec_sandbox),
+        research=researcher(settings),
     )
     for entry in entries:
         score = "-" if entry.mean_score is None else f"{entry.mean_score:.2f}"

@@ -23,6 +23,7 @@ from optimize.traces import LocalTraceStore, TraceStore
 
 if TYPE_CHECKING:
     from optimize.judge import Judge
+    from optimize.research import Researcher
 
 
 def calibration_from(settings: Settings) -> Calibration:
@@ -154,6 +155,14 @@ def trace_store(settings: Settings) -> TraceStore:
         backups=settings.trace_backups,
         retention_days=settings.trace_retention_days,
     )
+
+
+def researcher(settings: Settings) -> Researcher:
+    """Author-side web research: on only when TAVILY_API_KEY is set; briefs cached under runs/."""
+    from optimize.research import Researcher
+
+    key = settings.tavily_api_key.get_secret_value() if settings.tavily_api_key else None
+    return Researcher(key, settings.runs_dir / "cache" / "research", settings.tavily_base_url)
 
 
 def judge(settings: Settings, llm: LLMClient) -> Judge:

@@ -81,6 +81,10 @@ class Settings(BaseSettings):
     exec_sandbox: Literal["bubblewrap", "docker", "none"] = Field(
         default="bubblewrap", description="Where code from answers runs; none: checks are inconclusive."
     )
+    tavily_api_key: SecretStr | None = Field(
+        default=None, description="Optional web research for candidate authors (never the judge)."
+    )
+    tavily_base_url: str = Field(default="https://api.tavily.com", description="Tavily API base URL.")
     # -- traces --
     traces: bool = Field(default=True, description="Record agent runs in runs/traces.jsonl.")
     trace_redact: bool = True

@@ -22,7 +22,7 @@ import rfc8785
 from tqdm import tqdm
 
 from agent.run import serve, skill_system_prompt
-from optimize.execcheck import BubblewrapSandbox, run_check
+from optimize.execcheck import Sandbox, run_check
 from optimize.judge import Judge
 from optimize.llm import LLMClient
 from optimize.taskset import TaskSet
@@ -54,9 +54,7 @@ def first_divergence(a: str, b: str) -> dict[str, Any] | None:
 
 
 class ABRunner:
-    def __init__(
-        self, llm: LLMClient, judge: Judge, cache_dir: Path, sandbox: BubblewrapSandbox | None = None
-    ) -> None:
+    def __init__(self, llm: LLMClient, judge: Judge, cache_dir: Path, sandbox: Sandbox | None = None) -> None:
         self.llm, self.judge, self.cache_dir, self.sandbox = llm, judge, cache_dir, sandbox
 
     def _cache_path(self, champion: Arm, tasks: TaskSet) -> Path:

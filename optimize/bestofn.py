@@ -23,6 +23,7 @@ from agent.run import serve, skill_system_prompt
 from optimize.judge import Judge
 from optimize.llm import LLMClient
 from optimize.prompting import render
+from optimize.research import OFF, Brief
 from optimize.taskset import Task
 
 ANGLES = (
@@ -65,8 +66,9 @@ class SearchResult:
 
 
 class CandidateSearch:
-    def __init__(self, llm: LLMClient, judge: Judge, n: int = 5) -> None:
+    def __init__(self, llm: LLMClient, judge: Judge, n: int = 5, brief: Brief = OFF) -> None:
         self.llm, self.judge, self.n = llm, judge, max(1, min(n, len(ANGLES)))
+        self.brief = brief  # web research for the authors only; the judge never sees it
 
     def _score(self, name: str, revision: str, body: str, task: Task) -> tuple[float, str, str]:
         served = serve(self.llm, "agent", skill_system_prompt("match", name, revision, body), task.prompt)
@@ -128,6 +130,7 @@ class CandidateSearch:
 
     def _author(self, seed: str, diagnosis: _Diagnosis, angle: str) -> str:
         prompt = render("optimize_author", angle=angle, body=seed, diagnosis=json.dumps(diagnosis.issues))
+        prompt += self.brief.prompt_section()
         authored, _ = self.llm.complete_json("teacher", [{"role": "user", "content": prompt}], _Authored)
         return authored.body
 

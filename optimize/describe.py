@@ -25,6 +25,7 @@ from mcp_server.router import Router
 from optimize.checks import COLLISION_COSINE
 from optimize.llm import LLMClient
 from optimize.prompting import render
+from optimize.research import OFF, Brief, Researcher
 from optimize.taskset import RoutingCase
 
 
@@ -81,7 +82,12 @@ def with_description(skill_md: str, description: str) -> str:
 
 
 def optimize_description(
-    skill: str, library: Library, llm: LLMClient, cases: Sequence[RoutingCase], n: int = 5
+    skill: str,
+    library: Library,
+    llm: LLMClient,
+    cases: Sequence[RoutingCase],
+    n: int = 5,
+    brief: Brief = OFF,
 ) -> DescriptionOutcome:
     select, gate = split(cases)
     if not select or not gate:
@@ -95,6 +101,7 @@ def optimize_description(
     champion = router_with(library, skill, None)
     listing = "\n".join(f"- {'SHOULD' if c.expected == skill else 'SHOULD NOT'}: {c.task}" for c in select)
     prompt = render("optimize_describe", n=n, name=skill, description=current, cases=listing)
+    prompt += brief.prompt_section()
     proposals, _ = llm.complete_json("teacher", [{"role": "user", "content": prompt}], _Proposals)
     scored: list[tuple[float, str, Router]] = []
     refused: list[str] = []
@@ -124,6 +131,7 @@ def optimize_description(
             "select_cases": len(select),
             "gate_cases": len(gate),
             "refused": refused,
+            "research": brief.evidence(),
         }
     }
     return DescriptionOutcome(chosen, measurements, f"gate split: {before} -> {after}")
@@ -143,9 +151,11 @@ def propose_description(
     llm: LLMClient,
     cases: Sequence[RoutingCase],
     candidates: int = 5,
+    research: Researcher | None = None,
 ) -> tuple[str | None, str]:
     """Run the description pass and queue its winner: (change id or None, what happened)."""
-    found = optimize_description(skill, library, llm, cases, candidates)
+    brief = research.brief(skill, library.get(skill).description) if research else OFF
+    found = optimize_description(skill, library, llm, cases, candidates, brief)
     if found.chosen is None or found.measurements is None:
         return None, found.reason
     cost = llm.ledger.totals()["total"] if llm.ledger else None

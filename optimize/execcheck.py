@@ -227,7 +227,10 @@ class DockerSandbox:
         return _execute(self.command, files, argv, self.limits)
 
 
-def make_sandbox(kind: str) -> BubblewrapSandbox | DockerSandbox | None:
+Sandbox = BubblewrapSandbox | DockerSandbox
+
+
+def make_sandbox(kind: str) -> Sandbox | None:
     """The configured sandbox (EXEC_SANDBOX): bubblewrap (default), docker, or none."""
     if kind == "docker":
         return DockerSandbox()
@@ -236,9 +239,7 @@ def make_sandbox(kind: str) -> BubblewrapSandbox | DockerSandbox | None:
     return BubblewrapSandbox()
 
 
-def _prepared(
-    sandbox: BubblewrapSandbox | DockerSandbox, files: Mapping[str, bytes], setup: str | None
-) -> ExecResult | None:
+def _prepared(sandbox: Sandbox, files: Mapping[str, bytes], setup: str | None) -> ExecResult | None:
     """None if there is no setup or it succeeded; else the inconclusive result to return."""
     if setup is None:
         return None
@@ -256,7 +257,7 @@ def _prepared(
 
 
 def run_python(
-    sandbox: BubblewrapSandbox | DockerSandbox,
+    sandbox: Sandbox,
     source: str,
     fixture: Mapping[str, bytes] | None = None,
     setup: str | None = None,
@@ -276,7 +277,7 @@ def answer_code(answer: str) -> str:
 
 
 def run_check(
-    sandbox: BubblewrapSandbox | DockerSandbox | None,
+    sandbox: Sandbox | None,
     answer: str,
     fixture: Mapping[str, str],
     assertion: str,

@@ -16,10 +16,12 @@ from ingot.errors import IngotError
 from mcp_server.library import Library
 from optimize.changes import ChangeControl
 from optimize.describe import propose_description
+from optimize.execcheck import Sandbox
 from optimize.judge import Judge
 from optimize.llm import LLMClient
 from optimize.mining import mine
 from optimize.pipeline import optimize_body
+from optimize.research import Researcher
 from optimize.taskset import load_task_set
 from optimize.traces import TraceStore
 
@@ -48,6 +50,8 @@ def run_loop(
     passes: Sequence[str],
     candidates: int = 5,
     progress: Callable[[str], None] = lambda _m: None,
+    sandbox: Sandbox | None = None,
+    research: Researcher | None = None,
 ) -> list[LoopEntry]:
     entries = []
     for skill in skills or skills_with_task_sets(tasks_dir):
@@ -70,12 +74,16 @@ def run_loop(
             details = []
             if "body" in passes:
                 progress(f"body pass for {skill}")
-                outcome = optimize_body(skill, control, library, llm, judge, tasks_dir, candidates)
+                outcome = optimize_body(
+                    skill, control, library, llm, judge, tasks_dir, candidates, sandbox, research
+                )
                 details.append(f"body: {outcome.proposed or outcome.reason}")
             if "description" in passes:
                 progress(f"description pass for {skill}")
                 cases = load_task_set(tasks_dir, skill).routing
-                change_id, reason = propose_description(skill, library, control, llm, cases, candidates)
+                change_id, reason = propose_description(
+                    skill, library, control, llm, cases, candidates, research
+                )
                 details.append(f"description: {change_id or reason}")
             entries.append(LoopEntry(skill, report.mean_score, "optimized", "; ".join(details)))
         except IngotError as exc:  # one skill's problem must not stop the loop for the others

@@ -16,9 +16,10 @@ from mcp_server.library import Library
 from optimize.ab import ABRunner, Arm
 from optimize.bestofn import CandidateSearch
 from optimize.changes import ChangeControl
-from optimize.execcheck import BubblewrapSandbox
+from optimize.execcheck import Sandbox
 from optimize.judge import Judge
 from optimize.llm import LLMClient
+from optimize.research import OFF, Researcher
 from optimize.taskset import load_task_set
 
 
@@ -45,13 +46,15 @@ def optimize_body(
     judge: Judge,
     tasks_dir: Path,
     candidates: int = 5,
-    sandbox: BubblewrapSandbox | None = None,
+    sandbox: Sandbox | None = None,
+    research: Researcher | None = None,
 ) -> Outcome:
     tasks = load_task_set(tasks_dir, skill)
     if tasks.leakage:
         raise IngotError(f"the task set for {skill!r} can never promote: {'; '.join(tasks.leakage)}")
     champion = library.get(skill)
-    search = CandidateSearch(llm, judge, candidates).search(
+    brief = research.brief(skill, champion.description) if research else OFF
+    search = CandidateSearch(llm, judge, candidates, brief).search(
         skill, champion.revision, champion.body, tasks.train
     )
     if search.winner is None:
@@ -71,6 +74,7 @@ def optimize_body(
             "candidates": len(search.candidates),
             "diagnosis": list(search.diagnosis),
             "summary": search.reason,
+            "research": brief.evidence(),
         },
     }
     cost = llm.ledger.totals()["total"] if llm.ledger else None

@@ -12,48 +12,13 @@ from optimize.judge import Judge
 from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.pipeline import optimize_body
 from tests.conftest import write_skill
+from tests.optimize.conftest import STALE, TASKS
 from tests.scripted_llm import grade_json as grade
 from tests.scripted_llm import scripted_llm
 
-STALE = "# Release notes\n\nSEED-MARK: list every commit verbatim.\n"
-TASKS = """\
-train: [Notes for 1.0, Notes for 1.1, Notes for 1.2, Notes for 1.3]
-holdout: [Notes for 2.0, Notes for 2.1, Notes for 2.2]
-"""
 
-
-@pytest.fixture
-def world(tmp_path, library_factory):
-    root = tmp_path / "skills"
-    write_skill(root, "release-notes", "Writes release notes from merged pull requests.", STALE)
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "release-notes.yaml").write_text(TASKS)
-    library = library_factory(root)
-    control = ChangeControl(tmp_path / "runs", (root,))
-    with scripted_llm() as server:
-        server.add(model="judge-model", user_contains="strong answer", reply=grade(0.9, True))
-        server.add(model="judge-model", user_contains="weak answer", reply=grade(0.2, False))
-        server.add(
-            model="teacher-model",
-            user_contains="Diagnose",
-            reply=json.dumps(
-                {"issues": [{"section": "SEED-MARK", "kind": "incorrect", "detail": "verbatim commits"}]}
-            ),
-        )
-        server.add(system_contains="SEED-MARK", reply="weak answer")
-        server.add(system_contains="NEW-MARK", reply="strong answer")
-        server.add(system_contains="MEH-MARK", reply="weak answer")
-        endpoints = {
-            role: make_endpoint(role, server.url, None, f"{role}-model")
-            for role in ("agent", "teacher", "judge")
-        }
-        llm = LLMClient(LLMConfig(endpoints))
-        yield server, control, library, llm, Judge(llm, ("judge-model",), "teacher-model"), tasks, root
-
-
-def test_a_stale_skill_gets_a_pending_rewrite_with_evidence_and_skills_untouched(world):
-    server, control, library, llm, judge, tasks, root = world
+def test_a_stale_skill_gets_a_pending_rewrite_with_evidence_and_skills_untouched(optimizer_world):
+    server, control, library, llm, judge, tasks, root = optimizer_world
     server.add(
         model="teacher-model",
         user_contains="Rewrite the skill",
@@ -73,8 +38,8 @@ def test_a_stale_skill_gets_a_pending_rewrite_with_evidence_and_skills_untouched
     assert change.files["SKILL.md"].startswith(before.split(b"---")[0] + b"---")  # frontmatter kept
 
 
-def test_no_improvement_means_no_pending_record(world):
-    server, control, library, llm, judge, tasks, _ = world
+def test_no_improvement_means_no_pending_record(optimizer_world):
+    server, control, library, llm, judge, tasks, _ = optimizer_world
     server.add(
         model="teacher-model",
         user_contains="Rewrite the skill",
@@ -85,19 +50,19 @@ def test_no_improvement_means_no_pending_record(world):
     assert control.pending() == []
 
 
-def test_a_leaky_task_set_is_refused(world):
-    _, control, library, llm, judge, tasks, _ = world
+def test_a_leaky_task_set_is_refused(optimizer_world):
+    _, control, library, llm, judge, tasks, _ = optimizer_world
     (tasks / "release-notes.yaml").write_text("- Notes for 1.0\n- Notes for 2.0\n")
     with pytest.raises(IngotError, match="can never promote"):
         optimize_body("release-notes", control, library, llm, judge, tasks)
 
 
-def test_ingot_optimize_command_queues_the_rewrite(world, tmp_path):
+def test_ingot_optimize_command_queues_the_rewrite(optimizer_world, tmp_path):
     import os
     import subprocess
     import sys
 
-    server, control, *_, tasks, root = world
+    server, control, *_, tasks, root = optimizer_world
     server.add(
         model="teacher-model",
         user_contains="Rewrite the skill",
