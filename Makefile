@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run install dev test check format bench bench-routing bench-latency calibrate compose-check clean
+.PHONY: run install dev test check format bench bench-routing bench-latency calibrate compose-check screenshots clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -48,6 +48,10 @@ bench: bench-routing bench-latency
 
 calibrate: install
 	$(PY) scripts/calibrate_router.py --skills $(SHARED)/skills --cases $(SHARED)/dev_cases.jsonl
+
+# README screenshots, taken by the browser tests from a real run (needs /usr/bin/chromium).
+screenshots: dev
+	INGOT_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/ui/test_browser.py -k "evidence_before or approve_in"
 
 compose-check:
 	docker-compose -f docker-compose.yml config --quiet

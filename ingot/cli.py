@@ -55,10 +55,11 @@ def serve(
     skills: tuple[Path, ...], mcp_port: int | None, ui_port: int | None, host: str | None, no_ui: bool
 ) -> None:
     """Serve the skills over MCP (streamable HTTP at /mcp) and the UI."""
-    from ingot.runtime import change_control, open_library
+    from ingot.runtime import change_control, open_library, ui_options
     from ingot.serve import serve as run
 
     settings = _settings(skills, mcp_port=mcp_port, ui_port=ui_port, bind_host=host)
+    options = None if no_ui else ui_options(settings)
     _setup_logging(settings.log_level)
     library = open_library(settings)
     control = change_control(settings, library=library)
@@ -86,6 +87,7 @@ def serve(
         settings.allowed_hosts,
         watch=settings.watch_skills,
         log_level=settings.log_level.lower(),
+        ui=options,
     )
 
 
@@ -95,22 +97,27 @@ def serve(
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
 def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
     """Serve only the UI (the MCP server runs elsewhere, e.g. its own compose service)."""
-    from ingot.runtime import open_library
+    from ingot.runtime import change_control, open_library, ui_options
     from ingot.serve import serve as run
 
     settings = _settings(skills, ui_port=ui_port, bind_host=host)
     _setup_logging(settings.log_level)
+    options = ui_options(settings)
     library = open_library(settings)
+    control = change_control(settings, library=library)
+    for note in control.recover():
+        click.echo(f"ingot: recovered an interrupted change: {note}", err=True)
     click.echo(f"ingot: UI at http://{settings.bind_host}:{settings.ui_port}/", err=True)
     run(
         library,
-        None,
+        control,
         settings.bind_host,
         None,
         settings.ui_port,
         settings.allowed_hosts,
         watch=settings.watch_skills,
         log_level=settings.log_level.lower(),
+        ui=options,
     )
 
 

@@ -22,6 +22,7 @@ from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.traces import LocalTraceStore, TraceStore
 
 if TYPE_CHECKING:
+    from ingot.serve import UIOptions
     from optimize.judge import Judge
     from optimize.research import Researcher
 
@@ -83,6 +84,22 @@ def change_control(
         limits,
         prepare=library.prewarm if library is not None else None,
     )
+
+
+def ui_options(settings: Settings) -> UIOptions:
+    """The review UI's actor name and access token (UI_ACCESS_TOKEN, else UI_ACCESS_TOKEN_FILE)."""
+    from ingot.serve import UIOptions
+    from ui.security import token_from_file
+
+    token = settings.ui_access_token.get_secret_value() if settings.ui_access_token else None
+    if token is None and settings.ui_access_token_file is not None:
+        try:
+            token = token_from_file(settings.ui_access_token_file)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"UI_ACCESS_TOKEN_FILE: {exc}") from exc
+    if token is not None and len(token) < 16:
+        raise ConfigError("UI_ACCESS_TOKEN must be at least 16 characters; use a long random string")
+    return UIOptions(actor(settings), token)
 
 
 def actor(settings: Settings) -> str:

@@ -1,10 +1,15 @@
-"""Run the MCP server and the UI together in one process (two uvicorn servers, one event loop)."""
+"""Run the MCP server and the UI together in one process (two uvicorn servers, one event loop).
+
+Bind rules: loopback by default. A non-loopback MCP bind needs ALLOWED_HOSTS (the Host names
+clients use); a non-loopback UI bind needs an access token, which every UI request must then carry.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
 import logging
+from dataclasses import dataclass
 
 import uvicorn
 
@@ -48,13 +53,30 @@ async def _serve_all(servers: list[uvicorn.Server]) -> None:
     await asyncio.gather(*(s.serve() for s in servers))
 
 
-def ui_app(library: Library, mcp_url: str, allowed_hosts: tuple[str, ...]):
+@dataclass(frozen=True)
+class UIOptions:
+    """What the review UI needs beyond the library and change control."""
+
+    actor: str  # recorded in the audit log for decisions taken in the UI
+    token: str | None = None  # required on every UI request when set
+    runs_env: dict[str, str] | None = None  # environment for optimize runs (default: ours)
+
+
+def ui_app(
+    library: Library,
+    control: ChangeControl,
+    mcp_url: str,
+    allowed_hosts: tuple[str, ...],
+    options: UIOptions,
+):
     """The UI ASGI app, answering only to loopback and configured Host names."""
     from starlette.middleware.trustedhost import TrustedHostMiddleware
 
     from ui.app import build_app
+    from ui.runs import RunManager
 
-    app = build_app(library, mcp_url=mcp_url)
+    runs = RunManager(control.runs_dir, control.roots, options.runs_env)
+    app = build_app(library, control, runs, mcp_url, f"{options.actor} (ui)", options.token)
     app.add_middleware(
         TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", *allowed_hosts]
     )
@@ -70,12 +92,20 @@ def serve(
     allowed_hosts: tuple[str, ...] = (),
     watch: bool = True,
     log_level: str = "info",
+    ui: UIOptions | None = None,
 ) -> None:
     """Block serving MCP and/or the UI (a None port is not served) until interrupted."""
-    if not is_loopback(host):
+    if ui_port is not None and (control is None or ui is None):
+        raise ConfigError("the UI needs change control and its options")
+    if ui_port is not None and not is_loopback(host) and not (ui and ui.token):
+        raise ConfigError(
+            f"refusing to bind the UI on {host} without an access token: set UI_ACCESS_TOKEN, or "
+            "UI_ACCESS_TOKEN_FILE (a token is generated there if the file does not exist)"
+        )
+    if mcp_port is not None and not is_loopback(host):
         if not allowed_hosts:
             raise ConfigError(
-                f"refusing to bind {host}: Ingot has no authentication yet. Bind 127.0.0.1, or "
+                f"refusing to bind MCP on {host}: the MCP server has no authentication. Bind 127.0.0.1, or "
                 "set ALLOWED_HOSTS to the host names clients use (e.g. in Docker, where the "
                 "ports are published on 127.0.0.1 only)"
             )
@@ -94,7 +124,8 @@ def serve(
             )
         )
     if ui_port is not None:
-        app = ui_app(library, f"http://{host}:{mcp_port or 8000}/mcp", allowed_hosts)
+        assert control is not None and ui is not None
+        app = ui_app(library, control, f"http://{host}:{mcp_port or 8000}/mcp", allowed_hosts, ui)
         servers.append(uvicorn.Server(uvicorn.Config(app, host=host, port=ui_port, log_level=log_level)))
     if watch:
         library.start_watching()

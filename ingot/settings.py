@@ -31,6 +31,12 @@ class Settings(BaseSettings):
     )
     mcp_port: int = Field(default=8000, ge=1, le=65535)
     ui_port: int = Field(default=8080, ge=1, le=65535)
+    ui_access_token: SecretStr | None = Field(
+        default=None, description="Required on every UI request when set; needed for a non-loopback UI."
+    )
+    ui_access_token_file: Path | None = Field(
+        default=None, description="Read the UI token from this file (created, random, 0600, if missing)."
+    )
     mcp_url: str | None = Field(default=None, description="Where `ingot agent` finds Ingot's MCP server.")
     proxy_port: int = Field(default=8090, ge=1, le=65535, description="Capture proxy (`ingot proxy`).")
     allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(

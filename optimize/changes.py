@@ -125,6 +125,17 @@ class ChangeControl:
         invalid = tuple(f"{p.folder}: {p.reason}" for p in registry.problems())
         return Status(skills, invalid, self.audit.verify(), len(pending))
 
+    def refusal(self, change: PendingChange) -> str | None:
+        """Why approving `change` would be refused right now, or None if it would go ahead.
+
+        The same re-verification `approve` runs, without the lock and without writing anything:
+        for showing a reviewer that a change is blocked or stale before they press a button."""
+        try:
+            self._verify(change)
+        except (ApprovalRefused, IngotError) as exc:
+            return str(exc)
+        return None
+
     # -- writing --------------------------------------------------------------------------
 
     def recover(self) -> list[str]:
@@ -322,7 +333,8 @@ class ChangeControl:
                     "this candidate changes more"
                 )
 
-    def reject(self, skill: str, reason: str, actor: str) -> Path:
+    def reject(self, skill: str, reason: str, actor: str, change_id: str | None = None) -> Path:
+        """Archive the pending change for `skill` with `reason`; `change_id` pins the one reviewed."""
         if not reason or not reason.strip():
             raise IngotError("a rejection needs a reason (--reason)")
         with change_lock(self.runs_dir, self.lock_wait_s):
@@ -330,6 +342,11 @@ class ChangeControl:
             change = self.queue.get(skill)
             if change is None:
                 raise ApprovalRefused(f"no pending change for {skill!r}")
+            if change_id is not None and change.id != change_id:
+                raise PromotionConflict(
+                    f"the pending change for {skill!r} is now {change.id}, not {change_id}; "
+                    "review the new one"
+                )
             self.audit.append(
                 action="reject",
                 skill=skill,

@@ -88,28 +88,29 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_mcp(library: Library, allowed_hosts: tuple[str, ...] = (), control=None) -> Iterator[str]:
-    """A real uvicorn server on a free loopback port; yields the /mcp URL."""
-    from ingot.serve import mcp_app
-
+def running_asgi(app, lifespan: str = "on", log_level: str = "warning") -> Iterator[str]:
+    """A real uvicorn server for `app` on a free loopback port; yields its base URL."""
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(
-            mcp_app(library, "127.0.0.1", allowed_hosts, control),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            lifespan="on",
-        )
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, lifespan=lifespan)
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started)
     try:
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@contextmanager
+def running_mcp(library: Library, allowed_hosts: tuple[str, ...] = (), control=None) -> Iterator[str]:
+    """The real MCP app on a free loopback port; yields the /mcp URL."""
+    from ingot.serve import mcp_app
+
+    with running_asgi(mcp_app(library, "127.0.0.1", allowed_hosts, control)) as base:
+        yield f"{base}/mcp"
 
 
 @pytest.fixture

@@ -1,65 +1,247 @@
-"""The localhost UI. For now: a read-only status page of what is served and what was skipped.
+"""The localhost review UI: evidence first, then approve or reject; history, rollback, library, runs.
 
-The change-control review (approve, reject, history, rollback) is a later issue; this page
-says so rather than showing controls that do nothing. It renders server-side with no external
-assets, so it works offline.
+Server-rendered pages (Jinja2, autoescaped) with one small static script and stylesheet, so it
+works offline with no build step. Every decision goes through the same `ChangeControl` methods as
+the CLI; this module only parses form fields and maps errors to HTTP: a refused approval is 422,
+a second approval or rollback while one is in flight (or a change already decided) is 409.
+Same-origin checks, the access token and security headers live in ui/security.py. Nothing here
+logs skill text, task text or reasons; uvicorn's access log sees only paths and status codes.
 """
 
 from __future__ import annotations
 
-from html import escape
+import hmac
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
 
-from fastapi import FastAPI
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi import FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
 
 from ingot import __version__
+from ingot.errors import IngotError, SkillNotFound
 from mcp_server.library import Library
+from optimize.changes import ApprovalRefused, ChangeControl
+from optimize.lock import PromotionConflict
+from optimize.promote import check_skill_name
+from ui import views
+from ui.runs import RunManager
+from ui.security import COOKIE, Guard, session_value
 
-_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
-<title>Ingot</title><style>
-body{{font:15px/1.5 system-ui,sans-serif;margin:2rem auto;max-width:60rem;color:#222}}
-table{{border-collapse:collapse;width:100%}}
-td,th{{border-bottom:1px solid #ddd;padding:.3rem .5rem;text-align:left}}
-code{{font-size:13px}}.bad{{color:#a00}}</style></head><body>
-<h1>Ingot {version}</h1>
-<p>Serving <b>{count}</b> skills over MCP at <code>{mcp_url}</code>. Review, approval and rollback
-are not available in this version yet; use the CLI.</p>
-<h2>Skills</h2><table><tr><th>name</th><th>revision</th><th>root</th></tr>{rows}</table>
-<h2>Skipped</h2><table><tr><th>folder</th><th>reason</th></tr>{problems}</table>
-</body></html>"""
+log = logging.getLogger(__name__)
+HERE = Path(__file__).parent
+NOTICES = {
+    "approved": "Approved and promoted; the new revision is being served.",
+    "rejected": "Rejected; the change is archived with your reason.",
+    "rolled-back": "Rolled back; the selected revision is being served.",
+}
 
 
-def build_app(library: Library, mcp_url: str) -> FastAPI:
-    app = FastAPI(title="Ingot", version=__version__, docs_url=None, redoc_url=None)
+def build_app(
+    library: Library,
+    control: ChangeControl,
+    runs: RunManager,
+    mcp_url: str,
+    actor: str,
+    token: str | None = None,
+) -> FastAPI:
+    """The UI as an ASGI app; with `token`, every request must carry it (see ui/security.py)."""
+    app = FastAPI(title="Ingot", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    templates = Jinja2Templates(directory=HERE / "templates")
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    app.add_middleware(Guard, token=token)
+    in_flight = threading.Lock()  # one approve / reject / rollback at a time in this process
 
-    @app.get("/", response_class=HTMLResponse)
-    def index() -> str:
-        status = library.status()
-        rows = "".join(
-            f"<tr><td>{escape(s.name)}</td><td><code>{s.short_revision}</code></td>"
-            f"<td>{escape(str(s.root))}</td></tr>"
-            for s in sorted(library.skills().values(), key=lambda s: s.name)
+    @contextmanager
+    def exclusive() -> Iterator[None]:
+        if not in_flight.acquire(blocking=False):
+            raise PromotionConflict("another approval or rollback is in progress; retry when it finishes")
+        try:
+            yield
+        finally:
+            in_flight.release()
+
+    def page(request: Request, name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
+        values.setdefault("header", views.header(control))
+        return templates.TemplateResponse(
+            request,
+            name,
+            {"version": __version__, "mcp_url": mcp_url, "signed_in": token is not None, **values},
+            status_code=status_code,
         )
-        problems = (
-            "".join(
-                f"<tr><td>{escape(str(p.folder))}</td><td class=bad>{escape(p.reason)}</td></tr>"
-                for p in status.invalid
-            )
-            or "<tr><td colspan=2>none</td></tr>"
+
+    def refresh(skill: str) -> None:
+        root = control.root_of(skill)
+        if root is not None:  # serve the new revision now rather than at the watcher's next event
+            library.reload([root / skill])
+
+    @app.exception_handler(IngotError)
+    def ingot_error(request: Request, exc: IngotError) -> Response:
+        status = (
+            409
+            if isinstance(exc, PromotionConflict)
+            else 422
+            if isinstance(exc, ApprovalRefused)
+            else 404
+            if isinstance(exc, SkillNotFound)
+            else 400
         )
-        return _PAGE.format(
-            version=__version__, count=status.skills, mcp_url=escape(mcp_url), rows=rows, problems=problems
+        if "application/json" in request.headers.get("accept", ""):
+            return JSONResponse({"error": str(exc)}, status_code=status)
+        return page(request, "error.html", status_code=status, message=str(exc), status=status)
+
+    @app.get("/")
+    def index() -> RedirectResponse:
+        return RedirectResponse("/review", status_code=303)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/review", response_class=HTMLResponse)
+    def review(request: Request, done: str | None = None) -> HTMLResponse:
+        cards = [views.review(control, change) for change in control.pending()]
+        return page(request, "review.html", cards=cards, notice=NOTICES.get(done or ""))
+
+    @app.post("/changes/{skill}/approve")
+    def approve(skill: str, change_id: Annotated[str, Form()]) -> RedirectResponse:
+        check_skill_name(skill)
+        with exclusive():
+            control.approve(skill, actor, change_id)
+        refresh(skill)
+        return RedirectResponse(f"/history/{skill}?done=approved", status_code=303)
+
+    @app.post("/changes/{skill}/reject")
+    def reject(
+        skill: str, change_id: Annotated[str, Form()], reason: Annotated[str, Form()] = ""
+    ) -> RedirectResponse:
+        check_skill_name(skill)
+        if not reason.strip():
+            raise ApprovalRefused("a rejection needs a reason; say why so the author can learn from it")
+        with exclusive():
+            control.reject(skill, reason.strip()[:2000], actor, change_id)
+        return RedirectResponse("/review?done=rejected", status_code=303)
+
+    @app.get("/history", response_class=HTMLResponse)
+    def history_index(request: Request) -> HTMLResponse:
+        return page(request, "history_index.html", skills=control.status().skills)
+
+    @app.get("/history/{skill}", response_class=HTMLResponse)
+    def history(request: Request, skill: str, done: str | None = None) -> HTMLResponse:
+        check_skill_name(skill)
+        entries = views.timeline(control, skill)
+        snapshots = control.snapshots(skill)
+        if not entries and not snapshots and control.root_of(skill) is None:
+            raise SkillNotFound(f"no skill or history named {skill!r}")
+        return page(
+            request,
+            "history.html",
+            skill=skill,
+            entries=entries,
+            snapshots=snapshots,
+            live=control.live_revision(skill),
+            notice=NOTICES.get(done or ""),
         )
+
+    @app.post("/history/{skill}/rollback")
+    def rollback(skill: str, revision: Annotated[str, Form()]) -> RedirectResponse:
+        check_skill_name(skill)
+        with exclusive():
+            control.rollback(skill, revision, actor, reason="rollback from the UI")
+        refresh(skill)
+        return RedirectResponse(f"/history/{skill}?done=rolled-back", status_code=303)
+
+    @app.get("/evidence/{skill}/{bundle}", response_class=HTMLResponse)
+    def evidence(request: Request, skill: str, bundle: str) -> HTMLResponse:
+        check_skill_name(skill)
+        folder = (control.runs_dir / "evidence" / skill / bundle).resolve()
+        if folder.parent != (control.runs_dir / "evidence" / skill).resolve() or not folder.is_dir():
+            raise SkillNotFound(f"no evidence bundle {bundle!r} for {skill!r}")
+        text = (folder / "evidence.json").read_text(errors="replace")
+        return page(request, "evidence.html", skill=skill, bundle=bundle, text=text)
+
+    @app.get("/library", response_class=HTMLResponse)
+    def library_page(request: Request) -> HTMLResponse:
+        return page(request, "library.html", **_library_values(library, control))
+
+    @app.post("/library/route", response_class=HTMLResponse)
+    def try_routing(request: Request, task: Annotated[str, Form()]) -> HTMLResponse:
+        task = task.strip()
+        if not task or len(task) > 4000:
+            raise IngotError("type a task of 1 to 4000 characters to see how it routes")
+        return page(
+            request,
+            "library.html",
+            task=task,
+            result=library.route(task),
+            **_library_values(library, control),
+        )
+
+    @app.get("/runs", response_class=HTMLResponse)
+    def runs_page(request: Request) -> HTMLResponse:
+        return page(request, "runs.html", runs=runs.list(), skills=sorted(library.skills()))
+
+    @app.post("/runs")
+    def start_run(skill: Annotated[str, Form()], mode: Annotated[str, Form()] = "body") -> RedirectResponse:
+        library.get(skill)  # SkillNotFound for anything not served
+        run = runs.start(skill, mode)
+        return RedirectResponse(f"/runs/{run.id}", status_code=303)
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse)
+    def run_page(request: Request, run_id: str) -> HTMLResponse:
+        run = runs.get(run_id)
+        output, progress = runs.output(run_id)
+        return page(request, "run.html", run=run, output=output, progress=progress)
+
+    @app.get("/api/runs/{run_id}")
+    def run_api(run_id: str) -> dict[str, Any]:
+        run = runs.get(run_id)
+        output, progress = runs.output(run_id)
+        return {
+            "status": run.status,
+            "exit_code": run.exit_code,
+            "progress": None if progress is None else progress.__dict__ | {"percent": progress.percent},
+            "log": output,
+        }
+
+    @app.post("/runs/{run_id}/stop")
+    def stop_run(run_id: str) -> RedirectResponse:
+        runs.stop(run_id)
+        return RedirectResponse(f"/runs/{run_id}", status_code=303)
 
     @app.get("/api/status")
-    def api_status() -> JSONResponse:
-        status = library.status()
-        return JSONResponse(
-            {
-                "skills": {n: s.revision for n, s in library.skills().items()},
-                "invalid": [{"folder": str(p.folder), "reason": p.reason} for p in status.invalid],
-                "disabled": dict(status.disabled),
-            }
-        )
+    def api_status() -> dict[str, Any]:
+        head = views.header(control)
+        return {
+            "skills": {n: s.revision for n, s in library.skills().items()},
+            "pending": head.pending,
+            "drifted": list(head.drifted),
+            "audit": {"ok": head.audit_ok, "head": head.audit_head, "bad_line": head.audit_bad_line},
+        }
+
+    @app.get("/login", response_class=HTMLResponse)
+    def login_form(request: Request) -> HTMLResponse:
+        return page(request, "login.html", header=None, failed=False)
+
+    @app.post("/login", response_model=None)
+    def login(request: Request, access_token: Annotated[str, Form()]) -> Response:
+        if token is None:
+            return RedirectResponse("/review", status_code=303)
+        if not hmac.compare_digest(access_token.strip().encode(), token.encode()):
+            return page(request, "login.html", header=None, failed=True, status_code=401)
+        response = RedirectResponse("/review", status_code=303)
+        response.set_cookie(COOKIE, session_value(token), httponly=True, samesite="strict", path="/")
+        return response
 
     return app
+
+
+def _library_values(library: Library, control: ChangeControl) -> dict[str, Any]:
+    status = {s.name: s for s in control.status().skills}
+    skills = sorted(library.skills().values(), key=lambda s: s.name)
+    return {"skills": skills, "status": status, "problems": library.status().invalid}

@@ -79,9 +79,13 @@ def test_a_bad_setting_is_one_clear_error_with_exit_code_2(tmp_path):
     assert done.returncode == 2 and done.stderr.startswith("Error: invalid settings: MCP_PORT")
 
 
-def test_serving_on_a_public_address_without_allowed_hosts_is_refused(tmp_path):
+def test_serving_on_a_public_address_without_allowed_hosts_or_a_ui_token_is_refused(tmp_path):
     done = ingot("serve", "--skills", str(BUNDLED_SKILLS), "--host", "0.0.0.0", cwd=tmp_path)
-    assert done.returncode == 2 and "refusing to bind 0.0.0.0" in done.stderr
+    assert (
+        done.returncode == 2 and "refusing to bind the UI on 0.0.0.0 without an access token" in done.stderr
+    )
+    done = ingot("serve", "--skills", str(BUNDLED_SKILLS), "--host", "0.0.0.0", "--no-ui", cwd=tmp_path)
+    assert done.returncode == 2 and "refusing to bind MCP on 0.0.0.0" in done.stderr
 
 
 def test_serve_answers_mcp_and_ui_then_stops_on_sigterm(tmp_path):
@@ -122,8 +126,9 @@ def test_serve_answers_mcp_and_ui_then_stops_on_sigterm(tmp_path):
         assert wait_for(up, timeout=60, interval=0.2)["match"] == "incident-postmortem"
         import httpx
 
-        page = httpx.get(f"http://127.0.0.1:{ui_port}/")
+        page = httpx.get(f"http://127.0.0.1:{ui_port}/library")
         assert page.status_code == 200 and "incident-postmortem" in page.text
+        assert "Changes to review" in httpx.get(f"http://127.0.0.1:{ui_port}/", follow_redirects=True).text
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=20)

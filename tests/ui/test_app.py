@@ -1,0 +1,204 @@
+"""The review UI over real HTTP: same-origin writes, 409s, refusals, the token, bind rules, and
+evidence that was not measured shown as missing."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+
+import httpx
+import pytest
+
+from ingot.errors import ConfigError
+from ingot.serve import UIOptions, serve, ui_app
+from tests.conftest import running_asgi
+from tests.ui.conftest import BLOCKED, GOOD, rewrite
+
+TOKEN = "a-long-enough-test-token-0123456789"
+
+
+def post(world, path: str, data: dict, **headers: str) -> httpx.Response:
+    return httpx.post(world.ui + path, data=data, headers={"Origin": world.ui, **headers})
+
+
+@pytest.mark.parametrize(
+    "headers, why",
+    [
+        ({}, "no Origin or Sec-Fetch-Site"),
+        ({"Origin": "http://evil.example"}, "cross-origin"),
+        ({"Origin": "http://127.0.0.1:1"}, "cross-origin"),  # same host, other port: another origin
+        ({"Sec-Fetch-Site": "cross-site"}, "cross-site"),
+        ({"Sec-Fetch-Site": "same-site"}, "cross-site"),
+        ({"Origin": "null"}, "cross-origin"),
+    ],
+    ids=["no-headers", "other-host", "other-port", "cross-site", "same-site", "null-origin"],
+)
+def test_state_changing_requests_from_anywhere_else_are_refused(world, headers, why):
+    change = world.change(GOOD)
+    for path, data in [
+        (f"/changes/{GOOD}/approve", {"change_id": change.id}),
+        (f"/changes/{GOOD}/reject", {"change_id": change.id, "reason": "x"}),
+        (f"/history/{GOOD}/rollback", {"revision": change.champion_revision}),
+        ("/runs", {"skill": GOOD, "mode": "body"}),
+    ]:
+        response = httpx.post(world.ui + path, data=data, headers=headers)
+        assert response.status_code == 403 and why in response.text
+    assert (
+        world.control.queue.get(GOOD) == change and world.control.history(GOOD)[-1].get("action") == "propose"
+    )
+
+
+def test_pages_carry_a_strict_content_security_policy(world):
+    response = httpx.get(f"{world.ui}/review")
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    assert response.headers["x-frame-options"] == "DENY"
+    assert "<script>" not in response.text  # no inline script: the CSP would block it anyway
+    assert not re.search(r'(src|href)="(https?:)?//', response.text)  # nothing from another site
+
+
+def test_two_simultaneous_approvals_give_one_promotion_and_one_409(world):
+    change = world.change(GOOD)
+    barrier = threading.Barrier(2)
+    statuses: list[int] = []
+
+    def approve() -> None:
+        barrier.wait()
+        statuses.append(post(world, f"/changes/{GOOD}/approve", {"change_id": change.id}).status_code)
+
+    threads = [threading.Thread(target=approve) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [303, 409]
+    promotions = [e for e in world.control.history(GOOD) if e.get("action") == "promote"]
+    assert len(promotions) == 1 and world.control.live_revision(GOOD) == change.candidate_revision
+
+
+def test_approve_or_rollback_while_another_process_is_mid_change_gets_409(world):
+    from optimize.lock import change_lock
+
+    change = world.change(GOOD)
+    world.control.lock_wait_s = 0.2
+    with change_lock(world.control.runs_dir):  # another process (say, the CLI) is mid-change
+        approve = post(world, f"/changes/{GOOD}/approve", {"change_id": change.id})
+        rollback = post(world, f"/history/{GOOD}/rollback", {"revision": change.champion_revision})
+    for response in (approve, rollback):
+        assert response.status_code == 409 and "another Ingot process" in response.text
+    assert world.control.queue.get(GOOD) == change
+
+
+def test_approving_a_change_that_was_displaced_is_a_conflict(world):
+    old = world.change(GOOD)
+    world.control.propose(GOOD, "rewrite", "optimizer", rewrite(world.root, GOOD, "NEWER"), {})
+    response = post(world, f"/changes/{GOOD}/approve", {"change_id": old.id})
+    assert response.status_code == 409 and "review the new one" in response.text
+    response = post(world, f"/changes/{GOOD}/reject", {"change_id": old.id, "reason": "stale"})
+    assert response.status_code == 409 and world.control.queue.get(GOOD).id != old.id
+
+
+def test_a_reject_without_a_reason_is_refused_and_keeps_the_change(world):
+    change = world.change(GOOD)
+    response = post(world, f"/changes/{GOOD}/reject", {"change_id": change.id, "reason": "   "})
+    assert response.status_code == 422 and "needs a reason" in response.text
+    assert world.control.queue.get(GOOD) == change
+
+
+def test_a_change_gone_stale_shows_why_and_approval_is_refused(world):
+    change = world.change(GOOD)
+    skill_md = world.root / GOOD / "SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\nEdited by hand.\n")
+    page = httpx.get(f"{world.ui}/review").text
+    assert "changed on disk since the evidence was recorded" in page
+    response = post(world, f"/changes/{GOOD}/approve", {"change_id": change.id}, Accept="application/json")
+    assert response.status_code == 422 and "changed on disk" in response.json()["error"]
+    assert "Edited by hand." in skill_md.read_text()
+
+
+def test_evidence_that_was_not_measured_is_shown_as_missing(world):
+    world.control.propose(GOOD, "rewrite", "operator", rewrite(world.root, GOOD, "BARE"), {})
+    html = httpx.get(f"{world.ui}/review").text
+    card = html.split(f'data-skill="{GOOD}"')[1].split("</article>")[0]
+    assert "held-out A/B was not measured" in card
+    assert card.count('class="missing"') >= 5  # A/B, both means, tokens, samples, retention, cost
+    assert "0.000" not in card
+
+
+def test_the_header_reports_a_broken_audit_chain_with_its_line(world):
+    log = world.control.runs_dir / "audit.jsonl"
+    lines = log.read_text().splitlines()
+    lines[0] = lines[0].replace('"propose"', '"promote"')
+    log.write_text("\n".join(lines) + "\n")
+    audit = httpx.get(f"{world.ui}/api/status").json()["audit"]
+    assert audit["ok"] is False and audit["bad_line"] == 1
+    assert "broken" in httpx.get(f"{world.ui}/review").text
+
+
+def test_bad_paths_are_clean_errors(world):
+    assert httpx.get(f"{world.ui}/history/..%2F..%2Fetc").status_code in (400, 404)
+    assert httpx.get(f"{world.ui}/evidence/{GOOD}/..").status_code == 404
+    assert httpx.get(f"{world.ui}/runs/not-a-run").status_code == 400
+    assert post(world, "/runs", {"skill": "no-such-skill", "mode": "body"}).status_code == 404
+    assert post(world, "/runs", {"skill": GOOD, "mode": "everything"}).status_code == 400
+    assert post(world, "/library/route", {"task": "x" * 5000}).status_code == 400
+
+
+def test_with_a_token_every_request_needs_it_and_it_never_travels_in_urls(world):
+    app = ui_app(world.library, world.control, world.mcp, (), UIOptions("tester", TOKEN))
+    with running_asgi(app, lifespan="off") as ui:
+        assert httpx.get(f"{ui}/api/status").status_code == 401
+        page = httpx.get(f"{ui}/review", headers={"Accept": "text/html"})
+        assert page.status_code == 303 and page.headers["location"] == "/login"
+        assert httpx.get(f"{ui}/api/status", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert httpx.get(f"{ui}/api/status?token={TOKEN}").status_code == 401
+        with httpx.Client(base_url=ui, headers={"Origin": ui}) as browser:
+            assert browser.post("/login", data={"access_token": "wrong" * 8}).status_code == 401
+            signed_in = browser.post("/login", data={"access_token": TOKEN})
+            assert signed_in.status_code == 303
+            cookie = signed_in.headers["set-cookie"]
+            assert "HttpOnly" in cookie and "SameSite=strict" in cookie and TOKEN not in cookie
+            assert browser.get("/review").status_code == 200
+            change = world.change(GOOD)
+            assert browser.post(f"/changes/{GOOD}/approve", data={"change_id": change.id}).status_code == 303
+
+
+def test_a_non_loopback_ui_bind_needs_a_token(world):
+    with pytest.raises(ConfigError, match="without an access token"):
+        serve(world.library, world.control, "0.0.0.0", None, 8080, (), False, ui=UIOptions("tester"))  # noqa: S104
+
+
+def test_the_token_file_is_created_private_and_reused(tmp_path):
+    from ui.security import token_from_file
+
+    path = tmp_path / "state" / "ui-token"
+    token = token_from_file(path)
+    assert len(token) >= 32 and path.stat().st_mode & 0o077 == 0
+    assert token_from_file(path) == token
+
+
+def test_the_blocked_change_stays_blocked_whatever_the_page_says(world):
+    change = world.change(BLOCKED)
+    response = post(world, f"/changes/{BLOCKED}/approve", {"change_id": change.id})
+    assert response.status_code == 422 and "regresses held-out task" in response.text
+    refused = [e for e in world.control.history(BLOCKED) if e.get("action") == "approve-refused"]
+    assert refused and refused[-1].get("actor") == "tester (ui)"
+
+
+def test_logs_hold_no_skill_text_tasks_reasons_or_tokens(world, caplog):
+    caplog.set_level("DEBUG")
+    app = ui_app(world.library, world.control, world.mcp, (), UIOptions("tester", TOKEN))
+    with running_asgi(app, lifespan="off", log_level="debug") as ui:
+        for name in ("uvicorn.access", "uvicorn.error"):  # uvicorn's loggers do not propagate
+            logging.getLogger(name).addHandler(caplog.handler)
+        headers = {"Origin": ui, "Authorization": f"Bearer {TOKEN}"}
+        httpx.get(f"{ui}/review", headers=headers)
+        httpx.post(f"{ui}/library/route", data={"task": "SECRET-TASK-TEXT notes"}, headers=headers)
+        change = world.change(GOOD)
+        data = {"change_id": change.id, "reason": "PRIVATE-REASON"}
+        assert httpx.post(f"{ui}/changes/{GOOD}/reject", data=data, headers=headers).status_code == 303
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logging.getLogger(name).removeHandler(caplog.handler)
+    assert "POST /changes/release-notes/reject" in caplog.text  # the access log is there...
+    for private in ("SECRET-TASK-TEXT", "PRIVATE-REASON", TOKEN, "NEW-RULE"):
+        assert private not in caplog.text  # ...and holds none of these

@@ -1,0 +1,125 @@
+"""Background optimize runs: real processes on a pseudo-terminal, one per skill, progress and log.
+
+The end-to-end test starts a real `ingot optimize` from the browser against the scripted model
+server and watches it land in Review; the others drive RunManager with a small stand-in command
+(a real process drawing real tqdm bars) so timing is under the test's control.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from ingot.serve import UIOptions, ui_app
+from tests.conftest import running_asgi, wait_for
+from tests.scripted_llm import grade_json, scripted_llm
+from ui.runs import RunConflict, RunManager, clean, progress_of
+
+# Stand-in for `ingot optimize`: draws a bar, then waits for a "release" file before finishing.
+STAND_IN = """
+import pathlib, sys, time
+from tqdm import tqdm
+release = pathlib.Path(sys.argv[-1]).parent / "release"
+for _ in tqdm(range(4), desc="race over 2 task(s)", disable=None):
+    time.sleep(0.01)
+print("waiting", flush=True)
+while not release.exists():
+    time.sleep(0.02)
+print("queued chg-standin for review", flush=True)
+"""
+
+
+@pytest.fixture
+def manager(tmp_path):
+    root = tmp_path / "skills"
+    root.mkdir()
+    manager = RunManager(tmp_path / "runs", (root,), dict(os.environ), (sys.executable, "-c", STAND_IN))
+    yield manager, tmp_path / "release"
+    (tmp_path / "release").touch()  # let any stand-in still waiting finish
+
+
+def test_one_run_per_skill_with_progress_and_log(manager):
+    runs, release = manager
+    run = runs.start("alpha", "body")
+    with pytest.raises(RunConflict, match="already in progress"):
+        runs.start("alpha", "description")
+    other = runs.start("beta", "body")  # another skill may run alongside
+    wait_for(lambda: "waiting" in runs.output(run.id)[0])
+    progress = runs.output(run.id)[1]
+    assert progress is not None and (progress.label, progress.done, progress.total) == (
+        "race over 2 task(s)",
+        4,
+        4,
+    )
+    release.touch()
+    wait_for(lambda: runs.get(run.id).status == "succeeded" and runs.get(other.id).status == "succeeded")
+    assert "queued chg-standin" in runs.output(run.id)[0] and runs.get(run.id).exit_code == 0
+    runs.start("alpha", "body")  # free again once the first finished
+
+
+def test_a_stopped_run_ends_and_a_run_orphaned_by_a_restart_shows_interrupted(manager, tmp_path):
+    runs, _ = manager
+    run = runs.start("alpha", "body")
+    wait_for(lambda: "waiting" in runs.output(run.id)[0])
+    assert runs.stop(run.id).status == "stopped"
+    wait_for(lambda: runs.get(run.id).exit_code is not None)
+    assert runs.get(run.id).status == "stopped"
+    orphan = runs.start("beta", "body")
+    restarted = RunManager(tmp_path / "runs", ())  # a new UI process over the same state
+    assert restarted.get(orphan.id).status == "interrupted"
+    with pytest.raises(RunConflict):
+        restarted.stop(orphan.id)
+
+
+def test_terminal_output_is_cleaned_to_what_a_reader_sees():
+    raw = "seed rollout:  50%|#####     | 2/4\rseed rollout: 100%|##########| 4/4\r\n\x1b[32mdone\x1b[0m\n"
+    assert clean(raw) == "seed rollout: 100%|##########| 4/4\ndone\n"
+    assert progress_of(raw).percent == 100 and progress_of("no bars here") is None
+
+
+def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_change(world, page, tmp_path):
+    skill = "csv-data-cleaning"
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / f"{skill}.yaml").write_text(
+        "train: [Clean orders.csv, Clean users.csv, Clean events.csv, Clean refunds.csv]\n"
+        "holdout: [Clean stock.csv, Clean visits.csv, Clean payments.csv]\n"
+    )
+    with scripted_llm() as server:
+        server.add(model="judge-model", user_contains="strong answer", reply=grade_json(0.9, True))
+        server.add(model="judge-model", user_contains="weak answer", reply=grade_json(0.2, False))
+        server.add(model="teacher-model", user_contains="Diagnose", reply=json.dumps({"issues": []}))
+        server.add(
+            model="teacher-model",
+            user_contains="Rewrite the skill",
+            reply=json.dumps({"body": "# CSV cleaning\n\nNEW-MARK: profile every column first.\n"}),
+        )
+        server.add(system_contains="NEW-MARK", reply="strong answer")
+        server.add(model="agent-model", reply="weak answer")
+        env = {
+            **{k: v for k, v in os.environ.items() if k != "API_KEY"},
+            "BASE_URL": server.url,
+            "AGENT_MODEL": "agent-model",
+            "TEACHER_MODEL": "teacher-model",
+            "JUDGE_MODEL": "judge-model",
+            "TASKS_DIR": str(tasks),
+            "OPTIMIZE_CANDIDATES": "2",
+            "HF_HUB_OFFLINE": "1",
+        }
+        app = ui_app(world.library, world.control, world.mcp, (), UIOptions("tester", runs_env=env))
+        with running_asgi(app, lifespan="off") as ui:
+            page.goto(f"{ui}/runs")
+            page.get_by_test_id("run-skill").select_option(skill)
+            page.get_by_test_id("run-start").click()
+            page.wait_for_url("**/runs/run-*")
+            assert page.get_by_test_id("run-status").inner_text() in ("running", "succeeded")
+            page.wait_for_selector("[data-testid=run][data-status=succeeded]", timeout=120_000)
+            log = page.get_by_test_id("run-log").inner_text()
+            assert "queued chg-" in log and "gate: pass" in log
+            page.goto(f"{ui}/review")
+            card = page.locator(f"[data-testid=review-card][data-skill='{skill}']")
+            assert card.get_by_test_id("verdict").inner_text() == "pass"
+            assert "NEW-MARK" in card.get_by_test_id("diffs").inner_text()

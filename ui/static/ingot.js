@@ -1,0 +1,54 @@
+// Ingot UI: confirmations, diff view toggles and live run progress. No framework, no build step.
+"use strict";
+
+document.addEventListener("submit", (event) => {
+  const form = event.target;
+  const question = form.dataset.confirm;
+  if (question && !window.confirm(question)) {
+    event.preventDefault();
+    return;
+  }
+  // One press, one request: a double click must not send the decision twice.
+  setTimeout(() => form.querySelectorAll("button[type=submit]").forEach((b) => (b.disabled = true)), 0);
+});
+
+document.querySelectorAll("section.diffs").forEach((section) => {
+  const show = (view) => {
+    section.querySelectorAll("pre.unified").forEach((el) => (el.hidden = view !== "unified"));
+    section.querySelectorAll("table.split").forEach((el) => (el.hidden = view !== "split"));
+    section.querySelectorAll("button.tab").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
+  };
+  section.querySelectorAll("button.tab").forEach((b) => b.addEventListener("click", () => show(b.dataset.view)));
+  show("unified");
+});
+
+const run = document.querySelector("[data-testid=run]");
+if (run && run.dataset.status === "running") {
+  const status = run.querySelector("[data-testid=run-status]");
+  const bar = run.querySelector("[data-testid=run-progress]");
+  const label = run.querySelector("[data-testid=run-progress-label]");
+  const log = run.querySelector("[data-testid=run-log]");
+  const poll = async () => {
+    let data;
+    try {
+      const response = await fetch(`/api/runs/${run.dataset.run}`, { headers: { Accept: "application/json" } });
+      data = await response.json();
+    } catch (err) {
+      setTimeout(poll, 3000);
+      return;
+    }
+    status.textContent = data.status;
+    status.className = `chip ${data.status}`;
+    run.dataset.status = data.status;
+    if (data.progress) {
+      bar.value = data.progress.percent;
+      label.textContent = `${data.progress.label} ${data.progress.done}/${data.progress.total}`;
+    }
+    const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    log.textContent = data.log;
+    if (atBottom) log.scrollTop = log.scrollHeight;
+    if (data.status === "running") setTimeout(poll, 1000);
+    else window.location.reload();
+  };
+  setTimeout(poll, 1000);
+}

@@ -1,0 +1,295 @@
+"""What the review UI shows, as typed records read from change control and evidence bundles.
+
+Evidence files are parsed here, once, into records the templates can trust. The one rule: a
+value that was not measured stays `None` and the page shows it as missing; nothing here invents
+a zero or a default. The gate verdict is recomputed under the current thresholds, and whether
+approval would be refused is asked of change control itself (`ChangeControl.refusal`), so the page
+and the server never disagree about a button.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ingot.errors import IngotError
+from optimize import evidence as evidence_mod
+from optimize.audit import AuditEntry
+from optimize.changes import ChangeControl
+from optimize.gate import evaluate
+from optimize.pending import PendingChange
+from ui.diffs import FileDiff, file_diffs
+
+# What the gate needs for each kind of change (gate.py): shown as missing when absent.
+EXPECTED = {"rewrite": ("ab",), "description": ("routing",), "create": ("checks",)}
+ROUTING_METRICS = ("top1", "recall_at_3", "no_route_precision")
+
+
+@dataclass(frozen=True)
+class Header:
+    pending: int
+    drifted: tuple[str, ...]
+    audit_ok: bool
+    audit_lines: int
+    audit_head: str
+    audit_problem: str | None
+    audit_bad_line: int | None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    measured: bool
+    why: str | None  # why it was not measured
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    task: str
+    champion: float | None
+    challenger: float | None
+    champion_pass: bool | None
+    challenger_pass: bool | None
+    champion_tokens: int | None
+    challenger_tokens: int | None
+    divergence: int | None  # first line where the two answers differ
+
+    @property
+    def delta(self) -> float | None:
+        if self.champion is None or self.challenger is None:
+            return None
+        return self.challenger - self.champion
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    champion: float | None
+    challenger: float | None
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class Review:
+    change: PendingChange
+    verdict: str  # pass | blocked | insufficient
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+    refusal: str | None  # why approval would be refused now; None: the button is live
+    measurements: tuple[Measurement, ...]
+    champion_mean: float | None
+    challenger_mean: float | None
+    samples: int | None
+    cases: tuple[Case, ...]
+    retention: float | None
+    serving_model: str | None
+    routing: tuple[Metric, ...]
+    checks: tuple[Check, ...]
+    search: Mapping[str, Any] | None
+    cost_usd: float | None
+    evidence_id: str | None
+    diffs: tuple[FileDiff, ...]
+
+    @property
+    def champion_tokens(self) -> int | None:
+        return _total(c.champion_tokens for c in self.cases)
+
+    @property
+    def challenger_tokens(self) -> int | None:
+        return _total(c.challenger_tokens for c in self.cases)
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    seq: int
+    time: str
+    action: str
+    actor: str | None
+    from_revision: str | None
+    to_revision: str | None
+    outcome: str | None
+    reason: str | None
+    evidence: str | None  # evidence bundle id, when the entry names one that exists
+    change_id: str | None
+
+
+def _num(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _mean(recorded: Any, scores: list[float | None]) -> float | None:
+    """The recorded mean, else the mean of the per-case scores if every one was measured."""
+    if _num(recorded) is not None:
+        return _num(recorded)
+    return sum(scores) / len(scores) if scores and all(s is not None for s in scores) else None  # type: ignore[misc]
+
+
+def _total(values: Any) -> int | None:
+    values = list(values)
+    return sum(values) if values and all(v is not None for v in values) else None
+
+
+def header(control: ChangeControl) -> Header:
+    status = control.status()
+    audit = status.audit
+    return Header(
+        pending=status.pending,
+        drifted=tuple(s.name for s in status.drifted),
+        audit_ok=audit.ok,
+        audit_lines=audit.lines,
+        audit_head=audit.head_hash,
+        audit_problem=audit.problem,
+        audit_bad_line=audit.bad_line,
+    )
+
+
+def review(control: ChangeControl, change: PendingChange) -> Review:
+    data: Mapping[str, Any] = {}
+    evidence_id = None
+    if change.evidence_path:
+        try:
+            bundle = evidence_mod.load(control.runs_dir / change.evidence_path)
+            data, evidence_id = bundle.data, bundle.id
+        except evidence_mod.EvidenceError:
+            data = {}
+    verdict = evaluate(data, control.thresholds) if data else None
+    blocks = data.get("measurements", {}) if isinstance(data.get("measurements"), Mapping) else {}
+    names = list(EXPECTED.get(change.kind, ())) + [
+        n for n in blocks if n not in EXPECTED.get(change.kind, ())
+    ]
+    measurements = tuple(_measurement(name, blocks.get(name)) for name in names)
+    ab = _block(blocks, "ab")
+    routing = _block(blocks, "routing")
+    live = _live_files(control, change)
+    cost = data.get("cost") if isinstance(data.get("cost"), Mapping) else {}
+    cases = tuple(_case(c) for c in ab.get("cases", []) if isinstance(c, Mapping))
+    return Review(
+        change=change,
+        verdict=verdict.status if verdict else "blocked",
+        reasons=verdict.reasons if verdict else ("the evidence bundle is missing or unreadable",),
+        warnings=verdict.warnings if verdict else (),
+        refusal=control.refusal(change),
+        measurements=measurements,
+        champion_mean=_mean(ab.get("champion_mean"), [c.champion for c in cases]),
+        challenger_mean=_mean(ab.get("challenger_mean"), [c.challenger for c in cases]),
+        samples=_int(ab.get("samples")),
+        cases=cases,
+        retention=_num(ab.get("retention")),
+        serving_model=ab.get("serving_model") if isinstance(ab.get("serving_model"), str) else None,
+        routing=tuple(
+            Metric(m, _num(_get(routing, "champion", m)), _num(_get(routing, "challenger", m)))
+            for m in (ROUTING_METRICS if routing or change.kind == "description" else ())
+        ),
+        checks=_checks(_block(blocks, "checks")),
+        search=_block(blocks, "search") or None,
+        cost_usd=_num(cost.get("usd")),
+        evidence_id=evidence_id,
+        diffs=tuple(file_diffs(live, change.files)),
+    )
+
+
+def _live_files(control: ChangeControl, change: PendingChange) -> Mapping[str, bytes]:
+    """The live skill's files, or nothing (a new skill, or a folder that cannot be read now:
+    the diff then shows every file as added, and the card's refusal says what is wrong)."""
+    root = control.root_of(change.skill)
+    if root is None or change.champion_revision is None:
+        return {}
+    try:
+        return control.promoter.read_tree(root / change.skill, change.skill)
+    except (IngotError, OSError):
+        return {}
+
+
+def _block(blocks: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    block = blocks.get(name)
+    return block if isinstance(block, Mapping) and block.get("status") == "measured" else {}
+
+
+def _get(block: Mapping[str, Any], side: str, metric: str) -> Any:
+    values = block.get(side)
+    return values.get(metric) if isinstance(values, Mapping) else None
+
+
+def _measurement(name: str, block: Any) -> Measurement:
+    if not isinstance(block, Mapping):
+        return Measurement(name, False, "not in the evidence bundle")
+    if block.get("status") == "measured":
+        return Measurement(name, True, None)
+    return Measurement(name, False, str(block.get("why") or "no reason given"))
+
+
+def _case(case: Mapping[str, Any]) -> Case:
+    divergence = case.get("divergence")
+    return Case(
+        id=str(case.get("id", "?")),
+        task=str(case.get("task", "")),
+        champion=_num(case.get("champion")),
+        challenger=_num(case.get("challenger")),
+        champion_pass=_bool(case.get("champion_pass")),
+        challenger_pass=_bool(case.get("challenger_pass")),
+        champion_tokens=_int(case.get("champion_tokens")),
+        challenger_tokens=_int(case.get("challenger_tokens")),
+        divergence=_int(divergence.get("line")) if isinstance(divergence, Mapping) else None,
+    )
+
+
+def _checks(block: Mapping[str, Any]) -> tuple[Check, ...]:
+    results = block.get("results")
+    if not isinstance(results, Mapping):
+        return ()
+    return tuple(
+        Check(str(name), _bool(r.get("passed")), str(r.get("detail", "")))
+        for name, r in results.items()
+        if isinstance(r, Mapping)
+    )
+
+
+def timeline(control: ChangeControl, skill: str) -> list[TimelineEntry]:
+    """The skill's audit entries, newest first, with a link to each one's evidence bundle."""
+    bundles = {}
+    folder = control.runs_dir / "evidence" / skill
+    if folder.is_dir():
+        for path in folder.glob("*/evidence.json"):
+            bundles[evidence_mod.file_digest(path)] = path.parent.name
+    # An "-intent" line is followed by its outcome line; show the outcome (or a lone intent).
+    entries = control.history(skill)
+    settled = {e.get("intent_seq") for e in entries}
+    shown = [e for e in entries if not (str(e.get("action", "")).endswith("-intent") and e.seq in settled)]
+    return [_entry(e, bundles) for e in reversed(shown)]
+
+
+def _entry(entry: AuditEntry, bundles: Mapping[str, str]) -> TimelineEntry:
+    def text(key: str) -> str | None:
+        value = entry.get(key)
+        return str(value) if value is not None else None
+
+    return TimelineEntry(
+        seq=entry.seq,
+        time=entry.time,
+        action=str(entry.get("action", "?")),
+        actor=text("actor"),
+        from_revision=text("from_revision"),
+        to_revision=text("to_revision"),
+        outcome=text("outcome"),
+        reason=text("reason"),
+        evidence=bundles.get(str(entry.get("evidence_digest"))),
+        change_id=text("change_id"),
+    )
