@@ -68,6 +68,7 @@ def ui_app(
     mcp_url: str,
     allowed_hosts: tuple[str, ...],
     options: UIOptions,
+    bind_host: str = "127.0.0.1",
 ):
     """The UI ASGI app, answering only to loopback and configured Host names."""
     from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -77,10 +78,19 @@ def ui_app(
 
     runs = RunManager(control.runs_dir, control.roots, options.runs_env)
     app = build_app(library, control, runs, mcp_url, f"{options.actor} (ui)", options.token)
-    app.add_middleware(
-        TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", *allowed_hosts]
-    )
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=ui_hosts(bind_host, allowed_hosts))
     return app
+
+
+def ui_hosts(bind_host: str, allowed_hosts: tuple[str, ...]) -> list[str]:
+    """Host names the UI answers to: loopback, ALLOWED_HOSTS and a specific bind address.
+
+    TrustedHostMiddleware matches names without their port, so ports in ALLOWED_HOSTS are dropped."""
+    names = ["127.0.0.1", "localhost", "[::1]"]
+    names += [h if h.startswith("[") else h.rsplit(":", 1)[0] for h in allowed_hosts]
+    if bind_host not in ("0.0.0.0", "::"):  # noqa: S104 - a check, not a bind
+        names.append(f"[{bind_host}]" if ":" in bind_host else bind_host)
+    return list(dict.fromkeys(names))
 
 
 def serve(
@@ -102,6 +112,8 @@ def serve(
             f"refusing to bind the UI on {host} without an access token: set UI_ACCESS_TOKEN, or "
             "UI_ACCESS_TOKEN_FILE (a token is generated there if the file does not exist)"
         )
+    if ui_port is not None and host in ("0.0.0.0", "::") and not allowed_hosts:  # noqa: S104
+        log.warning("the UI answers only to loopback Host names; add the names clients use to ALLOWED_HOSTS")
     if mcp_port is not None and not is_loopback(host):
         if not allowed_hosts:
             raise ConfigError(
@@ -125,7 +137,7 @@ def serve(
         )
     if ui_port is not None:
         assert control is not None and ui is not None
-        app = ui_app(library, control, f"http://{host}:{mcp_port or 8000}/mcp", allowed_hosts, ui)
+        app = ui_app(library, control, f"http://{host}:{mcp_port or 8000}/mcp", allowed_hosts, ui, host)
         servers.append(uvicorn.Server(uvicorn.Config(app, host=host, port=ui_port, log_level=log_level)))
     if watch:
         library.start_watching()

@@ -20,7 +20,7 @@ from typing import Any
 from ingot.errors import IngotError
 from mcp_server.registry import Limits, Registry, parse_skill_md
 from optimize import evidence as evidence_mod
-from optimize.audit import AuditEntry, AuditLog, Verification
+from optimize.audit import AuditEntry, AuditError, AuditLog, Verification
 from optimize.checks import injection_check
 from optimize.gate import Thresholds, evaluate
 from optimize.lock import PromotionConflict, change_lock
@@ -103,13 +103,22 @@ class ChangeControl:
         )
 
     def status(self) -> Status:
+        """What is served, what Ingot last put live, what waits, and the audit chain's state.
+
+        Keeps working when state is damaged: an unreadable audit chain (reported by `audit`)
+        leaves drift unknown, and an unreadable pending record is listed under `invalid`."""
         registry = Registry(self.roots, self.limits)
         registry.reload()
         audited: dict[str, str] = {}
-        for entry in self.audit.entries():
+        try:
+            entries = self.audit.entries()
+        except AuditError:
+            entries = []
+        for entry in entries:
             if str(entry.get("outcome", "")).startswith("done") and entry.get("skill"):
                 audited[entry.get("skill")] = entry.get("to_revision")
-        pending = {c.skill: c.id for c in self.queue.all()}
+        changes, unreadable = self.queue.scan()
+        pending = {c.skill: c.id for c in changes}
         served = registry.skills()
         skills = [
             SkillStatus(s.name, s.root, s.revision, audited.get(s.name), pending.get(s.name))
@@ -122,7 +131,7 @@ class ChangeControl:
             if name not in served and revision is not None
         ]
         skills = tuple(sorted(skills, key=lambda s: s.name))
-        invalid = tuple(f"{p.folder}: {p.reason}" for p in registry.problems())
+        invalid = tuple(f"{p.folder}: {p.reason}" for p in registry.problems()) + tuple(unreadable)
         return Status(skills, invalid, self.audit.verify(), len(pending))
 
     def refusal(self, change: PendingChange) -> str | None:
@@ -231,12 +240,7 @@ class ChangeControl:
             self._recover()
             change = self.queue.get(skill)
             if change is None:
-                last = (self.queue.archived(skill) or [{}])[-1]
-                if last.get("archived_status") == "approved" and change_id == last.get("id"):
-                    raise PromotionConflict(
-                        f"change {last.get('id')} for {skill!r} was already approved "
-                        f"by {last.get('archived_by')} at {last.get('archived_at')}"
-                    )
+                self._already_decided(skill, change_id)
                 raise ApprovalRefused(f"no pending change for {skill!r}; `ingot pending` lists them")
             if change.id != change_id:
                 raise PromotionConflict(
@@ -263,6 +267,15 @@ class ChangeControl:
             )
             self.queue.archive(skill, f"approved by {actor}", "approved", actor)
             return outcome
+
+    def _already_decided(self, skill: str, change_id: str | None) -> None:
+        """Raise a conflict if `change_id` was the last change decided for `skill`."""
+        last = (self.queue.archived(skill) or [{}])[-1]
+        if change_id is not None and change_id == last.get("id"):
+            raise PromotionConflict(
+                f"change {change_id} for {skill!r} was already {last.get('archived_status')} "
+                f"by {last.get('archived_by')} at {last.get('archived_at')}"
+            )
 
     def _verify(self, change: PendingChange) -> tuple[evidence_mod.Evidence, Path]:
         if not change.evidence_path or not change.evidence_digest:
@@ -341,6 +354,7 @@ class ChangeControl:
             self._recover()
             change = self.queue.get(skill)
             if change is None:
+                self._already_decided(skill, change_id)
                 raise ApprovalRefused(f"no pending change for {skill!r}")
             if change_id is not None and change.id != change_id:
                 raise PromotionConflict(
@@ -358,12 +372,27 @@ class ChangeControl:
             )
             return self.queue.archive(skill, reason, "rejected", actor)
 
-    def rollback(self, skill: str, revision: str, actor: str, reason: str | None = None) -> Outcome:
+    def rollback(
+        self,
+        skill: str,
+        revision: str,
+        actor: str,
+        reason: str | None = None,
+        expected_live: str | None = None,
+    ) -> Outcome:
+        """Restore the snapshot `revision` (a unique prefix will do). With `expected_live`, refuse
+        (conflict) if the live revision is no longer the one the caller saw."""
         with change_lock(self.runs_dir, self.lock_wait_s):
             self._recover()
             root = self.root_of(skill)
             if root is None:
                 raise IngotError(f"skill {skill!r} is not in any skills root")
+            live = self.live_revision(skill)
+            if expected_live is not None and live != expected_live:
+                raise PromotionConflict(
+                    f"{skill!r} is now at {(live or 'none')[:12]}, not the {expected_live[:12]} you saw; "
+                    "reload its history and decide again"
+                )
             matches = [r for r in self.snapshots(skill) if r.startswith(revision)] if revision else []
             if len(matches) != 1:
                 raise IngotError(

@@ -58,7 +58,19 @@ def _measured(evidence: Mapping[str, Any], key: str) -> Mapping[str, Any] | None
 
 
 def evaluate(evidence: Mapping[str, Any], thresholds: Thresholds) -> Verdict:
-    """The verdict for one evidence record, by the kind of change it supports."""
+    """The verdict for one evidence record, by the kind of change it supports.
+
+    Evidence is read from disk and may be malformed (hand-edited, truncated, a wrong type where a
+    list belongs): that is a blocked verdict saying so, never an exception or a pass."""
+    try:
+        return _evaluate(evidence, thresholds)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        return Verdict(
+            "blocked", (f"the evidence is malformed ({type(exc).__name__}: {exc}); re-measure it",)
+        )
+
+
+def _evaluate(evidence: Mapping[str, Any], thresholds: Thresholds) -> Verdict:
     kind = evidence.get("kind")
     if kind == "create":
         return _create(evidence)

@@ -162,6 +162,20 @@ class PendingQueue:
             return []
         return [c for p in sorted(self.folder.glob("*.json")) if (c := self.get(p.stem)) is not None]
 
+    def scan(self) -> tuple[list[PendingChange], list[str]]:
+        """Every readable pending change, and what is wrong with each unreadable record (for
+        reports that must keep working when one record is damaged)."""
+        changes, problems = [], []
+        for path in sorted(self.folder.glob("*.json")) if self.folder.exists() else []:
+            try:
+                change = self.get(path.stem)
+            except IngotError as exc:
+                problems.append(str(exc))
+                continue
+            if change is not None:
+                changes.append(change)
+        return changes, problems
+
     def submit(self, change: PendingChange) -> Path | None:
         """Put `change` in its skill's slot; returns where a displaced candidate was archived."""
         displaced = None

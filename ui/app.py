@@ -30,7 +30,7 @@ from optimize.changes import ApprovalRefused, ChangeControl
 from optimize.lock import PromotionConflict
 from optimize.promote import check_skill_name
 from ui import views
-from ui.runs import RunManager
+from ui.runs import RunManager, RunNotFound
 from ui.security import COOKIE, Guard, session_value
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,12 @@ def build_app(
             in_flight.release()
 
     def page(request: Request, name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
-        values.setdefault("header", views.header(control))
+        if "header" not in values:
+            try:
+                values["header"] = views.header(control)
+            except (IngotError, OSError) as exc:  # never let the header take a page (or an error) down
+                log.warning("cannot build the status header: %s", type(exc).__name__)
+                values["header"] = None
         return templates.TemplateResponse(
             request,
             name,
@@ -88,7 +93,7 @@ def build_app(
             else 422
             if isinstance(exc, ApprovalRefused)
             else 404
-            if isinstance(exc, SkillNotFound)
+            if isinstance(exc, SkillNotFound | RunNotFound)
             else 400
         )
         if "application/json" in request.headers.get("accept", ""):
@@ -99,14 +104,20 @@ def build_app(
     def index() -> RedirectResponse:
         return RedirectResponse("/review", status_code=303)
 
-    @app.get("/healthz")
+    @app.api_route("/healthz", methods=["GET", "HEAD"])
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/review", response_class=HTMLResponse)
     def review(request: Request, done: str | None = None) -> HTMLResponse:
-        cards = [views.review(control, change) for change in control.pending()]
-        return page(request, "review.html", cards=cards, notice=NOTICES.get(done or ""))
+        changes, problems = control.queue.scan()
+        cards = []
+        for change in changes:
+            try:
+                cards.append(views.review(control, change))
+            except (IngotError, OSError, ValueError, TypeError) as exc:  # one bad change, not the page
+                problems.append(f"cannot show the change for {change.skill}: {exc}")
+        return page(request, "review.html", cards=cards, problems=problems, notice=NOTICES.get(done or ""))
 
     @app.post("/changes/{skill}/approve")
     def approve(skill: str, change_id: Annotated[str, Form()]) -> RedirectResponse:
@@ -149,10 +160,12 @@ def build_app(
         )
 
     @app.post("/history/{skill}/rollback")
-    def rollback(skill: str, revision: Annotated[str, Form()]) -> RedirectResponse:
+    def rollback(
+        skill: str, revision: Annotated[str, Form()], live: Annotated[str, Form()] = ""
+    ) -> RedirectResponse:
         check_skill_name(skill)
-        with exclusive():
-            control.rollback(skill, revision, actor, reason="rollback from the UI")
+        with exclusive():  # `live` pins the revision the page showed: replacing anything else is a conflict
+            control.rollback(skill, revision, actor, "rollback from the UI", expected_live=live or None)
         refresh(skill)
         return RedirectResponse(f"/history/{skill}?done=rolled-back", status_code=303)
 
@@ -160,9 +173,11 @@ def build_app(
     def evidence(request: Request, skill: str, bundle: str) -> HTMLResponse:
         check_skill_name(skill)
         folder = (control.runs_dir / "evidence" / skill / bundle).resolve()
-        if folder.parent != (control.runs_dir / "evidence" / skill).resolve() or not folder.is_dir():
+        path = folder / "evidence.json"
+        inside = folder.parent == (control.runs_dir / "evidence" / skill).resolve()
+        if not inside or path.is_symlink() or not path.is_file():
             raise SkillNotFound(f"no evidence bundle {bundle!r} for {skill!r}")
-        text = (folder / "evidence.json").read_text(errors="replace")
+        text = path.read_text(errors="replace")
         return page(request, "evidence.html", skill=skill, bundle=bundle, text=text)
 
     @app.get("/library", response_class=HTMLResponse)
@@ -244,4 +259,6 @@ def build_app(
 def _library_values(library: Library, control: ChangeControl) -> dict[str, Any]:
     status = {s.name: s for s in control.status().skills}
     skills = sorted(library.skills().values(), key=lambda s: s.name)
-    return {"skills": skills, "status": status, "problems": library.status().invalid}
+    # Skills Ingot put live that are no longer served (deleted or broken on disk): drifted.
+    missing = [s for name, s in sorted(status.items()) if name not in library.skills()]
+    return {"skills": skills, "status": status, "missing": missing, "problems": library.status().invalid}

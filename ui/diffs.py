@@ -1,14 +1,18 @@
 """Diffs of a candidate against the live skill, file by file, for the review page.
 
 Each changed file gets a unified diff and side-by-side rows built from the same opcodes, so the
-two views always agree. Binary or undecodable files are described by size and digest instead of
-being diffed; unchanged files are left out. Escaping is the template's job, not this module's.
+two views always agree. Lines are split on "\n" only, and characters a reviewer could not see
+(carriage returns, form feeds, Unicode line separators, zero-width and bidi controls) are shown
+as ⟨U+XXXX⟩, with a missing final newline marked, so approved bytes are bytes that were shown.
+Binary or undecodable files are described by size and digest instead of being diffed; unchanged
+files are left out. HTML escaping is the template's job, not this module's.
 """
 
 from __future__ import annotations
 
 import difflib
 import hashlib
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -36,15 +40,31 @@ class FileDiff:
     note: str | None = None  # set instead of a diff for binary or very large files
 
 
+NO_FINAL_NEWLINE = "\\ No newline at end of file"
+
+
+def _visible(line: str) -> str:
+    return "".join(
+        f"⟨U+{ord(ch):04X}⟩" if ch != "\t" and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch
+        for ch in line
+    )
+
+
 def _text(data: bytes | None) -> list[str] | None:
     if data is None:
         return []
     if b"\x00" in data:
         return None
     try:
-        return data.decode("utf-8").splitlines()
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         return None
+    lines = [_visible(line) for line in text.split("\n")]
+    if lines[-1] == "":
+        lines.pop()
+    else:
+        lines.append(NO_FINAL_NEWLINE)
+    return lines
 
 
 def _describe(data: bytes | None) -> str:
@@ -97,5 +117,9 @@ def file_diffs(live: Mapping[str, bytes], candidate: Mapping[str, bytes]) -> lis
         unified = "\n".join(
             difflib.unified_diff(old, new, f"live/{path}", f"candidate/{path}", n=CONTEXT, lineterm="")
         )
+        if not unified:  # cannot happen if the rules above are complete; never show "no change"
+            note = f"differs in bytes this view cannot show: {_describe(before)} → {_describe(after)}"
+            diffs.append(FileDiff(path, status, "", (), note))
+            continue
         diffs.append(FileDiff(path, status, unified, _rows(old, new)))
     return diffs

@@ -10,6 +10,7 @@ no change-control lock of its own beyond what `ingot optimize` takes to queue it
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import json
@@ -40,7 +41,11 @@ _RUN_ID = re.compile(r"^run-[0-9]{8}T[0-9]{6}-[0-9a-f]{6}$")
 
 
 class RunConflict(PromotionConflict):
-    """A run for this skill is already in progress."""
+    """A run for this skill is already in progress, or the run asked to stop is not running."""
+
+
+class RunNotFound(IngotError):
+    """No run with that id."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ class Run:
     skill: str
     mode: str
     started: str
-    status: str  # running | succeeded | failed | stopped | interrupted
+    status: str  # running | stopping | succeeded | failed | stopped | interrupted
     pid: int | None = None
     exit_code: int | None = None
     finished: str | None = None
@@ -111,7 +116,7 @@ class RunManager:
         if mode not in MODES:
             raise IngotError(f"unknown pass {mode!r}; choose one of {', '.join(MODES)}")
         with self._lock:
-            busy = [r for r in self.list() if r.skill == skill and r.status == "running"]
+            busy = [r for r in self.list() if r.skill == skill and r.status in ("running", "stopping")]
             if busy:
                 raise RunConflict(f"an optimize run for {skill!r} is already in progress ({busy[0].id})")
             now = dt.datetime.now(dt.UTC)
@@ -132,6 +137,9 @@ class RunManager:
                     env=self.env,
                     start_new_session=True,
                 )
+            except OSError as exc:
+                os.close(master)
+                raise IngotError(f"could not start the optimize run: {exc}") from exc
             finally:
                 os.close(slave)
             run = Run(run_id, skill, mode, now.isoformat(timespec="seconds"), "running", proc.pid)
@@ -158,30 +166,45 @@ class RunManager:
         code = proc.wait()
         with self._lock:
             current = self.get(run.id)
-            status = "stopped" if current.status == "stopped" else "succeeded" if code == 0 else "failed"
+            stopped = current.status in ("stopping", "stopped")
+            status = "stopped" if stopped else "succeeded" if code == 0 else "failed"
             finished = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
             self._save(replace(current, status=status, exit_code=code, finished=finished))
             self._procs.pop(run.id, None)
 
-    def stop(self, run_id: str) -> Run:
+    def stop(self, run_id: str, grace_s: float = 10.0) -> Run:
+        """Ask the run's process group to stop (SIGTERM, then SIGKILL after `grace_s`). The run
+        stays "stopping", and its skill busy, until the process has really exited."""
         with self._lock:
             run = self.get(run_id)
             proc = self._procs.get(run_id)
             if run.status != "running" or proc is None:
                 raise RunConflict(f"run {run_id} is not running")
-            self._save(replace(run, status="stopped"))
-            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:  # it finished on its own a moment ago; the pump records how
+                return run
+            self._save(replace(run, status="stopping"))
+            timer = threading.Timer(grace_s, self._kill, args=(proc,))
+            timer.daemon = True
+            timer.start()
             return self.get(run_id)
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
     def get(self, run_id: str) -> Run:
         if not _RUN_ID.match(run_id):
-            raise IngotError(f"no run {run_id!r}")
+            raise RunNotFound(f"no run {run_id!r}; the Runs page lists them")
         try:
             data = json.loads((self.folder / f"{run_id}.json").read_text())
             run = Run(**{k: data.get(k) for k in Run.__dataclass_fields__})
         except (OSError, ValueError, TypeError) as exc:
-            raise IngotError(f"no run {run_id!r}") from exc
-        if run.status == "running" and run_id not in self._procs:
+            raise RunNotFound(f"no run {run_id!r}; the Runs page lists them") from exc
+        if run.status in ("running", "stopping") and run_id not in self._procs:
             return replace(run, status="interrupted")  # its UI process went away mid-run
         return run
 
@@ -192,7 +215,7 @@ class RunManager:
         for path in sorted(self.folder.glob("run-*.json"), reverse=True):
             try:
                 runs.append(self.get(path.stem))
-            except IngotError:
+            except RunNotFound:
                 continue
         return runs
 

@@ -117,10 +117,14 @@ class Guard:
     def authenticated(self, headers: Headers) -> bool:
         assert self.session is not None and self.token is not None
         bearer = headers.get("authorization", "")
-        if bearer.startswith("Bearer ") and hmac.compare_digest(bearer[7:].strip(), self.token):
+        # Compared as bytes: compare_digest refuses non-ASCII str, and a stray byte must be a
+        # plain "no", not a server error.
+        if bearer.startswith("Bearer ") and hmac.compare_digest(
+            bearer[7:].strip().encode(), self.token.encode()
+        ):
             return True
         cookie = cookie_parser(headers.get("cookie", "")).get(COOKIE)
-        return cookie is not None and hmac.compare_digest(cookie, self.session)
+        return cookie is not None and hmac.compare_digest(cookie.encode(), self.session.encode())
 
 
 async def _with_headers(response: Response, scope: Scope, receive: Receive, send: Send) -> None:

@@ -56,6 +56,8 @@ class Case:
     champion_tokens: int | None
     challenger_tokens: int | None
     divergence: int | None  # first line where the two answers differ
+    divergence_champion: str = ""  # that line in each answer
+    divergence_challenger: str = ""
 
     @property
     def delta(self) -> float | None:
@@ -79,6 +81,16 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Search:
+    """How the optimizer found the candidate (train-set means; never holdout evidence)."""
+
+    seed_mean: float | None
+    winner_mean: float | None
+    candidates: int | None
+    research: str | None  # web research status: off / fetched / cached / failed
+
+
+@dataclass(frozen=True)
 class Review:
     change: PendingChange
     verdict: str  # pass | blocked | insufficient
@@ -94,7 +106,7 @@ class Review:
     serving_model: str | None
     routing: tuple[Metric, ...]
     checks: tuple[Check, ...]
-    search: Mapping[str, Any] | None
+    search: Search | None
     cost_usd: float | None
     evidence_id: str | None
     diffs: tuple[FileDiff, ...]
@@ -180,7 +192,10 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
     routing = _block(blocks, "routing")
     live = _live_files(control, change)
     cost = data.get("cost") if isinstance(data.get("cost"), Mapping) else {}
-    cases = tuple(_case(c) for c in ab.get("cases", []) if isinstance(c, Mapping))
+    raw_cases = ab.get("cases")
+    cases = (
+        tuple(_case(c) for c in raw_cases if isinstance(c, Mapping)) if isinstance(raw_cases, list) else ()
+    )
     return Review(
         change=change,
         verdict=verdict.status if verdict else "blocked",
@@ -190,7 +205,7 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         measurements=measurements,
         champion_mean=_mean(ab.get("champion_mean"), [c.champion for c in cases]),
         challenger_mean=_mean(ab.get("challenger_mean"), [c.challenger for c in cases]),
-        samples=_int(ab.get("samples")),
+        samples=_int(ab.get("samples")) if _int(ab.get("samples")) is not None else (len(cases) or None),
         cases=cases,
         retention=_num(ab.get("retention")),
         serving_model=ab.get("serving_model") if isinstance(ab.get("serving_model"), str) else None,
@@ -199,7 +214,7 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
             for m in (ROUTING_METRICS if routing or change.kind == "description" else ())
         ),
         checks=_checks(_block(blocks, "checks")),
-        search=_block(blocks, "search") or None,
+        search=_search(_block(blocks, "search")),
         cost_usd=_num(cost.get("usd")),
         evidence_id=evidence_id,
         diffs=tuple(file_diffs(live, change.files)),
@@ -228,6 +243,19 @@ def _get(block: Mapping[str, Any], side: str, metric: str) -> Any:
     return values.get(metric) if isinstance(values, Mapping) else None
 
 
+def _search(block: Mapping[str, Any]) -> Search | None:
+    if not block:
+        return None
+    research = block.get("research")
+    status = research.get("status") if isinstance(research, Mapping) else None
+    return Search(
+        _num(block.get("seed_train_mean")),
+        _num(block.get("winner_train_mean")),
+        _int(block.get("candidates")),
+        status if isinstance(status, str) else None,
+    )
+
+
 def _measurement(name: str, block: Any) -> Measurement:
     if not isinstance(block, Mapping):
         return Measurement(name, False, "not in the evidence bundle")
@@ -248,6 +276,10 @@ def _case(case: Mapping[str, Any]) -> Case:
         champion_tokens=_int(case.get("champion_tokens")),
         challenger_tokens=_int(case.get("challenger_tokens")),
         divergence=_int(divergence.get("line")) if isinstance(divergence, Mapping) else None,
+        divergence_champion=str(divergence.get("champion", "")) if isinstance(divergence, Mapping) else "",
+        divergence_challenger=str(divergence.get("challenger", ""))
+        if isinstance(divergence, Mapping)
+        else "",
     )
 
 

@@ -3,6 +3,7 @@ evidence that was not measured shown as missing."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -138,7 +139,7 @@ def test_the_header_reports_a_broken_audit_chain_with_its_line(world):
 def test_bad_paths_are_clean_errors(world):
     assert httpx.get(f"{world.ui}/history/..%2F..%2Fetc").status_code in (400, 404)
     assert httpx.get(f"{world.ui}/evidence/{GOOD}/..").status_code == 404
-    assert httpx.get(f"{world.ui}/runs/not-a-run").status_code == 400
+    assert httpx.get(f"{world.ui}/runs/not-a-run").status_code == 404
     assert post(world, "/runs", {"skill": "no-such-skill", "mode": "body"}).status_code == 404
     assert post(world, "/runs", {"skill": GOOD, "mode": "everything"}).status_code == 400
     assert post(world, "/library/route", {"task": "x" * 5000}).status_code == 400
@@ -202,3 +203,72 @@ def test_logs_hold_no_skill_text_tasks_reasons_or_tokens(world, caplog):
     assert "POST /changes/release-notes/reject" in caplog.text  # the access log is there...
     for private in ("SECRET-TASK-TEXT", "PRIVATE-REASON", TOKEN, "NEW-RULE"):
         assert private not in caplog.text  # ...and holds none of these
+
+
+def test_a_garbled_audit_line_or_a_damaged_pending_record_does_not_take_the_ui_down(world):
+    log = world.control.runs_dir / "audit.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(["garbage", *lines[1:]]) + "\n")
+    (world.control.runs_dir / "pending" / "zz-broken.json").write_text("{not json")
+    for path in ("/review", "/library", "/history", "/runs", "/api/status"):
+        assert httpx.get(world.ui + path).status_code == 200, path
+    review = httpx.get(f"{world.ui}/review").text
+    assert "broken" in review and "at line 1" in review
+    assert "zz-broken.json is unreadable" in review and f'data-skill="{BLOCKED}"' in review
+
+
+def test_malformed_evidence_blocks_its_own_card_only(world):
+    change = world.change(GOOD)
+    path = world.control.runs_dir / change.evidence_path
+    data = json.loads(path.read_text())
+    data["measurements"]["ab"]["cases"] = 5
+    path.write_text(json.dumps(data))
+    review = httpx.get(f"{world.ui}/review")
+    assert review.status_code == 200 and f'data-skill="{BLOCKED}"' in review.text
+    card = review.text.split(f'data-skill="{GOOD}"')[1].split("</article>")[0]
+    assert "blocked" in card and "disabled" in card.split('data-testid="approve"')[1].split(">")[0]
+    (path.parent / "evidence.json").unlink()
+    assert httpx.get(f"{world.ui}/evidence/{GOOD}/{path.parent.name}").status_code == 404
+
+
+def test_a_rollback_pins_the_live_revision_the_page_showed(world):
+    change = world.change(GOOD)
+    world.control.approve(GOOD, "tester", change.id)  # live: candidate; snapshot: champion
+    seen = world.control.live_revision(GOOD)
+    newer = world.control.propose(GOOD, "rewrite", "optimizer", rewrite(world.root, GOOD, "NEWER"), {})[0]
+    world.control.promoter.switch(  # someone else puts another revision live meanwhile
+        GOOD, world.root, newer.files, expected_from=seen, action="promote", actor="other"
+    )
+    data = {"revision": change.champion_revision, "live": seen}
+    response = post(world, f"/history/{GOOD}/rollback", data, Accept="application/json")
+    assert response.status_code == 409 and "not the" in response.json()["error"]
+    assert world.control.live_revision(GOOD) == newer.candidate_revision
+
+
+def test_deciding_a_change_twice_is_a_conflict(world):
+    change = world.change(GOOD)
+    data = {"change_id": change.id, "reason": "no"}
+    assert post(world, f"/changes/{GOOD}/reject", data).status_code == 303
+    again = post(world, f"/changes/{GOOD}/reject", data, Accept="application/json")
+    assert again.status_code == 409 and "already rejected" in again.json()["error"]
+    assert post(world, f"/changes/{GOOD}/approve", {"change_id": change.id}).status_code == 409
+
+
+def test_odd_credentials_are_a_plain_no(world):
+    app = ui_app(world.library, world.control, world.mcp, (), UIOptions("tester", TOKEN))
+    with running_asgi(app, lifespan="off") as ui:
+        for headers in ({"Authorization": "Bearer tést"}, {"Cookie": "ingot_session=é"}):
+            encoded = {k: v.encode() for k, v in headers.items()}
+            assert httpx.get(f"{ui}/api/status", headers=encoded).status_code == 401
+
+
+def test_the_ui_answers_to_its_bind_address_and_allowed_hosts_with_or_without_ports():
+    from ingot.serve import ui_hosts
+
+    hosts = ui_hosts("192.168.1.5", ("ui", "ingot.lan:8080", "[::1]:8080"))
+    assert {"127.0.0.1", "localhost", "ui", "ingot.lan", "192.168.1.5"} <= set(hosts)
+    assert "0.0.0.0" not in ui_hosts("0.0.0.0", ())  # noqa: S104
+
+
+def test_health_checks_may_use_head(world):
+    assert httpx.head(f"{world.ui}/healthz").status_code == 200

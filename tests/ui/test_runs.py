@@ -64,7 +64,7 @@ def test_a_stopped_run_ends_and_a_run_orphaned_by_a_restart_shows_interrupted(ma
     runs, _ = manager
     run = runs.start("alpha", "body")
     wait_for(lambda: "waiting" in runs.output(run.id)[0])
-    assert runs.stop(run.id).status == "stopped"
+    assert runs.stop(run.id).status == "stopping"
     wait_for(lambda: runs.get(run.id).exit_code is not None)
     assert runs.get(run.id).status == "stopped"
     orphan = runs.start("beta", "body")
@@ -123,3 +123,27 @@ def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_
             card = page.locator(f"[data-testid=review-card][data-skill='{skill}']")
             assert card.get_by_test_id("verdict").inner_text() == "pass"
             assert "NEW-MARK" in card.get_by_test_id("diffs").inner_text()
+
+
+def test_a_stopping_run_keeps_its_skill_busy_until_it_has_exited(tmp_path):
+    stubborn = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: None)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    runs = RunManager(tmp_path / "runs", (), dict(os.environ), (sys.executable, "-c", stubborn))
+    run = runs.start("alpha", "body")
+    wait_for(lambda: "up" in runs.output(run.id)[0])
+    assert runs.stop(run.id, grace_s=0.5).status == "stopping"
+    with pytest.raises(RunConflict):
+        runs.start("alpha", "body")  # SIGTERM is ignored: still alive, still busy
+    wait_for(lambda: runs.get(run.id).status == "stopped")  # SIGKILL after the grace period
+    assert runs.get(run.id).exit_code == -9
+
+
+def test_unknown_runs_are_not_found(world):
+    import httpx
+
+    assert httpx.get(f"{world.ui}/runs/run-20260101T000000-abcdef").status_code == 404
+    assert httpx.get(f"{world.ui}/api/runs/nope").status_code == 404

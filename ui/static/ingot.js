@@ -23,7 +23,7 @@ document.querySelectorAll("section.diffs").forEach((section) => {
 });
 
 const run = document.querySelector("[data-testid=run]");
-if (run && run.dataset.status === "running") {
+if (run && ["running", "stopping"].includes(run.dataset.status)) {
   const status = run.querySelector("[data-testid=run-status]");
   const bar = run.querySelector("[data-testid=run-progress]");
   const label = run.querySelector("[data-testid=run-progress-label]");
@@ -47,7 +47,7 @@ if (run && run.dataset.status === "running") {
     const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
     log.textContent = data.log;
     if (atBottom) log.scrollTop = log.scrollHeight;
-    if (data.status === "running") setTimeout(poll, 1000);
+    if (["running", "stopping"].includes(data.status)) setTimeout(poll, 1000);
     else window.location.reload();
   };
   setTimeout(poll, 1000);
