@@ -85,11 +85,18 @@ class ABRunner:
                     "score": round(grade.score, 6),
                     "pass": grade.passed,
                     "tokens": served.tokens_in + served.tokens_out,
+                    "usd": self._serving_cost(served.tokens_in, served.tokens_out),
                     "dimensions": dict(grade.dimensions),
                     "check": None if check is None else {"status": check.status, "reason": check.reason},
                 }
             )
         return results
+
+    def _serving_cost(self, tokens_in: int, tokens_out: int) -> float | None:
+        """The serving model's cost for one answer (judging excluded); None without a price."""
+        ledger = self.llm.ledger
+        cost = ledger.cost(self.llm.config.endpoint("agent").model, tokens_in, tokens_out) if ledger else None
+        return None if cost is None else round(cost, 8)
 
     def champion_results(self, champion: Arm, tasks: TaskSet) -> tuple[list[dict[str, Any]], bool]:
         """(results, from_cache)."""
@@ -127,6 +134,8 @@ class ABRunner:
                     "delta": round(b["score"] - a["score"], 6),
                     "champion_tokens": a["tokens"],
                     "challenger_tokens": b["tokens"],
+                    "champion_usd": a.get("usd"),  # absent from caches written before it existed
+                    "challenger_usd": b.get("usd"),
                     "divergence": first_divergence(a["answer"], b["answer"]),
                     "champion_check": a.get("check"),
                     "challenger_check": b.get("check"),
@@ -138,6 +147,8 @@ class ABRunner:
             "cases": cases,
             "champion_mean": _mean([c["champion"] for c in cases]),
             "challenger_mean": _mean([c["challenger"] for c in cases]),
+            "champion_usd": _total([c["champion_usd"] for c in cases]),
+            "challenger_usd": _total([c["challenger_usd"] for c in cases]),
             "retention": round(_retention(champion.body, challenger.body), 4),
             "holdout_hash": tasks.holdout_hash,
             "serving_model": self.llm.config.endpoint("agent").model,
@@ -148,6 +159,11 @@ class ABRunner:
 
 def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 6) if values else None
+
+
+def _total(costs: Sequence[float | None]) -> float | None:
+    """Serving cost of one arm over the holdout; unknown if any answer's cost is unknown."""
+    return round(sum(costs), 8) if costs and all(c is not None for c in costs) else None  # type: ignore[arg-type]
 
 
 def _retention(champion: str, challenger: str) -> float:

@@ -102,14 +102,17 @@ class UsageLedger:
         with self._lock:
             self._in_flight = max(0, self._in_flight - 1)
 
+    def cost(self, model: str, tokens_in: int | None, tokens_out: int | None) -> float | None:
+        """What a call with this usage costs, or None when the price or the usage is unknown."""
+        price = self.prices.get(model)
+        if price is None or tokens_in is None or tokens_out is None:
+            return None
+        return (tokens_in * price.input_per_million + tokens_out * price.output_per_million) / 1e6
+
     def record(self, role: str, model: str, tokens_in: int | None, tokens_out: int | None) -> float | None:
         """Add one call; returns its cost, or None when the price or the usage is unknown."""
-        price = self.prices.get(model)
-        known = tokens_in is not None and tokens_out is not None
+        cost = self.cost(model, tokens_in, tokens_out)
         tokens_in, tokens_out = tokens_in or 0, tokens_out or 0
-        cost = None
-        if price is not None and known:
-            cost = (tokens_in * price.input_per_million + tokens_out * price.output_per_million) / 1e6
         with self._lock:
             for usage in (self.by_role.setdefault(role, Usage()), self.total):
                 usage.calls += 1

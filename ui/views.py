@@ -107,7 +107,9 @@ class Review:
     routing: tuple[Metric, ...]
     checks: tuple[Check, ...]
     search: Search | None
-    cost_usd: float | None
+    cost_usd: float | None  # the optimize run's own cost
+    champion_usd: float | None  # serving cost of each arm over the holdout
+    challenger_usd: float | None
     evidence_id: str | None
     diffs: tuple[FileDiff, ...]
 
@@ -216,6 +218,8 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         checks=_checks(_block(blocks, "checks")),
         search=_search(_block(blocks, "search")),
         cost_usd=_num(cost.get("usd")),
+        champion_usd=_num(ab.get("champion_usd")),
+        challenger_usd=_num(ab.get("challenger_usd")),
         evidence_id=evidence_id,
         diffs=tuple(file_diffs(live, change.files)),
     )

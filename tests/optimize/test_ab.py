@@ -140,3 +140,16 @@ def test_an_execution_check_overrules_the_judge(tmp_path):
     case = ab["cases"][0]
     assert case["champion_check"]["status"] == "passed" and case["challenger_check"]["status"] == "failed"
     assert case["champion_pass"] is True and case["challenger_pass"] is False  # a catastrophic regression
+
+
+def test_each_arms_serving_cost_comes_from_the_price_table_or_stays_unknown(setup):
+    from optimize.ledger import Price, UsageLedger
+
+    server, runner, tasks, _ = setup
+    ab = runner.run(Arm("notes", "c" * 64, CHAMPION), Arm("notes", "d" * 64, CHALLENGER), tasks)
+    assert ab["champion_usd"] is None and ab["cases"][0]["challenger_usd"] is None  # no prices
+    runner.llm.ledger = UsageLedger("run", {"agent-model": Price(1.0, 2.0)})
+    ab = runner.run(Arm("notes", "e" * 64, CHAMPION), Arm("notes", "f" * 64, CHALLENGER), tasks)
+    per_answer = (11 * 1.0 + 7 * 2.0) / 1e6  # the scripted server reports 11 in / 7 out
+    assert ab["cases"][0]["challenger_usd"] == pytest.approx(per_answer)
+    assert ab["champion_usd"] == pytest.approx(3 * per_answer) == ab["challenger_usd"]

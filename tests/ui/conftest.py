@@ -55,6 +55,8 @@ def queue_changes(control: ChangeControl, root: Path) -> None:
         "challenger_mean": 0.9,
         "retention": 0.97,
         "serving_model": "agent-model",
+        "champion_usd": 0.00482,
+        "challenger_usd": 0.00457,
     }
     for i, case in enumerate(good["ab"]["cases"]):
         case |= {"task": f"Release notes for 1.{i}", "champion_tokens": 400 + i, "challenger_tokens": 380 + i}
