@@ -119,6 +119,7 @@ def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_
             page.wait_for_selector("[data-testid=run][data-status=succeeded]", timeout=120_000)
             log = page.get_by_test_id("run-log").inner_text()
             assert "queued chg-" in log and "gate: pass" in log
+            assert "/" in page.get_by_test_id("run-progress-label").inner_text()  # the last bar drawn
             page.goto(f"{ui}/review")
             card = page.locator(f"[data-testid=review-card][data-skill='{skill}']")
             assert card.get_by_test_id("verdict").inner_text() == "pass"
