@@ -35,6 +35,13 @@ from ui.security import COOKIE, Guard, session_value
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
+# How a refusal reads over HTTP; anything else an IngotError says is a 400.
+HTTP_STATUS: tuple[tuple[type[IngotError], int], ...] = (
+    (PromotionConflict, 409),  # in flight elsewhere, already decided, or displaced since viewed
+    (ApprovalRefused, 422),  # re-verification failed: blocked, stale, tampered
+    (SkillNotFound, 404),
+    (RunNotFound, 404),
+)
 NOTICES = {
     "approved": "Approved and promoted; the new revision is being served.",
     "rejected": "Rejected; the change is archived with your reason.",
@@ -76,7 +83,7 @@ def build_app(
         return templates.TemplateResponse(
             request,
             name,
-            {"version": __version__, "mcp_url": mcp_url, "signed_in": token is not None, **values},
+            {"version": __version__, "mcp_url": mcp_url, **values},
             status_code=status_code,
         )
 
@@ -87,15 +94,7 @@ def build_app(
 
     @app.exception_handler(IngotError)
     def ingot_error(request: Request, exc: IngotError) -> Response:
-        status = (
-            409
-            if isinstance(exc, PromotionConflict)
-            else 422
-            if isinstance(exc, ApprovalRefused)
-            else 404
-            if isinstance(exc, SkillNotFound | RunNotFound)
-            else 400
-        )
+        status = next((code for kind, code in HTTP_STATUS if isinstance(exc, kind)), 400)
         if "application/json" in request.headers.get("accept", ""):
             return JSONResponse({"error": str(exc)}, status_code=status)
         return page(request, "error.html", status_code=status, message=str(exc), status=status)
