@@ -91,6 +91,7 @@ def test_serving_on_a_public_address_without_allowed_hosts_or_a_ui_token_is_refu
 def test_serve_answers_mcp_and_ui_then_stops_on_sigterm(tmp_path):
     mcp_port, ui_port = free_port(), free_port()
     env = {**os.environ, "RUNS_DIR": str(tmp_path / "runs"), "HF_HUB_OFFLINE": "1"}
+    output = tmp_path / "serve.log"  # a file, not a pipe: nobody reads a pipe while it serves
     process = subprocess.Popen(
         [
             sys.executable,
@@ -106,9 +107,8 @@ def test_serve_answers_mcp_and_ui_then_stops_on_sigterm(tmp_path):
         ],
         cwd=tmp_path,
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        stdout=output.open("w"),
+        stderr=subprocess.STDOUT,
     )
     try:
 
@@ -118,6 +118,8 @@ def test_serve_answers_mcp_and_ui_then_stops_on_sigterm(tmp_path):
                 return result.structured_content
 
         def up() -> dict | None:
+            if process.poll() is not None:  # e.g. a port taken between free_port() and the bind
+                raise AssertionError(f"ingot serve exited early:\n{output.read_text()[-3000:]}")
             try:
                 return asyncio.run(route())
             except Exception:
