@@ -26,7 +26,7 @@ from fastapi.templating import Jinja2Templates
 from ingot import __version__
 from ingot.errors import IngotError, SkillNotFound
 from mcp_server.library import Library
-from optimize.changes import ApprovalRefused, ChangeControl
+from optimize.changes import ApprovalRefused, ChangeControl, Status
 from optimize.lock import PromotionConflict
 from optimize.promote import check_skill_name
 from ui import views
@@ -73,10 +73,12 @@ def build_app(
         finally:
             in_flight.release()
 
-    def page(request: Request, name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
+    def page(
+        request: Request, name: str, status_code: int = 200, state: Status | None = None, **values: Any
+    ) -> HTMLResponse:
         if "header" not in values:
             try:
-                values["header"] = views.header(control)
+                values["header"] = views.header(state or control.status())
             except (IngotError, OSError) as exc:  # never let the header take a page (or an error) down
                 log.warning("cannot build the status header: %s", type(exc).__name__)
                 values["header"] = None
@@ -139,7 +141,8 @@ def build_app(
 
     @app.get("/history", response_class=HTMLResponse)
     def history_index(request: Request) -> HTMLResponse:
-        return page(request, "history_index.html", skills=control.status().skills)
+        status = control.status()
+        return page(request, "history_index.html", state=status, skills=status.skills)
 
     @app.get("/history/{skill}", response_class=HTMLResponse)
     def history(request: Request, skill: str, done: str | None = None) -> HTMLResponse:
@@ -181,19 +184,22 @@ def build_app(
 
     @app.get("/library", response_class=HTMLResponse)
     def library_page(request: Request) -> HTMLResponse:
-        return page(request, "library.html", **_library_values(library, control))
+        status = control.status()
+        return page(request, "library.html", state=status, **_library_values(library, status))
 
     @app.post("/library/route", response_class=HTMLResponse)
     def try_routing(request: Request, task: Annotated[str, Form()]) -> HTMLResponse:
         task = task.strip()
         if not task or len(task) > 4000:
             raise IngotError("type a task of 1 to 4000 characters to see how it routes")
+        status = control.status()
         return page(
             request,
             "library.html",
+            state=status,
             task=task,
             result=library.route(task),
-            **_library_values(library, control),
+            **_library_values(library, status),
         )
 
     @app.get("/runs", response_class=HTMLResponse)
@@ -230,7 +236,7 @@ def build_app(
 
     @app.get("/api/status")
     def api_status() -> dict[str, Any]:
-        head = views.header(control)
+        head = views.header(control.status())
         return {
             "skills": {n: s.revision for n, s in library.skills().items()},
             "pending": head.pending,
@@ -255,9 +261,10 @@ def build_app(
     return app
 
 
-def _library_values(library: Library, control: ChangeControl) -> dict[str, Any]:
-    status = {s.name: s for s in control.status().skills}
-    skills = sorted(library.skills().values(), key=lambda s: s.name)
+def _library_values(library: Library, status: Status) -> dict[str, Any]:
+    managed = {s.name: s for s in status.skills}
+    served = library.skills()
+    skills = sorted(served.values(), key=lambda s: s.name)
     # Skills Ingot put live that are no longer served (deleted or broken on disk): drifted.
-    missing = [s for name, s in sorted(status.items()) if name not in library.skills()]
-    return {"skills": skills, "status": status, "missing": missing, "problems": library.status().invalid}
+    missing = [s for name, s in sorted(managed.items()) if name not in served]
+    return {"skills": skills, "managed": managed, "missing": missing, "problems": library.status().invalid}

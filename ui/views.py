@@ -17,7 +17,7 @@ from typing import Any
 from ingot.errors import IngotError
 from optimize import evidence as evidence_mod
 from optimize.audit import AuditEntry
-from optimize.changes import ChangeControl
+from optimize.changes import ChangeControl, Status
 from optimize.gate import evaluate
 from optimize.pending import PendingChange
 from ui.diffs import FileDiff, file_diffs
@@ -161,8 +161,9 @@ def _total(values: Any) -> int | None:
     return sum(values) if values and all(v is not None for v in values) else None
 
 
-def header(control: ChangeControl) -> Header:
-    status = control.status()
+def header(status: Status) -> Header:
+    """The page header from one `ChangeControl.status()` (which re-reads every skills root: a
+    request computes it once and shares it between the header and the page)."""
     audit = status.audit
     return Header(
         pending=status.pending,
