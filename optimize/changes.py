@@ -18,45 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from ingot.errors import IngotError
-from mcp_server.registry import Limits, Registry, parse_skill_md
+from mcp_server.registry import Limits, parse_skill_md
 from optimize import evidence as evidence_mod
-from optimize.audit import AuditEntry, AuditError, AuditLog, Verification
+from optimize.audit import AuditEntry, AuditLog
 from optimize.checks import injection_check
 from optimize.gate import Thresholds, evaluate
 from optimize.lock import PromotionConflict, change_lock
 from optimize.pending import PendingChange, PendingQueue, new_change
 from optimize.promote import Outcome, Promoter, check_skill_name, tree_revision
+from optimize.status import Status, report
 
 log = logging.getLogger(__name__)
 
 
 class ApprovalRefused(IngotError):
     """Approval re-verification failed; the reason names the check."""
-
-
-@dataclass(frozen=True)
-class SkillStatus:
-    name: str
-    root: Path
-    live_revision: str | None  # None: missing or invalid on disk
-    audited_revision: str | None  # last revision Ingot itself put live; None if never
-    pending: str | None  # id of the pending change, if any
-
-    @property
-    def drifted(self) -> bool:
-        return self.audited_revision is not None and self.audited_revision != self.live_revision
-
-
-@dataclass(frozen=True)
-class Status:
-    skills: tuple[SkillStatus, ...]
-    invalid: tuple[str, ...]
-    audit: Verification
-    pending: int
-
-    @property
-    def drifted(self) -> tuple[SkillStatus, ...]:
-        return tuple(s for s in self.skills if s.drifted)
 
 
 @dataclass
@@ -103,36 +79,8 @@ class ChangeControl:
         )
 
     def status(self) -> Status:
-        """What is served, what Ingot last put live, what waits, and the audit chain's state.
-
-        Keeps working when state is damaged: an unreadable audit chain (reported by `audit`)
-        leaves drift unknown, and an unreadable pending record is listed under `invalid`."""
-        registry = Registry(self.roots, self.limits)
-        registry.reload()
-        audited: dict[str, str] = {}
-        try:
-            entries = self.audit.entries()
-        except AuditError:
-            entries = []
-        for entry in entries:
-            if str(entry.get("outcome", "")).startswith("done") and entry.get("skill"):
-                audited[entry.get("skill")] = entry.get("to_revision")
-        changes, unreadable = self.queue.scan()
-        pending = {c.skill: c.id for c in changes}
-        served = registry.skills()
-        skills = [
-            SkillStatus(s.name, s.root, s.revision, audited.get(s.name), pending.get(s.name))
-            for s in served.values()
-        ]
-        # A skill Ingot put live that is now missing or unreadable has drifted too.
-        skills += [
-            SkillStatus(name, self.root_of(name) or self.roots[0], None, revision, pending.get(name))
-            for name, revision in audited.items()
-            if name not in served and revision is not None
-        ]
-        skills = tuple(sorted(skills, key=lambda s: s.name))
-        invalid = tuple(f"{p.folder}: {p.reason}" for p in registry.problems()) + tuple(unreadable)
-        return Status(skills, invalid, self.audit.verify(), len(pending))
+        """What is served, what Ingot last put live, what waits, and the audit chain's state."""
+        return report(self.roots, self.limits, self.audit, self.queue, self.root_of)
 
     def refusal(self, change: PendingChange) -> str | None:
         """Why approving `change` would be refused right now, or None if it would go ahead.

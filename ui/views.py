@@ -17,9 +17,10 @@ from typing import Any
 from ingot.errors import IngotError
 from optimize import evidence as evidence_mod
 from optimize.audit import AuditEntry
-from optimize.changes import ChangeControl, Status
+from optimize.changes import ChangeControl
 from optimize.gate import evaluate
 from optimize.pending import PendingChange
+from optimize.status import Status
 from ui.diffs import FileDiff, file_diffs
 
 # What the gate needs for each kind of change (gate.py): shown as missing when absent.
