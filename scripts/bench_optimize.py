@@ -23,7 +23,6 @@ from optimize.changes import ChangeControl  # noqa: E402
 from optimize.describe import optimize_description  # noqa: E402
 from optimize.judge import Judge  # noqa: E402
 from optimize.ledger import UsageLedger  # noqa: E402
-from optimize.llm import LLMClient, LLMConfig, make_endpoint  # noqa: E402
 from optimize.pipeline import optimize_body  # noqa: E402
 from optimize.taskset import load_task_set  # noqa: E402
 from tests.conftest import BUNDLED_SKILLS  # noqa: E402
@@ -44,11 +43,6 @@ routing:
   - {task: Harden our Dockerfile, expected: dockerfile-hardening}
   - {task: Explain the rules of cricket, expected: null}
 """
-
-
-def _grade(score: float) -> str:
-    dims = ("correctness", "completeness", "instruction_following", "efficiency")
-    return json.dumps({"scores": {d: score for d in dims}, "pass": score >= 0.5, "rationale": "r"})
 
 
 def _counts(server, since: int) -> dict:
@@ -76,14 +70,7 @@ def run(candidates: int = 5) -> dict:
     library.reload()
     control = ChangeControl(work / "runs", (work / "skills",))
     with scripted_llm() as server:
-        server.add(model="judge-model", user_contains="strong answer", reply=_grade(0.9))
-        server.add(model="judge-model", user_contains="weak answer", reply=_grade(0.3))
-        server.add(model="teacher-model", user_contains="Diagnose", reply=json.dumps({"issues": []}))
-        server.add(
-            model="teacher-model",
-            user_contains="Rewrite the skill",
-            reply=json.dumps({"body": "# Release notes\n\nNEW-MARK: group by theme.\n"}),
-        )
+        server.script_optimizer("# Release notes\n\nNEW-MARK: group by theme.\n", weak=0.3)
         server.add(
             model="teacher-model",
             user_contains="router picks agent skills",
@@ -97,13 +84,8 @@ def run(candidates: int = 5) -> dict:
                 }
             ),
         )
-        server.add(system_contains="SEED-MARK", reply="weak answer")
-        server.add(system_contains="NEW-MARK", reply="strong answer")
-        endpoints = {
-            r: make_endpoint(r, server.url, None, f"{r}-model") for r in ("agent", "teacher", "judge")
-        }
         ledger = UsageLedger("bench")
-        llm = LLMClient(LLMConfig(endpoints), ledger)
+        llm = server.client("agent", "teacher", "judge", ledger=ledger)
         judge = Judge(llm, ("judge-model",), "teacher-model")
         body = optimize_body("release-notes", control, library, llm, judge, work / "tasks", candidates)
         body_counts = {

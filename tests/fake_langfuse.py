@@ -10,14 +10,15 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from tests.loopback import QuietHandler, serving
 
 
 def _value(v: Any) -> Any:
@@ -61,10 +62,7 @@ class FakeLangfuse:
 
 
 def _handler(state: FakeLangfuse) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def _reply(self, status: int, payload: dict[str, Any] | None = None) -> None:
             data = json.dumps(payload or {}).encode()
             self.send_response(status)
@@ -105,12 +103,5 @@ def _handler(state: FakeLangfuse) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def fake_langfuse(public_key: str = "pk-lf-test", secret_key: str = "sk-lf-test") -> Iterator[FakeLangfuse]:
     state = FakeLangfuse(public_key, secret_key)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(_handler(state)) as state.url:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -15,8 +15,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.loopback import QuietHandler, serving
 
 
 @dataclass
@@ -80,6 +82,36 @@ class ScriptedLLM:
         self.rules.append(rule)
         return rule
 
+    def client(self, *roles: str, ledger: Any = None) -> Any:
+        """An `LLMClient` whose `roles` all call this server, each with the model `<role>-model`."""
+        from optimize.llm import LLMClient, LLMConfig, make_endpoint
+
+        endpoints = {role: make_endpoint(role, self.url, None, f"{role}-model") for role in roles}
+        return LLMClient(LLMConfig(endpoints), ledger)
+
+    def script_optimizer(
+        self,
+        rewrite: str | None = None,
+        diagnosis: list[dict[str, str]] | None = None,
+        strong: float = 0.9,
+        weak: float = 0.2,
+    ) -> None:
+        """The optimizer's usual script: the teacher diagnoses (`diagnosis`) and rewrites to
+        `rewrite`; an agent serving a body that says NEW-MARK answers "strong answer", any other
+        agent call "weak answer"; the judge grades those `strong` and `weak`. Add rules that
+        must win (a specific task, say) before calling this: the first matching rule answers."""
+        self.add(model="judge-model", user_contains="strong answer", reply=grade_json(strong))
+        self.add(model="judge-model", user_contains="weak answer", reply=grade_json(weak))
+        self.add(
+            model="teacher-model", user_contains="Diagnose", reply=json.dumps({"issues": diagnosis or []})
+        )
+        if rewrite is not None:
+            self.add(
+                model="teacher-model", user_contains="Rewrite the skill", reply=json.dumps({"body": rewrite})
+            )
+        self.add(system_contains="NEW-MARK", reply="strong answer")
+        self.add(model="agent-model", reply="weak answer")
+
     def chat_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
 
@@ -126,11 +158,8 @@ def _completion(body: dict[str, Any], rule: Rule) -> dict[str, Any]:
 
 
 def _handler(state: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: Any) -> None:  # keep test output quiet
-            pass
 
         def _send(self, status: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
@@ -200,16 +229,9 @@ def _handler(state: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
 def scripted_llm(**kwargs: Any) -> Iterator[ScriptedLLM]:
     """Start the server on a free loopback port; `state.url` is its `/v1` base URL."""
     state = ScriptedLLM(**kwargs)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(state)) as base:
+        state.url = f"{base}/v1"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def grade_json(score: float, passed: bool | None = None, weak: str | None = None) -> str:

@@ -9,7 +9,6 @@ import sys
 import pytest
 
 from agent.run import ReferenceAgent
-from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.traces import LocalTraceStore
 from tests.scripted_llm import scripted_llm
 
@@ -18,11 +17,15 @@ from tests.scripted_llm import scripted_llm
 def world(tmp_path, served_copy):
     mcp_url, library, control, _ = served_copy
     with scripted_llm() as llm_server:
-        config = LLMConfig(
-            {role: make_endpoint(role, llm_server.url, None, f"{role}-model") for role in ("agent", "strong")}
-        )
         store = LocalTraceStore(tmp_path / "runs" / "traces.jsonl")
-        yield ReferenceAgent(mcp_url, LLMClient(config), store), llm_server, library, control, store, mcp_url
+        yield (
+            ReferenceAgent(mcp_url, llm_server.client("agent", "strong"), store),
+            llm_server,
+            library,
+            control,
+            store,
+            mcp_url,
+        )
 
 
 def test_a_routed_task_is_served_by_the_agent_model_with_the_skill_body(world):

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from optimize.changes import ChangeControl
 from optimize.judge import Judge
-from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from tests.conftest import write_skill
-from tests.scripted_llm import grade_json as grade
 from tests.scripted_llm import scripted_llm
 
 
@@ -59,7 +55,8 @@ holdout: [Notes for 2.0, Notes for 2.1, Notes for 2.2]
 @pytest.fixture
 def optimizer_world(tmp_path, library_factory):
     """A stale release-notes skill with a task set and a scripted teacher, judge and agent: the
-    agent answers "weak" under SEED-MARK/MEH-MARK bodies and "strong" under NEW-MARK ones."""
+    agent answers "strong" under NEW-MARK bodies and "weak" under any other (SEED-MARK, MEH-MARK).
+    Each test scripts the teacher's rewrite."""
     root = tmp_path / "skills"
     write_skill(root, "release-notes", "Writes release notes from merged pull requests.", STALE)
     tasks = tmp_path / "tasks"
@@ -68,21 +65,8 @@ def optimizer_world(tmp_path, library_factory):
     library = library_factory(root)
     control = ChangeControl(tmp_path / "runs", (root,))
     with scripted_llm() as server:
-        server.add(model="judge-model", user_contains="strong answer", reply=grade(0.9, True))
-        server.add(model="judge-model", user_contains="weak answer", reply=grade(0.2, False))
-        server.add(
-            model="teacher-model",
-            user_contains="Diagnose",
-            reply=json.dumps(
-                {"issues": [{"section": "SEED-MARK", "kind": "incorrect", "detail": "verbatim commits"}]}
-            ),
+        server.script_optimizer(
+            diagnosis=[{"section": "SEED-MARK", "kind": "incorrect", "detail": "verbatim commits"}]
         )
-        server.add(system_contains="SEED-MARK", reply="weak answer")
-        server.add(system_contains="NEW-MARK", reply="strong answer")
-        server.add(system_contains="MEH-MARK", reply="weak answer")
-        endpoints = {
-            role: make_endpoint(role, server.url, None, f"{role}-model")
-            for role in ("agent", "teacher", "judge")
-        }
-        llm = LLMClient(LLMConfig(endpoints))
+        llm = server.client("agent", "teacher", "judge")
         yield server, control, library, llm, Judge(llm, ("judge-model",), "teacher-model"), tasks, root

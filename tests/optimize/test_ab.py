@@ -9,7 +9,6 @@ import pytest
 from optimize.ab import ABRunner, Arm, first_divergence
 from optimize.changes import ChangeControl
 from optimize.judge import Judge
-from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.taskset import parse_task_set
 from tests.conftest import write_skill
 from tests.scripted_llm import grade_json as grade
@@ -26,13 +25,7 @@ def setup(tmp_path):
         server.add(system_contains="New guidance", reply="strong answer\nline two")
         server.add(user_contains="strong answer", model="judge-model", reply=grade(0.9, True))
         server.add(user_contains="weak answer", model="judge-model", reply=grade(0.2, False))
-        config = LLMConfig(
-            {
-                "agent": make_endpoint("agent", server.url, None, "agent-model"),
-                "judge": make_endpoint("judge", server.url, None, "judge-model"),
-            }
-        )
-        llm = LLMClient(config)
+        llm = server.client("agent", "judge")
         runner = ABRunner(llm, Judge(llm, ("judge-model",), "teacher-model"), tmp_path / "cache")
         tasks = parse_task_set(
             "notes", {"train": ["t1"], "holdout": ["Notes for 1.0", "Notes for 1.1", "Notes for 1.2"]}
@@ -111,13 +104,7 @@ def test_an_execution_check_overrules_the_judge(tmp_path):
         server.add(system_contains="Old guidance", reply="```python\ndef add(a, b):\n    return a + b\n```")
         server.add(system_contains="New guidance", reply="```python\ndef add(a, b):\n    return a - b\n```")
         server.add(model="judge-model", reply=grade(0.9, True))  # the judge likes both
-        config = LLMConfig(
-            {
-                "agent": make_endpoint("agent", server.url, None, "agent-model"),
-                "judge": make_endpoint("judge", server.url, None, "judge-model"),
-            }
-        )
-        llm = LLMClient(config)
+        llm = server.client("agent", "judge")
         runner = ABRunner(
             llm,
             Judge(llm, ("judge-model",), "teacher-model"),

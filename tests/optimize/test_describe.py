@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from optimize.describe import description_files, optimize_description, router_with, split
-from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.taskset import RoutingCase
 from tests.scripted_llm import scripted_llm
 
@@ -31,9 +30,7 @@ def llm_with(reply: str):
     server_cm = scripted_llm()
     server = server_cm.__enter__()
     server.add(model="teacher-model", reply=json.dumps({"descriptions": [reply]}))
-    return server_cm, LLMClient(
-        LLMConfig({"teacher": make_endpoint("teacher", server.url, None, "teacher-model")})
-    )
+    return server_cm, server.client("teacher")
 
 
 def test_the_split_keeps_selection_and_gating_cases_apart():

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from optimize.changes import ChangeControl
 from optimize.judge import Judge
-from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.loop import run_loop
 from optimize.traces import LocalTraceStore, TraceRecord
 from tests.conftest import write_skill
@@ -58,20 +55,8 @@ def test_only_the_unhealthy_skill_is_optimized_and_nothing_goes_live(tmp_path, l
     with scripted_llm() as server:
         server.add(model="judge-model", user_contains="bad notes", reply=grade(0.2))
         server.add(model="judge-model", user_contains="good commit", reply=grade(0.9))
-        server.add(model="judge-model", user_contains="strong answer", reply=grade(0.9))
-        server.add(model="judge-model", user_contains="weak answer", reply=grade(0.2))
-        server.add(model="teacher-model", user_contains="Diagnose", reply=json.dumps({"issues": []}))
-        server.add(
-            model="teacher-model",
-            user_contains="Rewrite the skill",
-            reply=json.dumps({"body": "# Notes\n\nNEW-MARK: group by theme.\n"}),
-        )
-        server.add(system_contains="SEED-MARK", reply="weak answer")
-        server.add(system_contains="NEW-MARK", reply="strong answer")
-        endpoints = {
-            r: make_endpoint(r, server.url, None, f"{r}-model") for r in ("agent", "teacher", "judge")
-        }
-        llm = LLMClient(LLMConfig(endpoints))
+        server.script_optimizer("# Notes\n\nNEW-MARK: group by theme.\n")
+        llm = server.client("agent", "teacher", "judge")
         entries = run_loop(
             [],
             library,

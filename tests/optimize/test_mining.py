@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from optimize.judge import Judge
-from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.mining import mine
 from optimize.traces import LocalTraceStore, TraceRecord
 from tests.conftest import BUNDLED_SKILLS
@@ -47,7 +46,7 @@ def test_mining_attributes_clusters_judges_once_and_reports_weak_tasks(tmp_path,
         server.add(user_contains="notes A", reply=grade(0.9))
         server.add(user_contains="notes B", reply=grade(0.7, weak="completeness"))
         server.add(user_contains="notes C", reply=grade(0.8, weak="completeness"))
-        llm = LLMClient(LLMConfig({"judge": make_endpoint("judge", server.url, None, "judge-model")}))
+        llm = server.client("judge")
         judge = Judge(llm, ("judge-model",), "teacher-model")
         cache = tmp_path / "verdicts.jsonl"
         report = mine("release-notes", store, library, judge, cache)

@@ -9,7 +9,6 @@ import pytest
 from ingot.errors import IngotError
 from optimize.changes import ChangeControl
 from optimize.judge import Judge
-from optimize.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.pipeline import optimize_body
 from tests.conftest import write_skill
 from tests.optimize.conftest import STALE, TASKS
@@ -120,20 +119,8 @@ def test_a_challenger_that_regresses_a_holdout_task_is_queued_blocked_and_cannot
         server.add(system_contains="NEW-MARK", user_contains="Notes for 2.1", reply="broken answer")
         server.add(model="judge-model", user_contains="solid answer", reply=grade(0.8, True))
         server.add(model="judge-model", user_contains="broken answer", reply=grade(0.1, False))
-        server.add(model="judge-model", user_contains="strong answer", reply=grade(0.95, True))
-        server.add(model="judge-model", user_contains="weak answer", reply=grade(0.2, False))
-        server.add(model="teacher-model", user_contains="Diagnose", reply=json.dumps({"issues": []}))
-        server.add(
-            model="teacher-model",
-            user_contains="Rewrite the skill",
-            reply=json.dumps({"body": "# Release notes\n\nNEW-MARK: group by theme.\n"}),
-        )
-        server.add(system_contains="SEED-MARK", reply="weak answer")
-        server.add(system_contains="NEW-MARK", reply="strong answer")
-        endpoints = {
-            r: make_endpoint(r, server.url, None, f"{r}-model") for r in ("agent", "teacher", "judge")
-        }
-        llm = LLMClient(LLMConfig(endpoints))
+        server.script_optimizer("# Release notes\n\nNEW-MARK: group by theme.\n", strong=0.95)
+        llm = server.client("agent", "teacher", "judge")
         outcome = optimize_body(
             "release-notes",
             control,

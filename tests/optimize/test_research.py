@@ -6,11 +6,9 @@ The search API is a real HTTP server on loopback speaking Tavily's `/search` sha
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -18,6 +16,7 @@ import pytest
 from optimize import evidence
 from optimize.pipeline import optimize_body
 from optimize.research import MAX_BRIEF_CHARS, Researcher
+from tests.loopback import QuietHandler, serving
 
 KEY = "tvly-test-secret-123"
 RESULTS = [
@@ -44,10 +43,7 @@ class FakeSearch:
 def fake_search(**kwargs: Any) -> Iterator[FakeSearch]:
     state = FakeSearch(**kwargs)
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             state.requests.append((dict(self.headers), body))
@@ -58,14 +54,8 @@ def fake_search(**kwargs: Any) -> Iterator[FakeSearch]:
             self.end_headers()
             self.wfile.write(payload)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(Handler) as state.url:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _teacher_prompts(server) -> list[str]:
@@ -123,7 +113,6 @@ def test_without_a_key_nothing_is_fetched_and_prompts_equal_a_run_whose_search_f
 
 def test_the_description_pass_authors_see_the_brief_too(served_copy, tmp_path):
     from optimize.describe import propose_description
-    from optimize.llm import LLMClient, LLMConfig, make_endpoint
     from optimize.taskset import RoutingCase
     from tests.scripted_llm import scripted_llm
 
@@ -131,7 +120,7 @@ def test_the_description_pass_authors_see_the_brief_too(served_copy, tmp_path):
     cases = [RoutingCase(f"Write up the outage number {i}", "incident-postmortem") for i in range(4)]
     with fake_search() as search, scripted_llm() as server:
         server.add(model="teacher-model", reply=json.dumps({"descriptions": ["x" * 2000]}))
-        llm = LLMClient(LLMConfig({"teacher": make_endpoint("teacher", server.url, None, "teacher-model")}))
+        llm = server.client("teacher")
         research = Researcher(KEY, tmp_path / "cache", search.url)
         _, reason = propose_description("incident-postmortem", library, control, llm, cases, 1, research)
         assert "over 1024 characters" in reason

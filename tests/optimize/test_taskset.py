@@ -69,7 +69,6 @@ def test_no_holdout_task_is_ever_silently_in_train(train, holdout):
 def test_the_teacher_drafts_a_set_for_review_and_never_overwrites_one(tmp_path, library_factory):
     import json
 
-    from optimize.llm import LLMClient, LLMConfig, make_endpoint
     from optimize.taskset import draft_task_set
     from tests.conftest import BUNDLED_SKILLS
     from tests.scripted_llm import scripted_llm
@@ -86,7 +85,7 @@ def test_the_teacher_drafts_a_set_for_review_and_never_overwrites_one(tmp_path, 
     }
     with scripted_llm() as server:
         server.add(model="teacher-model", reply=json.dumps(draft))
-        llm = LLMClient(LLMConfig({"teacher": make_endpoint("teacher", server.url, None, "teacher-model")}))
+        llm = server.client("teacher")
         path = draft_task_set(llm, skill, tmp_path)
         assert path.read_text().startswith("# Drafted by the teacher model")
         tasks = load_task_set(tmp_path, "release-notes")

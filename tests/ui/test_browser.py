@@ -4,13 +4,12 @@ UI and MCP servers on loopback: what a reviewer sees, and what their clicks do t
 from __future__ import annotations
 
 import asyncio
-import threading
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from fastmcp import Client
 
 from tests.conftest import wait_for
+from tests.loopback import QuietHandler, serving
 from tests.ui.conftest import BLOCKED, GOOD
 
 
@@ -135,25 +134,16 @@ def test_a_form_on_another_site_cannot_approve(world, page):
         f'<input name=change_id value="{change.id}"></form><script>f.submit()</script>'
     ).encode()
 
-    class Evil(BaseHTTPRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
-
+    class Evil(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
             self.end_headers()
             self.wfile.write(attack)
 
-    evil = ThreadingHTTPServer(("127.0.0.1", 0), Evil)
-    threading.Thread(target=evil.serve_forever, daemon=True).start()
-    try:
-        with page.expect_response(f"{world.ui}/changes/{GOOD}/approve") as response:
-            page.goto(f"http://localhost:{evil.server_address[1]}/")
-        assert response.value.status == 403
-    finally:
-        evil.shutdown()
-        evil.server_close()
+    with serving(Evil) as evil, page.expect_response(f"{world.ui}/changes/{GOOD}/approve") as response:
+        page.goto(evil.replace("127.0.0.1", "localhost"))  # another host name: another origin
+    assert response.value.status == 403
     assert world.control.queue.get(GOOD) == change
     assert world.control.live_revision(GOOD) == change.champion_revision
 

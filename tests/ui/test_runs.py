@@ -7,7 +7,6 @@ server and watches it land in Review; the others drive RunManager with a small s
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -15,7 +14,7 @@ import pytest
 
 from ingot.serve import UIOptions, ui_app
 from tests.conftest import running_asgi, wait_for
-from tests.scripted_llm import grade_json, scripted_llm
+from tests.scripted_llm import scripted_llm
 from ui.runs import RunConflict, RunManager, clean, progress_of
 
 # Stand-in for `ingot optimize`: draws a bar, then waits for a "release" file before finishing.
@@ -89,16 +88,7 @@ def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_
         "holdout: [Clean stock.csv, Clean visits.csv, Clean payments.csv]\n"
     )
     with scripted_llm() as server:
-        server.add(model="judge-model", user_contains="strong answer", reply=grade_json(0.9, True))
-        server.add(model="judge-model", user_contains="weak answer", reply=grade_json(0.2, False))
-        server.add(model="teacher-model", user_contains="Diagnose", reply=json.dumps({"issues": []}))
-        server.add(
-            model="teacher-model",
-            user_contains="Rewrite the skill",
-            reply=json.dumps({"body": "# CSV cleaning\n\nNEW-MARK: profile every column first.\n"}),
-        )
-        server.add(system_contains="NEW-MARK", reply="strong answer")
-        server.add(model="agent-model", reply="weak answer")
+        server.script_optimizer("# CSV cleaning\n\nNEW-MARK: profile every column first.\n")
         env = {
             **{k: v for k, v in os.environ.items() if k != "API_KEY"},
             "BASE_URL": server.url,
