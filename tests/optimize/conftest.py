@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from optimize.changes import ChangeControl
 from optimize.judge import Judge
 from tests.conftest import write_skill
 from tests.scripted_llm import scripted_llm
+
+
+def require_bwrap() -> None:
+    """Sandbox tests run for real or fail: a skip would hide a missing sandbox in CI."""
+    if shutil.which("bwrap") is None:
+        pytest.fail("the sandbox tests need bubblewrap: apt-get install bubblewrap (.ci/run installs it)")
 
 
 def skill_md(name: str, description: str, body: str) -> bytes:

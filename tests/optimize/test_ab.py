@@ -96,10 +96,11 @@ def test_first_divergence():
     assert first_divergence("a", "a\nextra")["line"] == 2
 
 
-@pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap not installed")
 def test_an_execution_check_overrules_the_judge(tmp_path):
     from optimize.execcheck import BubblewrapSandbox
+    from tests.optimize.conftest import require_bwrap
 
+    require_bwrap()
     with scripted_llm() as server:
         server.add(system_contains="Old guidance", reply="```python\ndef add(a, b):\n    return a + b\n```")
         server.add(system_contains="New guidance", reply="```python\ndef add(a, b):\n    return a - b\n```")

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from optimize.execcheck import BubblewrapSandbox, Limits, run_python
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap is not installed (.ci/run installs it)"
-)
+from tests.optimize.conftest import require_bwrap
 
 
 @pytest.fixture
 def sandbox():
+    require_bwrap()
     box = BubblewrapSandbox(limits=Limits(wall_s=5, cpu_s=3, processes=32))
     assert box.available() == (True, "bubblewrap")
     return box
