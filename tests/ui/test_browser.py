@@ -103,8 +103,13 @@ def test_dismissing_the_rollback_confirmation_changes_nothing(world, page):
     change = world.change(GOOD)
     world.control.approve(GOOD, "tester", change.id)
     page.goto(f"{world.ui}/history/{GOOD}")
-    page.on("dialog", lambda dialog: dialog.dismiss())
-    page.get_by_test_id("rollback").click()
+    dialogs, posts = [], []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.on("request", lambda request: request.method == "POST" and posts.append(request.url))
+    page.get_by_test_id("rollback").click()  # a submission would have been issued by the time this returns
+    page.wait_for_load_state()
+    assert dialogs and posts == [] and page.url.endswith(f"/history/{GOOD}")
+    assert page.get_by_test_id("rollback").is_enabled()
     assert world.control.live_revision(GOOD) == change.candidate_revision
 
 
