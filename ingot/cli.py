@@ -55,11 +55,24 @@ def serve(
     skills: tuple[Path, ...], mcp_port: int | None, ui_port: int | None, host: str | None, no_ui: bool
 ) -> None:
     """Serve the skills over MCP (streamable HTTP at /mcp) and the UI."""
+    _serve(_settings(skills, mcp_port=mcp_port, ui_port=ui_port, bind_host=host), mcp=True, ui=not no_ui)
+
+
+@main.command()
+@skills_option
+@click.option("--ui-port", type=int, default=None, help="UI port (default 8080).")
+@click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
+def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
+    """Serve only the UI (the MCP server runs elsewhere, e.g. its own compose service)."""
+    _serve(_settings(skills, ui_port=ui_port, bind_host=host), mcp=False, ui=True)
+
+
+def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
+    """Open the library and change control (settling any interrupted change), report, serve."""
     from ingot.runtime import change_control, open_library, ui_options
     from ingot.serve import serve as run
 
-    settings = _settings(skills, mcp_port=mcp_port, ui_port=ui_port, bind_host=host)
-    options = None if no_ui else ui_options(settings)
+    options = ui_options(settings) if ui else None  # a bad token setting fails before any work
     _setup_logging(settings.log_level)
     library = open_library(settings)
     control = change_control(settings, library=library)
@@ -73,47 +86,15 @@ def serve(
     )
     for problem in status.invalid:
         click.echo(f"  skipped {problem.folder}: {problem.reason}", err=True)
-    click.echo(
-        f"ingot: MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"
-        + ("" if no_ui else f", UI at http://{settings.bind_host}:{settings.ui_port}/"),
-        err=True,
-    )
+    endpoints = [f"MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"] if mcp else []
+    endpoints += [f"UI at http://{settings.bind_host}:{settings.ui_port}/"] if ui else []
+    click.echo(f"ingot: {', '.join(endpoints)}", err=True)
     run(
         library,
         control,
         settings.bind_host,
-        settings.mcp_port,
-        None if no_ui else settings.ui_port,
-        settings.allowed_hosts,
-        watch=settings.watch_skills,
-        log_level=settings.log_level.lower(),
-        ui=options,
-    )
-
-
-@main.command()
-@skills_option
-@click.option("--ui-port", type=int, default=None, help="UI port (default 8080).")
-@click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
-def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
-    """Serve only the UI (the MCP server runs elsewhere, e.g. its own compose service)."""
-    from ingot.runtime import change_control, open_library, ui_options
-    from ingot.serve import serve as run
-
-    settings = _settings(skills, ui_port=ui_port, bind_host=host)
-    _setup_logging(settings.log_level)
-    options = ui_options(settings)
-    library = open_library(settings)
-    control = change_control(settings, library=library)
-    for note in control.recover():
-        click.echo(f"ingot: recovered an interrupted change: {note}", err=True)
-    click.echo(f"ingot: UI at http://{settings.bind_host}:{settings.ui_port}/", err=True)
-    run(
-        library,
-        control,
-        settings.bind_host,
-        None,
-        settings.ui_port,
+        settings.mcp_port if mcp else None,
+        settings.ui_port if ui else None,
         settings.allowed_hosts,
         watch=settings.watch_skills,
         log_level=settings.log_level.lower(),

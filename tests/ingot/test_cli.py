@@ -86,6 +86,10 @@ def test_serving_on_a_public_address_without_allowed_hosts_or_a_ui_token_is_refu
     )
     done = ingot("serve", "--skills", str(BUNDLED_SKILLS), "--host", "0.0.0.0", "--no-ui", cwd=tmp_path)
     assert done.returncode == 2 and "refusing to bind MCP on 0.0.0.0" in done.stderr
+    done = ingot("ui", "--skills", str(BUNDLED_SKILLS), "--host", "0.0.0.0", cwd=tmp_path)
+    assert (
+        done.returncode == 2 and "refusing to bind the UI on 0.0.0.0 without an access token" in done.stderr
+    )
 
 
 def test_serve_answers_mcp_and_ui_then_stops_on_sigterm(tmp_path):
