@@ -186,15 +186,7 @@ class ChangeControl:
         check_skill_name(skill)
         with change_lock(self.runs_dir, self.lock_wait_s):
             self._recover()
-            change = self.queue.get(skill)
-            if change is None:
-                self._already_decided(skill, change_id)
-                raise ApprovalRefused(f"no pending change for {skill!r}; `ingot pending` lists them")
-            if change.id != change_id:
-                raise PromotionConflict(
-                    f"the pending change for {skill!r} is now {change.id}, not "
-                    f"{change_id}; review the new one"
-                )
+            change = self._reviewed(skill, change_id)
             try:
                 evidence, root = self._verify(change)
             except ApprovalRefused as exc:
@@ -216,14 +208,23 @@ class ChangeControl:
             self.queue.archive(skill, f"approved by {actor}", "approved", actor)
             return outcome
 
-    def _already_decided(self, skill: str, change_id: str | None) -> None:
-        """Raise a conflict if `change_id` was the last change decided for `skill`."""
-        last = (self.queue.archived(skill) or [{}])[-1]
-        if change_id is not None and change_id == last.get("id"):
+    def _reviewed(self, skill: str, change_id: str | None) -> PendingChange:
+        """The pending change for `skill`, if it is still `change_id` (the one the reviewer saw;
+        None: whichever is pending). A change decided or displaced since is a conflict."""
+        change = self.queue.get(skill)
+        if change is None:
+            last = (self.queue.archived(skill) or [{}])[-1]
+            if change_id is not None and change_id == last.get("id"):
+                raise PromotionConflict(
+                    f"change {change_id} for {skill!r} was already {last.get('archived_status')} "
+                    f"by {last.get('archived_by')} at {last.get('archived_at')}"
+                )
+            raise ApprovalRefused(f"no pending change for {skill!r}; `ingot pending` lists them")
+        if change_id is not None and change.id != change_id:
             raise PromotionConflict(
-                f"change {change_id} for {skill!r} was already {last.get('archived_status')} "
-                f"by {last.get('archived_by')} at {last.get('archived_at')}"
+                f"the pending change for {skill!r} is now {change.id}, not {change_id}; review the new one"
             )
+        return change
 
     def _verify(self, change: PendingChange) -> tuple[evidence_mod.Evidence, Path]:
         if not change.evidence_path or not change.evidence_digest:
@@ -300,15 +301,7 @@ class ChangeControl:
             raise IngotError("a rejection needs a reason (--reason)")
         with change_lock(self.runs_dir, self.lock_wait_s):
             self._recover()
-            change = self.queue.get(skill)
-            if change is None:
-                self._already_decided(skill, change_id)
-                raise ApprovalRefused(f"no pending change for {skill!r}")
-            if change_id is not None and change.id != change_id:
-                raise PromotionConflict(
-                    f"the pending change for {skill!r} is now {change.id}, not {change_id}; "
-                    "review the new one"
-                )
+            change = self._reviewed(skill, change_id)
             self.audit.append(
                 action="reject",
                 skill=skill,
