@@ -143,3 +143,14 @@ def test_the_brief_is_capped_and_long_queries_are_cut(tmp_path):
         brief = Researcher(KEY, tmp_path / "cache", search.url).brief("pdf", "z" * 1000)
         assert len(search.requests[0][1]["query"]) <= 400
     assert 0 < len(brief.text) <= MAX_BRIEF_CHARS and len(brief.sources) < 10
+
+
+def test_an_expired_or_damaged_cached_brief_is_fetched_again(tmp_path):
+    cache = tmp_path / "cache"
+    with fake_search() as search:
+        assert Researcher(KEY, cache, search.url).brief("pdf", "Fill PDF forms.").status == "fetched"
+        assert Researcher(KEY, cache, search.url).brief("pdf", "Fill PDF forms.").status == "cached"
+        assert Researcher(KEY, cache, search.url, ttl_s=0).brief("pdf", "Fill PDF forms.").status == "fetched"
+        next(cache.iterdir()).write_text("{not json")
+        assert Researcher(KEY, cache, search.url).brief("pdf", "Fill PDF forms.").status == "fetched"
+        assert len(search.requests) == 3
