@@ -96,7 +96,7 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
     llm = llm_client(settings, run_id(f"mine-{skill}"))
     report = run_mining(
         skill,
-        trace_store(settings),
+        trace_store(settings, prune_expired=True),
         library,
         make_judge(settings, llm),
         settings.runs_dir / "cache" / "verdicts.jsonl",
@@ -135,7 +135,7 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
         control,
         llm,
         make_judge(settings, llm),
-        trace_store(settings),
+        trace_store(settings, prune_expired=True),
         settings.tasks_dir,
         settings.loop_health_threshold,
         settings.loop_passes,

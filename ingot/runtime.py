@@ -151,8 +151,11 @@ def llm_client(settings: Settings, run_id: str, cassette_name: str = "default") 
     return LLMClient(llm_config(settings), ledger, cassette)
 
 
-def trace_store(settings: Settings) -> TraceStore:
-    """Langfuse when both LANGFUSE keys are set, else the local file (the default)."""
+def trace_store(settings: Settings, prune_expired: bool = False) -> TraceStore:
+    """Langfuse when both LANGFUSE keys are set, else the local file (the default).
+
+    `prune_expired` deletes local records past TRACE_RETENTION_DAYS from disk first; commands
+    that read all traffic ask for it (Langfuse applies its own retention)."""
     if settings.langfuse_public_key and settings.langfuse_secret_key:
         from langfuse import Langfuse
 
@@ -164,7 +167,7 @@ def trace_store(settings: Settings) -> TraceStore:
             base_url=settings.langfuse_base_url,
         )
         return LangfuseTraceStore(client, enabled=settings.traces, redaction=settings.trace_redact)
-    return LocalTraceStore(
+    store = LocalTraceStore(
         settings.runs_dir / "traces.jsonl",
         enabled=settings.traces,
         redaction=settings.trace_redact,
@@ -172,6 +175,9 @@ def trace_store(settings: Settings) -> TraceStore:
         backups=settings.trace_backups,
         retention_days=settings.trace_retention_days,
     )
+    if prune_expired:
+        store.prune()
+    return store
 
 
 def researcher(settings: Settings) -> Researcher:

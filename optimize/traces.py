@@ -4,7 +4,9 @@ A record holds the task, the answer, the served skill and revision (or novel/rel
 tokens, timings, tool calls and errors. Defaults protect the user: secrets are redacted before
 anything touches disk (API keys, bearer tokens, password/secret assignments, private keys), the
 file is 0600 in a 0700 folder, it rotates at TRACE_MAX_BYTES keeping TRACE_BACKUPS files,
-records older than TRACE_RETENTION_DAYS are dropped, and TRACES=false writes nothing at all.
+records older than TRACE_RETENTION_DAYS are never read and are deleted from disk by `prune`
+(run by `ingot mine` and `ingot loop`, which read everything anyway) and with expired backups
+at rotation, and TRACES=false writes nothing at all.
 The reader skips corrupt or non-UTF-8 lines and says how many. Writers in several processes
 (agent, proxy) share a file lock for rotation and appends.
 """
@@ -229,6 +231,8 @@ class LocalTraceStore:
         with self._lock:
             kept = self.read().records
             before = sum(1 for p in self.files() for line in p.read_bytes().splitlines() if line.strip())
+            if before == len(kept):
+                return 0  # nothing expired or unreadable: leave the files (and their mtimes) alone
             for path in self.files():
                 path.unlink()
             if kept:

@@ -76,6 +76,22 @@ def test_old_records_are_dropped_by_age(tmp_path):
     store.append(record(task="recent", time=(now - dt.timedelta(days=3)).isoformat()))
     assert [r.task for r in store.read().records] == ["recent"]
     assert store.prune() == 1 and len(store.path.read_text().splitlines()) == 1
+    before = store.path.stat().st_mtime_ns
+    assert store.prune() == 0 and store.path.stat().st_mtime_ns == before  # nothing left to drop
+
+
+def test_commands_that_read_all_traffic_delete_expired_records_from_disk(tmp_path):
+    from ingot.runtime import trace_store
+    from ingot.settings import load_settings
+
+    settings = load_settings(runs_dir=tmp_path, traces=True, trace_retention_days=30)
+    now = dt.datetime.now(dt.UTC)
+    writer = trace_store(settings)
+    writer.append(record(task="PRIVATE old task", time=(now - dt.timedelta(days=40)).isoformat()))
+    writer.append(record(task="recent", time=now.isoformat()))
+    assert "PRIVATE old task" in writer.path.read_text()  # an agent run does not rewrite the file
+    trace_store(settings, prune_expired=True)
+    assert "PRIVATE old task" not in writer.path.read_text() and "recent" in writer.path.read_text()
 
 
 def test_corrupt_and_non_utf8_lines_are_skipped_and_counted(tmp_path):
