@@ -19,6 +19,7 @@ from ingot.errors import IngotError, SkillInvalid
 from mcp_server.registry import MAX_DESCRIPTION, MAX_NAME, parse_skill_md, read_skill
 from optimize.changes import ChangeControl
 from optimize.checks import CheckResult, collision_check, injection_check
+from optimize.evidence import not_measured
 from optimize.pending import PendingChange
 
 MAX_BODY_BYTES = 64 * 1024
@@ -102,10 +103,7 @@ def admit(
         }
     }
     if kind == "rewrite":
-        measurements["ab"] = {
-            "status": "not_measured",
-            "why": "no held-out A/B has been run; `ingot optimize` measures one",
-        }
+        measurements["ab"] = not_measured("no held-out A/B has been run; `ingot optimize` measures one")
     return control.propose(name, kind, source, files, measurements, note)
 
 
