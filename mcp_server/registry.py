@@ -186,6 +186,14 @@ def read_skill(root: Path, folder: Path, limits: Limits, name: str | None = None
 
     `name` is the name the skill must declare: its folder's name unless given (a staged or
     snapshotted copy lives in a folder named otherwise)."""
+    return read_skill_files(root, folder, limits, name)[0]
+
+
+def read_skill_files(
+    root: Path, folder: Path, limits: Limits, name: str | None = None
+) -> tuple[Skill, dict[str, bytes]]:
+    """`read_skill`, plus the bytes it hashed: one safe read, so the files are exactly the
+    revision returned (reading them again later could mix in a newer edit)."""
     try:
         contents = read_folder(folder, limits)
     except OSError as exc:
@@ -201,7 +209,7 @@ def read_skill(root: Path, folder: Path, limits: Limits, name: str | None = None
     except UnicodeDecodeError as exc:
         raise SkillInvalid(f"SKILL.md is not valid UTF-8 (byte {exc.start}); re-save it as UTF-8") from exc
     name, description, body, meta = parse_skill_md(text, name or folder.name)
-    return Skill(
+    skill = Skill(
         name=name,
         description=description,
         body=body,
@@ -212,6 +220,7 @@ def read_skill(root: Path, folder: Path, limits: Limits, name: str | None = None
         frontmatter=MappingProxyType(meta),
         metadata=MappingProxyType(dict(meta.get("metadata") or {})),
     )
+    return skill, contents
 
 
 def _fingerprint(folder: Path) -> tuple:

@@ -143,3 +143,8 @@ def read_served_file(skill: Skill, rel: str) -> bytes:
     if hashlib.sha256(data).hexdigest() != listed.sha256:
         raise SkillChanged(stale.format("changed on disk"))
     return data
+
+
+def read_served_files(skill: Skill) -> dict[str, bytes]:
+    """Every file of `skill`'s served revision, each checked as `read_served_file` does."""
+    return {f.path: read_served_file(skill, f.path) for f in skill.files}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ingot.errors import IngotError
+from ingot.errors import IngotError, SkillChanged
 from mcp_server.registry import Limits, parse_skill_md
 from optimize import evidence as evidence_mod
 from optimize.audit import AuditEntry, AuditLog
@@ -131,10 +131,19 @@ class ChangeControl:
         measurements: Mapping[str, Any],
         note: str | None = None,
         cost: Mapping[str, Any] | None = None,
+        measured_against: str | None = None,
     ) -> tuple[PendingChange, Path | None]:
-        """Quarantine a candidate with its evidence; returns it and where a displaced one went."""
+        """Quarantine a candidate with its evidence; returns it and where a displaced one went.
+
+        `measured_against` is the champion revision the measurements were taken on: if the live
+        skill has changed since, the evidence describes something else and is refused."""
         with change_lock(self.runs_dir, self.lock_wait_s):
             champion = self.live_revision(skill)
+            if measured_against is not None and champion != measured_against:
+                raise SkillChanged(
+                    f"{skill!r} changed on disk during the run (measured {measured_against[:12]}, now "
+                    f"{(champion or 'gone')[:12]}); re-run it against the current revision"
+                )
             if kind == "create" and champion is not None:
                 raise IngotError(f"skill {skill!r} already exists; propose a rewrite instead")
             if kind != "create" and champion is None:

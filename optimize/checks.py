@@ -1,4 +1,5 @@
-"""Admission checks shared by the quarantine (at proposal) and approval (re-run from disk).
+"""Admission checks: the quarantine runs all three at proposal, the description pass runs the
+collision check on its candidates, and approval re-runs the injection check from disk.
 
 Each returns a `CheckResult` (passed + a detail a person or a calling model can read). They are
 pure: the collision check receives the similarities, it does not compute them.

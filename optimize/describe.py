@@ -22,7 +22,8 @@ from pydantic import BaseModel
 
 from mcp_server.library import Library
 from mcp_server.router import Router
-from optimize.checks import COLLISION_COSINE
+from mcp_server.skillfiles import read_served_files
+from optimize.checks import collision_check
 from optimize.llm import LLMClient
 from optimize.prompting import render
 from optimize.research import OFF, Brief, Researcher
@@ -109,10 +110,9 @@ def optimize_description(
         if len(text) > 1024:
             refused.append("over 1024 characters")
             continue
-        similar = {k: v for k, v in library.similar_descriptions(skill, text).items() if k != skill}
-        clash = [k for k, v in similar.items() if v >= COLLISION_COSINE]
-        if clash:
-            refused.append(f"would shadow {', '.join(clash)}")
+        collision = collision_check(library.similar_descriptions(skill, text), skill)
+        if not collision.passed:
+            refused.append(collision.detail)
             continue
         router = router_with(library, skill, text)
         scored.append((sum(metrics(router, skill, select).values()), text, router))
@@ -127,7 +127,7 @@ def optimize_description(
             "status": "measured",
             "champion": before,
             "challenger": after,
-            "collisions": [],
+            "collisions": [],  # clashing candidates were refused above; the gate re-checks this
             "select_cases": len(select),
             "gate_cases": len(gate),
             "refused": refused,
@@ -138,8 +138,7 @@ def optimize_description(
 
 
 def description_files(library: Library, skill: str, description: str) -> Mapping[str, bytes]:
-    served = library.get(skill)
-    files = {f.path: (served.folder / f.path).read_bytes() for f in served.files}
+    files = read_served_files(library.get(skill))
     files["SKILL.md"] = with_description(files["SKILL.md"].decode("utf-8"), description).encode()
     return files
 
@@ -154,7 +153,8 @@ def propose_description(
     research: Researcher | None = None,
 ) -> tuple[str | None, str]:
     """Run the description pass and queue its winner: (change id or None, what happened)."""
-    brief = research.brief(skill, library.get(skill).description) if research else OFF
+    champion = library.get(skill)
+    brief = research.brief(skill, champion.description) if research else OFF
     found = optimize_description(skill, library, llm, cases, candidates, brief)
     if found.chosen is None or found.measurements is None:
         return None, found.reason
@@ -166,5 +166,6 @@ def propose_description(
         description_files(library, skill, found.chosen),
         found.measurements,
         cost=cost,
+        measured_against=champion.revision,
     )
     return change.id, found.reason

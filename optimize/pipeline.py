@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ingot.errors import IngotError
 from mcp_server.library import Library
+from mcp_server.skillfiles import read_served_files
 from optimize.ab import ABRunner, Arm
 from optimize.bestofn import CandidateSearch
 from optimize.changes import ChangeControl
@@ -53,13 +54,14 @@ def optimize_body(
     if tasks.leakage:
         raise IngotError(f"the task set for {skill!r} can never promote: {'; '.join(tasks.leakage)}")
     champion = library.get(skill)
+    champion_files = read_served_files(champion)  # read now: the search can take minutes
     brief = research.brief(skill, champion.description) if research else OFF
     search = CandidateSearch(llm, judge, candidates, brief).search(
         skill, champion.revision, champion.body, tasks.train
     )
     if search.winner is None:
         return Outcome(skill, None, None, search.reason)
-    files = {f.path: (champion.folder / f.path).read_bytes() for f in champion.files}
+    files = dict(champion_files)
     files["SKILL.md"] = with_body(files["SKILL.md"].decode("utf-8"), search.winner.body).encode()
     ab = ABRunner(llm, judge, control.runs_dir / "cache" / "ab", sandbox).run(
         Arm(skill, champion.revision, champion.body), Arm(skill, search.winner.id, search.winner.body), tasks
@@ -79,7 +81,14 @@ def optimize_body(
     }
     cost = llm.ledger.totals()["total"] if llm.ledger else None
     change, _ = control.propose(
-        skill, "rewrite", "optimizer", files, measurements, note=search.reason, cost=cost
+        skill,
+        "rewrite",
+        "optimizer",
+        files,
+        measurements,
+        note=search.reason,
+        cost=cost,
+        measured_against=champion.revision,
     )
     return Outcome(skill, change.id, _verdict(control, change.evidence_path), search.reason, ab)
 

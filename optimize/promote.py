@@ -32,7 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingot.errors import IngotError, SkillInvalid
-from mcp_server.registry import NAME_PATTERN, Limits, SkillFile, manifest_revision, read_skill
+from mcp_server.registry import (
+    NAME_PATTERN,
+    Limits,
+    SkillFile,
+    manifest_revision,
+    read_skill,
+    read_skill_files,
+)
 from optimize.audit import AuditLog, fsync_dir
 
 STAGE_PREFIX = ".ingot-stage-"
@@ -137,8 +144,7 @@ class Promoter:
 
     def read_tree(self, folder: Path, skill: str) -> dict[str, bytes]:
         """The files of a valid skill folder (live, staged or snapshotted) by relative path."""
-        parsed = read_skill(folder.parent, folder, self.limits, name=skill)
-        return {f.path: (folder / f.path).read_bytes() for f in parsed.files}
+        return read_skill_files(folder.parent, folder, self.limits, name=skill)[1]
 
     def snapshot_path(self, skill: str, revision: str) -> Path:
         return self.revisions / check_skill_name(skill) / revision

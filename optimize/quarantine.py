@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from ingot.errors import IngotError, SkillInvalid
-from mcp_server.registry import MAX_DESCRIPTION, MAX_NAME, parse_skill_md, read_skill
+from mcp_server.registry import MAX_DESCRIPTION, MAX_NAME, parse_skill_md, read_skill_files
 from optimize.changes import ChangeControl
 from optimize.checks import CheckResult, collision_check, injection_check
 from optimize.evidence import not_measured
@@ -110,10 +110,10 @@ def admit(
 def read_candidate(folder: Path, name: str, control: ChangeControl) -> tuple[dict[str, bytes], str]:
     """The files and description of a skill folder, validated like any served folder."""
     try:
-        skill = read_skill(folder.parent, folder, control.limits, name=name)
+        skill, files = read_skill_files(folder.parent, folder, control.limits, name=name)
     except SkillInvalid as exc:
         raise CandidateRefused(f"{folder} is not a valid skill folder: {exc}") from exc
-    return {f.path: (folder / f.path).read_bytes() for f in skill.files}, skill.description
+    return files, skill.description
 
 
 def agent_candidate(

@@ -133,3 +133,22 @@ def test_a_challenger_that_regresses_a_holdout_task_is_queued_blocked_and_cannot
     assert outcome.proposed and outcome.verdict == "blocked"  # kept, with its diagnosis, for a person
     with pytest.raises(ApprovalRefused, match="regresses held-out task"):
         control.approve("release-notes", "reviewer", outcome.proposed)
+
+
+def test_a_skill_edited_before_or_during_a_run_is_never_proposed_on_stale_evidence(optimizer_world):
+    from ingot.errors import SkillChanged
+
+    server, control, library, llm, judge, tasks, root = optimizer_world
+    server.add(
+        model="teacher-model", user_contains="Rewrite the skill", reply=json.dumps({"body": "NEW-MARK\n"})
+    )
+    skill_md = root / "release-notes" / "SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\nEdited by hand.\n")  # the served snapshot is now stale
+    with pytest.raises(SkillChanged):
+        optimize_body("release-notes", control, library, llm, judge, tasks, candidates=1)
+    measured = library.get("release-notes").revision  # what a run that started earlier measured
+    with pytest.raises(SkillChanged, match="changed on disk during the run"):
+        control.propose(
+            "release-notes", "rewrite", "optimizer", {"SKILL.md": b"x"}, {}, measured_against=measured
+        )
+    assert control.pending() == []
