@@ -45,7 +45,29 @@ class ExecResult:
     duration_s: float = 0.0
 
 
-class BubblewrapSandbox:
+class Sandbox:
+    """Where untrusted code runs. Subclasses say whether they can (`available`) and how
+    (`command`); `run` probes availability once per sandbox, since probing starts a process."""
+
+    limits: Limits
+    _availability: tuple[bool, str] | None = None
+
+    def available(self) -> tuple[bool, str]:
+        raise NotImplementedError
+
+    def command(self, workdir: Path, argv: Sequence[str], limits: Limits) -> list[str]:
+        raise NotImplementedError
+
+    def run(self, files: Mapping[str, bytes], argv: Sequence[str]) -> ExecResult:
+        if self._availability is None:
+            self._availability = self.available()
+        ok, why = self._availability
+        if not ok:
+            return ExecResult("inconclusive", f"no sandbox, so not run: {why}")
+        return _execute(self.command, files, argv, self.limits)
+
+
+class BubblewrapSandbox(Sandbox):
     """Runs commands under bwrap + prlimit + timeout; `available()` says whether it can."""
 
     def __init__(self, bwrap: str = "bwrap", limits: Limits | None = None) -> None:
@@ -57,7 +79,7 @@ class BubblewrapSandbox:
         ]
         if missing:
             return False, f"sandbox tools missing: {', '.join(missing)} (install bubblewrap and util-linux)"
-        probe = self._run({}, ["/usr/bin/true"], Limits(wall_s=10))
+        probe = _execute(self.command, {}, ["/usr/bin/true"], Limits(wall_s=10))
         if probe.exit_code != 0:
             return False, f"bubblewrap cannot start a sandbox here: {probe.stderr.strip()[:300]}"
         return True, "bubblewrap"
@@ -118,15 +140,6 @@ class BubblewrapSandbox:
             *argv,
         ]
 
-    def run(self, files: Mapping[str, bytes], argv: Sequence[str]) -> ExecResult:
-        ok, why = self.available()
-        if not ok:
-            return ExecResult("inconclusive", f"no sandbox, so not run: {why}")
-        return self._run(files, argv, self.limits)
-
-    def _run(self, files: Mapping[str, bytes], argv: Sequence[str], limits: Limits) -> ExecResult:
-        return _execute(self.command, files, argv, limits)
-
 
 def _execute(
     command: Callable[[Path, Sequence[str], Limits], list[str]],
@@ -163,7 +176,7 @@ def _execute(
     return ExecResult(status, f"exit code {done.returncode}", done.returncode, out, err, elapsed)
 
 
-class DockerSandbox:
+class DockerSandbox(Sandbox):
     """The same checks in a throwaway container (EXEC_SANDBOX=docker): no network, read-only root,
     tmpfs /tmp, uid 65534, memory/CPU/pids limits. Needs a running engine; without one every
     check is inconclusive."""
@@ -219,15 +232,6 @@ class DockerSandbox:
             self.image,
             *argv,
         ]
-
-    def run(self, files: Mapping[str, bytes], argv: Sequence[str]) -> ExecResult:
-        ok, why = self.available()
-        if not ok:
-            return ExecResult("inconclusive", f"no sandbox, so not run: {why}")
-        return _execute(self.command, files, argv, self.limits)
-
-
-Sandbox = BubblewrapSandbox | DockerSandbox
 
 
 def make_sandbox(kind: str) -> Sandbox | None:

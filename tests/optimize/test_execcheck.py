@@ -101,3 +101,16 @@ def test_docker_without_an_engine_is_inconclusive_and_none_means_no_sandbox():
     result = run_python(DockerSandbox(), "print('hi')\n")
     assert result.status == "inconclusive" and "no sandbox" in result.reason
     assert make_sandbox("none") is None and isinstance(make_sandbox("docker"), DockerSandbox)
+
+
+def test_availability_is_probed_once_per_sandbox_not_per_check():
+    class Counted(BubblewrapSandbox):
+        probes = 0
+
+        def available(self) -> tuple[bool, str]:
+            Counted.probes += 1
+            return False, "counted"
+
+    box = Counted()
+    assert [box.run({}, ["true"]).status for _ in range(3)] == ["inconclusive"] * 3
+    assert Counted.probes == 1
