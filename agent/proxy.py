@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import anyio
 import httpx
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -27,6 +28,7 @@ from starlette.routing import Route
 
 from mcp_server.sessions import SessionRoutes
 from optimize.cassette import Cassette, request_key
+from optimize.llm import Completion, ToolCall
 from optimize.traces import TraceRecord, TraceStore
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,7 @@ class _Assembler:
     def __init__(self) -> None:
         self.text: list[str] = []
         self.tool_calls: list[dict[str, Any]] = []
+        self.finish_reason: str | None = None
         self.model: str | None = None
         self.tokens_in = self.tokens_out = 0
         self._buffer = b""
@@ -77,7 +80,10 @@ class _Assembler:
         for choice in data.get("choices", [])[:1]:
             message = choice.get("message") or {}
             self.text.append(message.get("content") or "")
-            self.tool_calls += [c.get("function", {}) for c in message.get("tool_calls") or []]
+            self.tool_calls += [
+                {"id": c.get("id", ""), **c.get("function", {})} for c in message.get("tool_calls") or []
+            ]
+            self.finish_reason = choice.get("finish_reason")
         self._usage(data)
 
     def feed(self, chunk: bytes) -> None:
@@ -93,6 +99,7 @@ class _Assembler:
             self.model = data.get("model") or self.model
             for choice in data.get("choices", [])[:1]:
                 self.text.append((choice.get("delta") or {}).get("content") or "")
+                self.finish_reason = choice.get("finish_reason") or self.finish_reason
             self._usage(data)
 
     def _usage(self, data: Mapping[str, Any]) -> None:
@@ -150,18 +157,19 @@ def build_proxy(
         if cassette is not None and status == 200:
             try:
                 key = request_key({**body, "endpoint": base}, revision)
-                cassette.store(
-                    key,
-                    {**body, "endpoint": base},
-                    {
-                        "model": done.model or body.get("model"),
-                        "text": "".join(done.text),
-                        "tool_calls": [],
-                        "tokens_in": done.tokens_in,
-                        "tokens_out": done.tokens_out,
-                        "finish_reason": None,
-                    },
+                completion = Completion(
+                    role="proxy",
+                    model=done.model or body.get("model") or "",
+                    text="".join(done.text),
+                    tool_calls=tuple(
+                        ToolCall(str(c.get("id", "")), str(c.get("name", "")), str(c.get("arguments", "")))
+                        for c in done.tool_calls
+                    ),
+                    tokens_in=done.tokens_in,
+                    tokens_out=done.tokens_out,
+                    finish_reason=done.finish_reason,
                 )
+                cassette.store(key, {**body, "endpoint": base}, completion.as_json())
             except Exception as exc:
                 log.warning("could not record a cassette entry (%s)", exc)
 
@@ -193,24 +201,29 @@ def build_proxy(
 
             async def finish() -> None:
                 await reply.aclose()
-                record(body, assembler, request, started, reply.status_code)
+                # Off the event loop: a trace store may block (file lock, Langfuse flush).
+                await anyio.to_thread.run_sync(record, body, assembler, request, started, reply.status_code)
 
             return StreamingResponse(
                 relay(), status_code=reply.status_code, headers=passthrough, background=BackgroundTask(finish)
             )
         content = await reply.aread()
         await reply.aclose()
+        recording = None
         if chat:
             assembler = _Assembler()
             if reply.status_code == 200:
                 with contextlib.suppress(ValueError):
                     assembler.whole(json.loads(content))
-            record(body, assembler, request, started, reply.status_code)
-        return Response(content, status_code=reply.status_code, headers=passthrough)
+            # After the response is sent, in a worker thread (Starlette runs a sync task there):
+            # the caller never waits on the trace store.
+            recording = BackgroundTask(record, body, assembler, request, started, reply.status_code)
+        return Response(content, status_code=reply.status_code, headers=passthrough, background=recording)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         yield
+        await anyio.to_thread.run_sync(store.close)  # e.g. Langfuse: flush what is still queued
         if client is None:
             await http.aclose()
 

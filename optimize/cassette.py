@@ -5,7 +5,7 @@ parameters, response format) plus the skill revision being served, if any. Files
 Several responses recorded under one key replay in order (repeated sampling). Streaming
 responses are stored assembled. Only the request body is stored, never headers, so
 `Authorization` cannot leak into a cassette. Modes: off, record, replay (a miss is an error),
-record-missing. Golden-trace replay reuses this.
+record-missing. The capture proxy records in the same format (`runs/cassettes/proxy.jsonl`).
 """
 
 from __future__ import annotations

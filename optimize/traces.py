@@ -129,6 +129,8 @@ class TraceStore(Protocol):
 
     def read(self) -> ReadResult: ...
 
+    def close(self) -> None: ...
+
 
 def stored_form(record: TraceRecord, redaction: bool) -> dict[str, Any]:
     """The JSON a backend stores for `record`: redacted first unless redaction is off."""
@@ -225,6 +227,9 @@ class LocalTraceStore:
                 elif dt.datetime.fromisoformat(record.time) >= cutoff:
                     records.append(record)
         return ReadResult(tuple(records), skipped)
+
+    def close(self) -> None:
+        """Nothing to flush: every append is written through."""
 
     def prune(self) -> int:
         """Rewrite the files without expired or unreadable records; returns how many were dropped."""

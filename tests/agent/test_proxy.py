@@ -169,3 +169,16 @@ def test_ingot_proxy_command_serves_and_records(upstream, tmp_path):
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=20)
+
+
+def test_a_recorded_tool_call_replays_through_the_model_client(proxied):
+    from optimize.llm import _from_json
+
+    url, _, _, cassette, _ = proxied
+    client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+    client.chat.completions.create(model="agent-model", messages=[{"role": "user", "content": "weather?"}])
+    wait_for(lambda: cassette.path.exists() and cassette.path.read_text().strip())
+    entry = json.loads(cassette.path.read_text().splitlines()[-1])
+    replayed = _from_json("agent", entry["response"])  # the reader LLMClient uses on replay
+    assert replayed.finish_reason == "tool_calls" and replayed.tool_calls[0].name == "get_weather"
+    assert replayed.tool_calls[0].id and json.loads(replayed.tool_calls[0].arguments) == {"city": "Oslo"}
