@@ -17,7 +17,7 @@ import asyncio
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fastmcp import Client
@@ -47,7 +47,6 @@ class AgentResult:
     tool_calls: tuple[dict[str, Any], ...] = ()
     created: tuple[str, ...] = ()  # change ids queued through create_skill
     note: str | None = None  # why nothing was generated (e.g. no model configured)
-    errors: tuple[str, ...] = field(default=())
 
 
 @dataclass(frozen=True)
@@ -193,7 +192,6 @@ class ReferenceAgent:
                 tokens_out=result.tokens_out,
                 duration_ms=round(seconds * 1000, 1),
                 tool_calls=result.tool_calls,
-                errors=result.errors,
                 harness=self.harness,
             )
         )

@@ -154,7 +154,7 @@ def queries(count: int, seed: int) -> list[str]:
     return [f"Please {v} our {o} for the {d} project using {t}" for v, o, d, t in chosen]
 
 
-def _stats(ms: list[float]) -> dict[str, float]:
+def percentiles(ms: list[float]) -> dict[str, float]:
     ordered = sorted(ms)
     return {
         "p50": round(statistics.median(ordered), 2),
@@ -183,7 +183,7 @@ async def _round_trips(url: str, count: int) -> dict[str, dict[str, float]]:
                 start = time.perf_counter()
                 await client.call_tool("route_and_load", {"task": task})
                 timings.append((time.perf_counter() - start) * 1000)
-        results[label] = _stats(timings)
+        results[label] = percentiles(timings)
     async with Client(url) as client:  # the protocol floor: a call that does no routing work
         name = (await client.call_tool("suggest_skills", {"task": queries(1, 4)[0], "k": 1})).data
         timings = []
@@ -193,7 +193,7 @@ async def _round_trips(url: str, count: int) -> dict[str, dict[str, float]]:
                 "get_skill", {"name": name[0]["name"] if name else "x"}, raise_on_error=False
             )
             timings.append((time.perf_counter() - start) * 1000)
-        results["fastmcp_client_get_skill"] = _stats(timings)
+        results["fastmcp_client_get_skill"] = percentiles(timings)
     return results
 
 
@@ -292,7 +292,7 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
             "skills": size,
             "index_build_s": round(build_s, 2),
             "texts_embedded_this_run": embedder.computed,
-            "route_ms": _stats(in_process),
+            "route_ms": percentiles(in_process),
             "mcp_route_and_load_ms": round_trips,
             "cold_start_s": round(cold_start, 2),
             "edit_to_served_ms": {

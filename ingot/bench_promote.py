@@ -11,11 +11,11 @@ new revision. Prints JSON with medians and p95s.
 from __future__ import annotations
 
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from ingot.bench_latency import percentiles
 from ingot.settings import Settings
 from mcp_server.embedding import load_embedder
 from mcp_server.library import Library
@@ -33,14 +33,6 @@ def _files(round_: int) -> dict[str, bytes]:
         "SKILL.md": md.encode(),
         "templates/checklist.md": b"- [ ] item\n" * 50,
         "scripts/check.sh": b"#!/bin/sh\necho ok\n",
-    }
-
-
-def _stats(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "p50": round(statistics.median(ordered), 2),
-        "p95": round(ordered[min(len(ordered) - 1, int(0.95 * (len(ordered) - 1) + 0.5))], 2),
     }
 
 
@@ -99,8 +91,8 @@ def run(settings: Settings, rounds: int) -> dict:
         library.stop_watching()
         return {
             "rounds": rounds,
-            "approve_ms": _stats(approve_ms),
-            "approve_to_served_ms": _stats(served_ms),
+            "approve_ms": percentiles(approve_ms),
+            "approve_to_served_ms": percentiles(served_ms),
             "audit_lines": control.audit.verify().lines,
         }
     finally:

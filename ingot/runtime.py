@@ -41,6 +41,15 @@ def calibration_from(settings: Settings) -> Calibration:
     return cal
 
 
+def skill_limits(settings: Settings) -> Limits:
+    """The per-skill safety caps (MAX_FILE_BYTES, MAX_SKILL_BYTES, MAX_SKILL_FILES)."""
+    return Limits(
+        max_file_bytes=settings.max_file_bytes,
+        max_skill_bytes=settings.max_skill_bytes,
+        max_files=settings.max_skill_files,
+    )
+
+
 def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> Library:
     """Load the embedder (checksum verified), index every skill root, and return the library."""
     embedder = load_embedder(
@@ -49,11 +58,7 @@ def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> L
         settings.vector_cache_path,
         threads=settings.embed_threads,
     )
-    limits = Limits(
-        max_file_bytes=settings.max_file_bytes,
-        max_skill_bytes=settings.max_skill_bytes,
-        max_files=settings.max_skill_files,
-    )
+    limits = skill_limits(settings)
     library = Library(roots or settings.skills_dirs, embedder, limits, calibration_from(settings))
     library.reload()
     return library
@@ -65,11 +70,7 @@ def change_control(
     """The change-control API over the configured roots and runs directory.
 
     Given the served `library`, queued candidates are pre-embedded so approval is fast."""
-    limits = Limits(
-        max_file_bytes=settings.max_file_bytes,
-        max_skill_bytes=settings.max_skill_bytes,
-        max_files=settings.max_skill_files,
-    )
+    limits = skill_limits(settings)
     thresholds = Thresholds(
         min_margin=settings.promote_min_margin,
         min_samples=settings.promote_min_samples,
@@ -133,10 +134,9 @@ def llm_config(settings: Settings) -> LLMConfig:
             endpoints[role] = endpoint
     return LLMConfig(
         endpoints,
-        settings.judge_models,
-        settings.llm_timeout_s,
-        settings.llm_max_retries,
-        settings.llm_concurrency,
+        timeout_s=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+        concurrency=settings.llm_concurrency,
     )
 
 

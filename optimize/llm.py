@@ -62,7 +62,6 @@ class LLMConfig:
     """Model settings, parsed once by the entry point (ingot/runtime.py)."""
 
     endpoints: Mapping[str, Endpoint]
-    judge_models: tuple[str, ...] = ()
     timeout_s: float = 60.0
     max_retries: int = 3
     concurrency: int = 4
