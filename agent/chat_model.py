@@ -1,6 +1,6 @@
 """A LangChain chat model over Ingot's one model client, so agents obey the same rules.
 
-LangChain's own OpenAI model would bypass `optimize/llm.py`: no zero-data-retention preference on
+LangChain's own OpenAI model would bypass `optimize/models/llm.py`: no zero-data-retention preference on
 OpenRouter, no ledger or MAX_RUN_USD, no cassettes. This adapter converts LangChain messages and
 tools to the OpenAI wire shape, calls `LLMClient.complete` for one role, and converts the answer
 back (text, tool calls, token usage). It does nothing else.
@@ -19,7 +19,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, SkipValidation
 
-from optimize.llm import LLMClient
+from optimize.models.llm import LLMClient
 
 
 class IngotChatModel(BaseChatModel):

@@ -27,9 +27,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from mcp_server.sessions import SessionRoutes
-from optimize.cassette import Cassette, request_key
-from optimize.llm import Completion, ToolCall
-from optimize.traces import TraceRecord, TraceStore
+from optimize.models.cassette import Cassette, request_key
+from optimize.models.llm import Completion, ToolCall
+from optimize.models.traces import TraceRecord, TraceStore
 
 log = logging.getLogger(__name__)
 HOP_BY_HOP = {

@@ -26,9 +26,9 @@ from langchain_core.tools import StructuredTool
 
 from agent.chat_model import IngotChatModel
 from ingot.errors import ConfigError, IngotError
-from optimize.llm import LLMClient
-from optimize.prompting import render
-from optimize.traces import TraceRecord, TraceStore
+from optimize.models.llm import LLMClient
+from optimize.models.prompting import render
+from optimize.models.traces import TraceRecord, TraceStore
 
 HARNESS = "ingot-agent"
 

@@ -1,6 +1,7 @@
 """Ingot: evidence-gated change control and offline routing for agent skills.
 
-This package holds only what every front end shares: settings, the error hierarchy and the CLI.
-The serving core lives in `mcp_server/`, change control in `optimize/`."""
+The ground floor every package imports: `errors.py` (the one hierarchy), `settings.py` (the one
+Settings record), `fsutil.py` (atomic writes), `runtime.py` (settings -> live objects; imports
+the core, never a front end). The top floor sits in `cli/` (the `ingot` command) and `bench/`."""
 
 __version__ = "0.1.0"

@@ -32,3 +32,11 @@ class SkillChanged(IngotError):
 
 class EmbeddingModelError(IngotError):
     """The embedding model is missing, unreadable or fails its checksum."""
+
+
+class PromotionError(IngotError):
+    """A promotion or rollback was refused or could not be carried out; nothing changed."""
+
+
+class UnsafePath(PromotionError):
+    """A candidate's file path is not a plain relative path inside its folder."""

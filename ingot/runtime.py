@@ -14,17 +14,16 @@ from mcp_server.embedding import load_embedder
 from mcp_server.library import Library
 from mcp_server.registry import Limits
 from mcp_server.router import Calibration
-from optimize.cassette import Cassette
-from optimize.changes import ChangeControl
-from optimize.gate import Thresholds
-from optimize.ledger import UsageLedger, load_prices
-from optimize.llm import LLMClient, LLMConfig, make_endpoint
-from optimize.traces import LocalTraceStore, TraceStore
+from optimize.control.changes import ChangeControl
+from optimize.control.gate import Thresholds
+from optimize.models.cassette import Cassette
+from optimize.models.ledger import UsageLedger, load_prices
+from optimize.models.llm import LLMClient, LLMConfig, make_endpoint
+from optimize.models.traces import LocalTraceStore, TraceStore
 
 if TYPE_CHECKING:
-    from ingot.serve import UIOptions
-    from optimize.judge import Judge
-    from optimize.research import Researcher
+    from optimize.measure.judge import Judge
+    from optimize.search.research import Researcher
 
 
 def calibration_from(settings: Settings) -> Calibration:
@@ -87,22 +86,6 @@ def change_control(
     )
 
 
-def ui_options(settings: Settings) -> UIOptions:
-    """The review UI's actor name and access token (UI_ACCESS_TOKEN, else UI_ACCESS_TOKEN_FILE)."""
-    from ingot.serve import UIOptions
-    from ui.security import token_from_file
-
-    token = settings.ui_access_token.get_secret_value() if settings.ui_access_token else None
-    if token is None and settings.ui_access_token_file is not None:
-        try:
-            token = token_from_file(settings.ui_access_token_file)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"UI_ACCESS_TOKEN_FILE: {exc}") from exc
-    if token is not None and len(token) < 16:
-        raise ConfigError("UI_ACCESS_TOKEN must be at least 16 characters; use a long random string")
-    return UIOptions(actor(settings), token)
-
-
 def actor(settings: Settings) -> str:
     return settings.actor or os.environ.get("USER") or "operator"
 
@@ -159,7 +142,7 @@ def trace_store(settings: Settings, prune_expired: bool = False) -> TraceStore:
     if settings.langfuse_public_key and settings.langfuse_secret_key:
         from langfuse import Langfuse
 
-        from optimize.traces_langfuse import LangfuseTraceStore
+        from optimize.models.traces_langfuse import LangfuseTraceStore
 
         client = Langfuse(
             public_key=settings.langfuse_public_key,
@@ -182,7 +165,7 @@ def trace_store(settings: Settings, prune_expired: bool = False) -> TraceStore:
 
 def researcher(settings: Settings) -> Researcher:
     """Author-side web research: on only when TAVILY_API_KEY is set; briefs cached under runs/."""
-    from optimize.research import Researcher
+    from optimize.search.research import Researcher
 
     key = settings.tavily_api_key.get_secret_value() if settings.tavily_api_key else None
     return Researcher(key, settings.runs_dir / "cache" / "research", settings.tavily_base_url)
@@ -190,7 +173,7 @@ def researcher(settings: Settings) -> Researcher:
 
 def judge(settings: Settings, llm: LLMClient) -> Judge:
     """The judge for a run: JUDGE_MODELS (an ensemble) or JUDGE_MODEL, never the teacher."""
-    from optimize.judge import Judge
+    from optimize.measure.judge import Judge
 
     models = settings.judge_models or ((settings.judge_model,) if settings.judge_model else ())
     return Judge(llm, models, settings.teacher_model)

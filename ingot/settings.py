@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     promote_alpha: float = Field(default=0.1, gt=0, lt=1)
     retention_warn: float = Field(default=0.5, ge=0, le=1)
     actor: str | None = Field(default=None, description="Name recorded in the audit log; default: $USER.")
-    # -- models (one client layer: optimize/llm.py) --
+    # -- models (one client layer: optimize/models/llm.py) --
     base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint for every role.")
     api_key: SecretStr | None = Field(default=None)
     model_base_url: str | None = Field(

@@ -28,8 +28,8 @@ from mcp_server.library import Library
 from mcp_server.policy import CallerContext
 from mcp_server.registry import Skill
 from mcp_server.sessions import SessionRoutes
-from optimize.changes import ChangeControl
-from optimize.quarantine import agent_candidate
+from optimize.control.changes import ChangeControl
+from optimize.control.quarantine import agent_candidate
 
 log = logging.getLogger(__name__)
 MAX_TASK_CHARS = 8000

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from ingot.fsutil import write_atomic
 
 DEFAULT_TTL_S = 6 * 3600
 
@@ -39,11 +39,7 @@ class SessionRoutes:
     def record(self, session: str, route: str, skill: str | None, revision: str | None) -> None:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         data = json.dumps({"route": route, "skill": skill, "revision": revision, "at": time.time()}).encode()
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".s-", suffix=".tmp")
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), 0o600)
-            handle.write(data)
-        os.replace(tmp, self._path(session))
+        write_atomic(self._path(session), data, durable=False)  # losing one to a power cut is harmless
 
     def lookup(self, session: str) -> SessionRoute | None:
         try:

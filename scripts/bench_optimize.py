@@ -18,13 +18,13 @@ sys.path.insert(0, str(REPO))
 
 from mcp_server.embedding import load_embedder  # noqa: E402
 from mcp_server.library import Library  # noqa: E402
-from optimize.ab import ABRunner, Arm  # noqa: E402
-from optimize.changes import ChangeControl  # noqa: E402
-from optimize.describe import optimize_description  # noqa: E402
-from optimize.judge import Judge  # noqa: E402
-from optimize.ledger import UsageLedger  # noqa: E402
-from optimize.pipeline import optimize_body  # noqa: E402
-from optimize.taskset import load_task_set  # noqa: E402
+from optimize.control.changes import ChangeControl  # noqa: E402
+from optimize.measure.ab import ABRunner, Arm  # noqa: E402
+from optimize.measure.judge import Judge  # noqa: E402
+from optimize.measure.taskset import load_task_set  # noqa: E402
+from optimize.models.ledger import UsageLedger  # noqa: E402
+from optimize.search.describe import optimize_description  # noqa: E402
+from optimize.search.pipeline import optimize_body  # noqa: E402
 from tests.conftest import BUNDLED_SKILLS  # noqa: E402
 from tests.scripted_llm import scripted_llm  # noqa: E402
 

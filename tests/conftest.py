@@ -107,7 +107,7 @@ def running_asgi(app, lifespan: str = "on", log_level: str = "warning") -> Itera
 @contextmanager
 def running_mcp(library: Library, allowed_hosts: tuple[str, ...] = (), control=None) -> Iterator[str]:
     """The real MCP app on a free loopback port; yields the /mcp URL."""
-    from ingot.serve import mcp_app
+    from ingot.cli.serve import mcp_app
 
     with running_asgi(mcp_app(library, "127.0.0.1", allowed_hosts, control)) as base:
         yield f"{base}/mcp"
@@ -119,7 +119,7 @@ def served_copy(tmp_path, library_factory):
     control, root)."""
     import shutil
 
-    from optimize.changes import ChangeControl
+    from optimize.control.changes import ChangeControl
 
     root = tmp_path / "skills"
     shutil.copytree(BUNDLED_SKILLS, root)

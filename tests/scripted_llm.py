@@ -84,7 +84,7 @@ class ScriptedLLM:
 
     def client(self, *roles: str, ledger: Any = None) -> Any:
         """An `LLMClient` whose `roles` all call this server, each with the model `<role>-model`."""
-        from optimize.llm import LLMClient, LLMConfig, make_endpoint
+        from optimize.models.llm import LLMClient, LLMConfig, make_endpoint
 
         endpoints = {role: make_endpoint(role, self.url, None, f"{role}-model") for role in roles}
         return LLMClient(LLMConfig(endpoints), ledger)

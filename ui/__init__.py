@@ -1,1 +1,4 @@
-"""The review surface (FastAPI). Until the change-control UI lands it serves a status page only."""
+"""The review UI (front end, FastAPI): review cards with evidence, approve / reject, history and
+rollback, the library with try-routing, background optimize runs.
+
+Adds no decision logic: every action calls `optimize.control.changes.ChangeControl`, like the CLI."""

@@ -26,10 +26,10 @@ from fastapi.templating import Jinja2Templates
 from ingot import __version__
 from ingot.errors import IngotError, SkillNotFound
 from mcp_server.library import Library
-from optimize.changes import ApprovalRefused, ChangeControl
-from optimize.lock import PromotionConflict
-from optimize.promote import check_skill_name
-from optimize.status import Status
+from optimize.control.changes import ApprovalRefused, ChangeControl
+from optimize.control.lock import PromotionConflict
+from optimize.control.promote import check_skill_name
+from optimize.control.status import Status
 from ui import views
 from ui.runs import RunManager, RunNotFound
 from ui.security import COOKIE, Guard, session_value

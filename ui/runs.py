@@ -29,9 +29,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ingot.errors import IngotError
-from optimize.audit import write_atomic
-from optimize.lock import PromotionConflict
-from optimize.promote import check_skill_name
+from ingot.fsutil import write_atomic
+from optimize.control.lock import PromotionConflict
+from optimize.control.promote import check_skill_name
 
 MODES = ("body", "description")
 MAX_LOG_BYTES = 2 << 20

@@ -9,7 +9,7 @@ One ASGI middleware, in front of every route:
   /login (HttpOnly, SameSite=Strict, holding a hash of the token, never the token) or an
   `Authorization: Bearer` header. Tokens are never accepted in URLs, so they never reach logs.
 - Every response carries a strict Content-Security-Policy (no inline script, nothing off-site).
-Which Host names are accepted is TrustedHostMiddleware's job (see ingot/serve.py).
+Which Host names are accepted is TrustedHostMiddleware's job (see ingot/cli/serve.py).
 """
 
 from __future__ import annotations

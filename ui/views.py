@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingot.errors import IngotError
-from optimize import evidence as evidence_mod
-from optimize.audit import AuditEntry
-from optimize.changes import ChangeControl
-from optimize.gate import evaluate
-from optimize.pending import PendingChange
-from optimize.status import Status
+from optimize.control import evidence as evidence_mod
+from optimize.control.audit import AuditEntry
+from optimize.control.changes import ChangeControl
+from optimize.control.gate import evaluate
+from optimize.control.pending import PendingChange
+from optimize.control.status import Status
 from ui.diffs import FileDiff, file_diffs
 
 # What the gate needs for each kind of change (gate.py): shown as missing when absent.

@@ -15,11 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from ingot.bench_latency import percentiles
+from ingot.bench.latency import percentiles
 from ingot.settings import Settings
 from mcp_server.embedding import load_embedder
 from mcp_server.library import Library
-from optimize.changes import ChangeControl
+from optimize.control.changes import ChangeControl
 
 BODY = "\n".join(f"{n}. Check step {n} of the release checklist and record the result." for n in range(80))
 

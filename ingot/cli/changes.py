@@ -1,4 +1,6 @@
-"""`ingot` change-control commands: propose, pending, approve, reject, rollback, history, status, audit."""
+"""`ingot` change-control commands: propose, pending, approve, reject, rollback, history, status, audit.
+
+Registered on the group by `main.py`; this module imports only `options` from the CLI."""
 
 from __future__ import annotations
 
@@ -7,18 +9,18 @@ from pathlib import Path
 
 import click
 
-from ingot.cli import _settings, _setup_logging, main, skills_option
+from ingot.cli.options import settings_for, setup_logging, skills_option
 
 
 def _control(skills: tuple[Path, ...]):
     from ingot.runtime import actor, change_control
 
-    settings = _settings(skills)
-    _setup_logging("WARNING")
+    settings = settings_for(skills)
+    setup_logging("WARNING")
     return change_control(settings), actor(settings)
 
 
-@main.command()
+@click.command()
 @skills_option
 @click.argument("skill")
 @click.option(
@@ -32,11 +34,11 @@ def _control(skills: tuple[Path, ...]):
 def propose(skills: tuple[Path, ...], skill: str, source_dir: Path, note: str | None) -> None:
     """Quarantine a hand-made candidate for SKILL (operator source; never served until approved)."""
     from ingot.runtime import open_library
-    from optimize.quarantine import admit, read_candidate
+    from optimize.control.quarantine import admit, read_candidate
 
     control, _ = _control(skills)
     files, description = read_candidate(source_dir, skill, control)
-    library = open_library(_settings(skills), control.roots)
+    library = open_library(settings_for(skills), control.roots)
     similar = library.similar_descriptions(skill, description)
     change, displaced = admit(control, skill, files, "operator", similar, note)
     click.echo(f"pending {change.id}: {change.kind} of {skill} -> {change.candidate_revision[:12]}")
@@ -44,11 +46,11 @@ def propose(skills: tuple[Path, ...], skill: str, source_dir: Path, note: str | 
         click.echo(f"displaced the previous candidate to {displaced}")
 
 
-@main.command(name="pending")
+@click.command(name="pending")
 @skills_option
 def list_pending(skills: tuple[Path, ...]) -> None:
     """List the changes waiting for a decision, with their gate verdicts."""
-    from optimize import evidence as evidence_mod
+    from optimize.control import evidence as evidence_mod
 
     control, _ = _control(skills)
     changes = control.pending()
@@ -68,7 +70,7 @@ def list_pending(skills: tuple[Path, ...]) -> None:
         )
 
 
-@main.command()
+@click.command()
 @skills_option
 @click.argument("skill")
 @click.option(
@@ -84,7 +86,7 @@ def approve(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
     click.echo(f"promoted {skill}: {(outcome.from_revision or 'new')[:12]} -> {outcome.to_revision[:12]}")
 
 
-@main.command()
+@click.command()
 @skills_option
 @click.argument("skill")
 @click.option("--reason", required=True, help="Why (kept in the archive and the audit log).")
@@ -94,7 +96,7 @@ def reject(skills: tuple[Path, ...], skill: str, reason: str) -> None:
     click.echo(f"rejected; archived at {control.reject(skill, reason, who)}")
 
 
-@main.command()
+@click.command()
 @skills_option
 @click.argument("skill")
 @click.argument("revision")
@@ -106,7 +108,7 @@ def rollback(skills: tuple[Path, ...], skill: str, revision: str, reason: str | 
     click.echo(f"rolled back {skill}: {(outcome.from_revision or '')[:12]} -> {outcome.to_revision[:12]}")
 
 
-@main.command()
+@click.command()
 @skills_option
 @click.argument("skill")
 def history(skills: tuple[Path, ...], skill: str) -> None:
@@ -122,7 +124,7 @@ def history(skills: tuple[Path, ...], skill: str) -> None:
         click.echo(f"snapshot {revision}")
 
 
-@main.command()
+@click.command()
 @skills_option
 def status(skills: tuple[Path, ...]) -> None:
     """Live revisions, drift from the audited revision, pending changes and the audit chain.
@@ -148,7 +150,7 @@ def status(skills: tuple[Path, ...]) -> None:
         sys.exit(1)
 
 
-@main.group()
+@click.group()
 def audit() -> None:
     """The tamper-evident audit chain."""
 
@@ -156,9 +158,9 @@ def audit() -> None:
 @audit.command(name="verify")
 def audit_verify() -> None:
     """Check every line of runs/audit.jsonl; print the head hash or the first bad line."""
-    from optimize.audit import AuditLog
+    from optimize.control.audit import AuditLog
 
-    settings = _settings()
+    settings = settings_for()
     result = AuditLog(settings.runs_dir).verify()
     if result.ok:
         click.echo(
@@ -168,3 +170,6 @@ def audit_verify() -> None:
         return
     click.echo(f"BROKEN at line {result.bad_line}: {result.problem}", err=True)
     sys.exit(1)
+
+
+COMMANDS = (propose, list_pending, approve, reject, rollback, history, status, audit)

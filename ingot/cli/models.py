@@ -1,4 +1,6 @@
-"""`ingot` commands that call models: optimize, mine, loop, agent and the capture proxy."""
+"""`ingot` commands that call models: optimize, mine, loop, agent and the capture proxy.
+
+Registered on the group by `main.py`; this module imports only `options` and `serve` from the CLI."""
 
 from __future__ import annotations
 
@@ -6,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from ingot.cli import _settings, _setup_logging, main, skills_option
+from ingot.cli.options import settings_for, setup_logging, skills_option
 from ingot.errors import ConfigError
 
 
-@main.command()
+@click.command()
 @skills_option
 @click.argument("skill")
 @click.option(
@@ -26,16 +28,16 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
     """Search for a better body (or description) for SKILL and queue it, with evidence, for review."""
     from ingot.runtime import change_control, llm_client, open_library, researcher, run_id
     from ingot.runtime import judge as make_judge
-    from optimize.pipeline import optimize_body
+    from optimize.search.pipeline import optimize_body
 
-    settings = _settings(skills)
-    _setup_logging("WARNING")
+    settings = settings_for(skills)
+    setup_logging("WARNING")
     library = open_library(settings)
     control = change_control(settings, library=library)
     llm = llm_client(settings, run_id(f"optimize-{skill}"), cassette_name=f"optimize-{skill}")
     if description_pass:
-        from optimize.describe import propose_description
-        from optimize.taskset import load_task_set
+        from optimize.measure.taskset import load_task_set
+        from optimize.search.describe import propose_description
 
         cases = load_task_set(settings.tasks_dir, skill).routing
         change_id, reason = propose_description(
@@ -52,7 +54,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
             click.echo(f"queued {change_id} for review; see `ingot pending`")
         return
     if not (settings.tasks_dir / f"{skill}.yaml").exists():
-        from optimize.taskset import draft_task_set
+        from optimize.measure.taskset import draft_task_set
 
         path = draft_task_set(llm, library.get(skill), settings.tasks_dir)
         click.echo(
@@ -62,7 +64,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
         return
     judge = make_judge(settings, llm)
 
-    from optimize.execcheck import make_sandbox
+    from optimize.measure.execcheck import make_sandbox
 
     outcome = optimize_body(
         skill,
@@ -81,17 +83,17 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
     click.echo(f"usage: {llm.ledger.totals()['total'] if llm.ledger else 'unknown'}")
 
 
-@main.command()
+@click.command()
 @skills_option
 @click.argument("skill")
 def mine(skills: tuple[Path, ...], skill: str) -> None:
     """How SKILL does on recorded traffic: mean score, failing dimensions, weakest tasks."""
     from ingot.runtime import judge as make_judge
     from ingot.runtime import llm_client, open_library, run_id, trace_store
-    from optimize.mining import mine as run_mining
+    from optimize.measure.mining import mine as run_mining
 
-    settings = _settings(skills)
-    _setup_logging("WARNING")
+    settings = settings_for(skills)
+    setup_logging("WARNING")
     library = open_library(settings)
     llm = llm_client(settings, run_id(f"mine-{skill}"))
     report = run_mining(
@@ -114,18 +116,18 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
         click.echo(f"  ({report.skipped_lines} unreadable trace lines skipped)")
 
 
-@main.command(name="loop")
+@click.command(name="loop")
 @skills_option
 @click.argument("targets", nargs=-1)
 def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
     """Mine every skill with a task set (or TARGETS) and optimize the unhealthy ones (quarantined)."""
     from ingot.runtime import change_control, llm_client, open_library, researcher, run_id, trace_store
     from ingot.runtime import judge as make_judge
-    from optimize.execcheck import make_sandbox
-    from optimize.loop import run_loop
+    from optimize.measure.execcheck import make_sandbox
+    from optimize.search.loop import run_loop
 
-    settings = _settings(skills)
-    _setup_logging("WARNING")
+    settings = settings_for(skills)
+    setup_logging("WARNING")
     library = open_library(settings)
     control = change_control(settings, library=library)
     llm = llm_client(settings, run_id("loop"))
@@ -149,7 +151,7 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
         click.echo(f"{entry.skill}  {score}  {entry.action}: {entry.detail}")
 
 
-@main.command(name="agent")
+@click.command(name="agent")
 @click.argument("task")
 @click.option("--cwd", default=None, help="Working directory to report to the router (default: here).")
 @click.option("--no-create", is_flag=True, help="Evaluation mode: never call create_skill.")
@@ -158,8 +160,8 @@ def agent_command(task: str, cwd: str | None, no_create: bool) -> None:
     from agent.run import ReferenceAgent
     from ingot.runtime import llm_client, run_id, trace_store
 
-    settings = _settings()
-    _setup_logging("WARNING")
+    settings = settings_for()
+    setup_logging("WARNING")
     mcp_url = settings.mcp_url or f"http://{settings.bind_host}:{settings.mcp_port}/mcp"
     try:
         llm, problem = llm_client(settings, run_id("agent")), None
@@ -182,7 +184,7 @@ def agent_command(task: str, cwd: str | None, no_create: bool) -> None:
     click.echo(result.answer)
 
 
-@main.command()
+@click.command()
 @click.option(
     "--upstream",
     required=True,
@@ -195,13 +197,13 @@ def proxy(upstream: str, port: int | None, harness: str | None) -> None:
     import uvicorn
 
     from agent.proxy import build_proxy
+    from ingot.cli.serve import is_loopback
     from ingot.runtime import trace_store
-    from ingot.serve import is_loopback
     from mcp_server.sessions import SessionRoutes
-    from optimize.cassette import Cassette
+    from optimize.models.cassette import Cassette
 
-    settings = _settings(proxy_port=port)
-    _setup_logging(settings.log_level)
+    settings = settings_for(proxy_port=port)
+    setup_logging(settings.log_level)
     if not is_loopback(settings.bind_host):
         raise ConfigError(f"the capture proxy binds loopback only; BIND_HOST is {settings.bind_host}")
     cassette = None
@@ -213,3 +215,6 @@ def proxy(upstream: str, port: int | None, harness: str | None) -> None:
         err=True,
     )
     uvicorn.run(app, host=settings.bind_host, port=settings.proxy_port, log_level=settings.log_level.lower())
+
+
+COMMANDS = (optimize, mine, loop_command, agent_command, proxy)

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 import uvicorn
 
 from ingot.errors import ConfigError
+from ingot.runtime import actor
+from ingot.settings import Settings
 from mcp_server.library import Library
 from mcp_server.server import build_server
 from mcp_server.sessions import SessionRoutes
-from optimize.changes import ChangeControl
+from optimize.control.changes import ChangeControl
 
 log = logging.getLogger(__name__)
 JSON_RESPONSES = True
@@ -60,6 +62,21 @@ class UIOptions:
     actor: str  # recorded in the audit log for decisions taken in the UI
     token: str | None = None  # required on every UI request when set
     runs_env: dict[str, str] | None = None  # environment for optimize runs (default: ours)
+
+
+def ui_options(settings: Settings) -> UIOptions:
+    """The review UI's actor name and access token (UI_ACCESS_TOKEN, else UI_ACCESS_TOKEN_FILE)."""
+    from ui.security import token_from_file
+
+    token = settings.ui_access_token.get_secret_value() if settings.ui_access_token else None
+    if token is None and settings.ui_access_token_file is not None:
+        try:
+            token = token_from_file(settings.ui_access_token_file)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"UI_ACCESS_TOKEN_FILE: {exc}") from exc
+    if token is not None and len(token) < 16:
+        raise ConfigError("UI_ACCESS_TOKEN must be at least 16 characters; use a long random string")
+    return UIOptions(actor(settings), token)
 
 
 def ui_app(

@@ -15,7 +15,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ import rfc8785
 from filelock import FileLock
 
 from ingot.errors import IngotError
+from ingot.fsutil import write_atomic
 
 SCHEMA = 1
 GENESIS = "0" * 64
@@ -78,32 +78,6 @@ class Verification:
 
 def _digest(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(rfc8785.dumps(dict(record))).hexdigest()
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a folder, so a rename or new entry in it survives a power cut."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace `path` with `data` atomically: a fresh O_EXCL temp file (never a followed symlink),
-    fsynced, renamed over the target, and the folder fsynced."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
 
 
 class AuditLog:

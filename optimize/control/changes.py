@@ -19,14 +19,14 @@ from typing import Any
 
 from ingot.errors import IngotError, SkillChanged
 from mcp_server.registry import Limits, parse_skill_md
-from optimize import evidence as evidence_mod
-from optimize.audit import AuditEntry, AuditLog
-from optimize.checks import injection_check
-from optimize.gate import Thresholds, evaluate
-from optimize.lock import PromotionConflict, change_lock
-from optimize.pending import PendingChange, PendingQueue, new_change
-from optimize.promote import Outcome, Promoter, check_skill_name, tree_revision
-from optimize.status import Status, report
+from optimize.control import evidence as evidence_mod
+from optimize.control.audit import AuditEntry, AuditLog
+from optimize.control.gate import Thresholds, evaluate
+from optimize.control.lock import PromotionConflict, change_lock
+from optimize.control.pending import PendingChange, PendingQueue, new_change
+from optimize.control.promote import Outcome, Promoter, check_skill_name, tree_revision
+from optimize.control.status import Status, report
+from optimize.measure.checks import injection_check
 
 log = logging.getLogger(__name__)
 

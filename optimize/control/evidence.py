@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ingot.errors import IngotError
-from optimize.audit import write_atomic
-from optimize.gate import Thresholds, Verdict, evaluate
+from ingot.fsutil import write_atomic
+from optimize.control.gate import Thresholds, Verdict, evaluate
 
 SCHEMA_VERSION = 1
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ingot.errors import IngotError
-from optimize.audit import write_atomic
-from optimize.promote import check_relative, check_skill_name, tree_revision
+from ingot.fsutil import check_relative, write_atomic
+from optimize.control.promote import check_skill_name, tree_revision
 
 SCHEMA_VERSION = 1
 KINDS = ("create", "rewrite", "description")

@@ -31,7 +31,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingot.errors import IngotError, SkillInvalid
+from ingot.errors import PromotionError, SkillInvalid
+from ingot.fsutil import check_relative, fsync_dir
 from mcp_server.registry import (
     NAME_PATTERN,
     Limits,
@@ -40,14 +41,10 @@ from mcp_server.registry import (
     read_skill,
     read_skill_files,
 )
-from optimize.audit import AuditLog, fsync_dir
+from optimize.control.audit import AuditLog
 
 STAGE_PREFIX = ".ingot-stage-"
 StepHook = Callable[[str], None]
-
-
-class PromotionError(IngotError):
-    """A promotion or rollback was refused or could not be carried out; nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -75,19 +72,6 @@ def check_skill_name(name: str) -> str:
             f"{name!r} is not a valid skill name (lowercase letters, digits, single hyphens)"
         )
     return name
-
-
-def check_relative(path: str) -> str:
-    parts = path.split("/")
-    if (
-        not path
-        or path.startswith("/")
-        or "\\" in path
-        or "\x00" in path
-        or any(p in {"", ".", ".."} or p.startswith(".") for p in parts)
-    ):
-        raise PromotionError(f"candidate file path {path!r} is not a plain relative path")
-    return path
 
 
 # -- atomic exchange ---------------------------------------------------------------------------

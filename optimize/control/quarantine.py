@@ -17,10 +17,10 @@ import yaml
 
 from ingot.errors import IngotError, SkillInvalid
 from mcp_server.registry import MAX_DESCRIPTION, MAX_NAME, parse_skill_md, read_skill_files
-from optimize.changes import ChangeControl
-from optimize.checks import CheckResult, collision_check, injection_check
-from optimize.evidence import not_measured
-from optimize.pending import PendingChange
+from optimize.control.changes import ChangeControl
+from optimize.control.evidence import not_measured
+from optimize.control.pending import PendingChange
+from optimize.measure.checks import CheckResult, collision_check, injection_check
 
 MAX_BODY_BYTES = 64 * 1024
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcp_server.registry import Limits, Registry
-from optimize.audit import AuditError, AuditLog, Verification
-from optimize.pending import PendingQueue
+from optimize.control.audit import AuditError, AuditLog, Verification
+from optimize.control.pending import PendingQueue
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ import rfc8785
 from tqdm import tqdm
 
 from agent.run import serve, skill_system_prompt
-from optimize.execcheck import Sandbox, run_check
-from optimize.judge import Judge
-from optimize.llm import LLMClient
-from optimize.taskset import TaskSet
+from optimize.measure.execcheck import Sandbox, run_check
+from optimize.measure.judge import Judge
+from optimize.measure.taskset import TaskSet
+from optimize.models.llm import LLMClient
 
 
 @dataclass(frozen=True)

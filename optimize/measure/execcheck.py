@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimize.promote import check_relative
+from ingot.fsutil import check_relative
 
 OUTPUT_LIMIT = 8000  # characters of stdout/stderr kept in a result
 SANDBOX_UID = 65534

@@ -18,9 +18,9 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ingot.errors import ConfigError
-from optimize.execcheck import ExecResult
-from optimize.llm import Completion, LLMClient
-from optimize.prompting import render
+from optimize.measure.execcheck import ExecResult
+from optimize.models.llm import Completion, LLMClient
+from optimize.models.prompting import render
 
 DIMENSIONS = ("correctness", "completeness", "instruction_following", "efficiency")
 

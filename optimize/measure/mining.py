@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcp_server.library import Library
-from optimize.judge import DIMENSIONS, Judge
-from optimize.traces import TraceRecord, TraceStore
+from optimize.measure.judge import DIMENSIONS, Judge
+from optimize.models.traces import TraceRecord, TraceStore
 
 DUPLICATE_COSINE = 0.92
 FAILING_BELOW = 0.5

@@ -158,7 +158,7 @@ def draft_task_set(
 
     The draft is written for a person to review before it is used: the holdout it contains will
     be sealed into every evidence bundle measured on it."""
-    from optimize.prompting import render
+    from optimize.models.prompting import render
 
     path = folder / f"{skill.name}.yaml"
     if path.exists():

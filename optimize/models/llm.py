@@ -25,8 +25,8 @@ import openai
 from pydantic import BaseModel, ValidationError
 
 from ingot.errors import ConfigError, IngotError
-from optimize.cassette import Cassette, request_key
-from optimize.ledger import UsageLedger
+from optimize.models.cassette import Cassette, request_key
+from optimize.models.ledger import UsageLedger
 
 ROLES = ("agent", "strong", "teacher", "judge")
 ZDR_PREFERENCE = {"provider": {"zdr": True, "data_collection": "deny"}}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from optimize.traces import ReadResult, TraceRecord, parse_record, stored_form
+from optimize.models.traces import ReadResult, TraceRecord, parse_record, stored_form
 
 OBSERVATION_NAME = "ingot-agent-run"
 PAGE_SIZE = 100

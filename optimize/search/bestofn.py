@@ -20,11 +20,11 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from agent.run import serve, skill_system_prompt
-from optimize.judge import Judge
-from optimize.llm import LLMClient
-from optimize.prompting import render
-from optimize.research import OFF, Brief
-from optimize.taskset import Task
+from optimize.measure.judge import Judge
+from optimize.measure.taskset import Task
+from optimize.models.llm import LLMClient
+from optimize.models.prompting import render
+from optimize.search.research import OFF, Brief
 
 ANGLES = (
     "a minimal additive edit: add only what the diagnosis says is missing, change nothing else",

@@ -23,11 +23,11 @@ from pydantic import BaseModel
 from mcp_server.library import Library
 from mcp_server.router import Router
 from mcp_server.skillfiles import read_served_files
-from optimize.checks import collision_check
-from optimize.llm import LLMClient
-from optimize.prompting import render
-from optimize.research import OFF, Brief, Researcher
-from optimize.taskset import RoutingCase
+from optimize.measure.checks import collision_check
+from optimize.measure.taskset import RoutingCase
+from optimize.models.llm import LLMClient
+from optimize.models.prompting import render
+from optimize.search.research import OFF, Brief, Researcher
 
 
 class _Proposals(BaseModel):

@@ -14,16 +14,16 @@ from pathlib import Path
 
 from ingot.errors import IngotError
 from mcp_server.library import Library
-from optimize.changes import ChangeControl
-from optimize.describe import propose_description
-from optimize.execcheck import Sandbox
-from optimize.judge import Judge
-from optimize.llm import LLMClient
-from optimize.mining import mine
-from optimize.pipeline import optimize_body
-from optimize.research import Researcher
-from optimize.taskset import load_task_set
-from optimize.traces import TraceStore
+from optimize.control.changes import ChangeControl
+from optimize.measure.execcheck import Sandbox
+from optimize.measure.judge import Judge
+from optimize.measure.mining import mine
+from optimize.measure.taskset import load_task_set
+from optimize.models.llm import LLMClient
+from optimize.models.traces import TraceStore
+from optimize.search.describe import propose_description
+from optimize.search.pipeline import optimize_body
+from optimize.search.research import Researcher
 
 
 @dataclass(frozen=True)

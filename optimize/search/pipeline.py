@@ -14,14 +14,14 @@ from pathlib import Path
 from ingot.errors import IngotError
 from mcp_server.library import Library
 from mcp_server.skillfiles import read_served_files
-from optimize.ab import ABRunner, Arm
-from optimize.bestofn import CandidateSearch
-from optimize.changes import ChangeControl
-from optimize.execcheck import Sandbox
-from optimize.judge import Judge
-from optimize.llm import LLMClient
-from optimize.research import OFF, Researcher
-from optimize.taskset import load_task_set
+from optimize.control.changes import ChangeControl
+from optimize.measure.ab import ABRunner, Arm
+from optimize.measure.execcheck import Sandbox
+from optimize.measure.judge import Judge
+from optimize.measure.taskset import load_task_set
+from optimize.models.llm import LLMClient
+from optimize.search.bestofn import CandidateSearch
+from optimize.search.research import OFF, Researcher
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def optimize_body(
 
 
 def _verdict(control: ChangeControl, evidence_path: str | None) -> str | None:
-    from optimize import evidence
+    from optimize.control import evidence
 
     if evidence_path is None:
         return None

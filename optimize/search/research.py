@@ -21,8 +21,8 @@ from typing import Literal
 import httpx
 import rfc8785
 
-from optimize.audit import write_atomic
-from optimize.prompting import render
+from ingot.fsutil import write_atomic
+from optimize.models.prompting import render
 
 log = logging.getLogger(__name__)
 

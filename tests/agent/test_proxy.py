@@ -12,8 +12,8 @@ import uvicorn
 
 from agent.proxy import build_proxy
 from mcp_server.sessions import SessionRoutes
-from optimize.cassette import Cassette
-from optimize.traces import LocalTraceStore
+from optimize.models.cassette import Cassette
+from optimize.models.traces import LocalTraceStore
 from tests.conftest import free_port, wait_for
 from tests.scripted_llm import scripted_llm
 
@@ -172,7 +172,7 @@ def test_ingot_proxy_command_serves_and_records(upstream, tmp_path):
 
 
 def test_a_recorded_tool_call_replays_through_the_model_client(proxied):
-    from optimize.llm import _from_json
+    from optimize.models.llm import _from_json
 
     url, _, _, cassette, _ = proxied
     client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)

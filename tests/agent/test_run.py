@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from agent.run import ReferenceAgent
-from optimize.traces import LocalTraceStore
+from optimize.models.traces import LocalTraceStore
 from tests.scripted_llm import scripted_llm
 
 

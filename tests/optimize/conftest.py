@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from optimize.changes import ChangeControl
-from optimize.judge import Judge
+from optimize.control.changes import ChangeControl
+from optimize.measure.judge import Judge
 from tests.conftest import write_skill
 from tests.scripted_llm import scripted_llm
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ingot.serve import UIOptions, ui_app
+from ingot.cli.serve import UIOptions, ui_app
 from mcp_server.library import Library
-from optimize.changes import ChangeControl
-from optimize.pending import PendingChange
+from optimize.control.changes import ChangeControl
+from optimize.control.pending import PendingChange
 from tests.conftest import BUNDLED_SKILLS, running_asgi, running_mcp
 from tests.optimize.conftest import ab
 

@@ -11,8 +11,8 @@ import threading
 import httpx
 import pytest
 
+from ingot.cli.serve import UIOptions, serve, ui_app
 from ingot.errors import ConfigError
-from ingot.serve import UIOptions, serve, ui_app
 from tests.conftest import running_asgi
 from tests.ui.conftest import BLOCKED, GOOD, rewrite
 
@@ -78,7 +78,7 @@ def test_two_simultaneous_approvals_give_one_promotion_and_one_409(world):
 
 
 def test_approve_or_rollback_while_another_process_is_mid_change_gets_409(world):
-    from optimize.lock import change_lock
+    from optimize.control.lock import change_lock
 
     change = world.change(GOOD)
     world.control.lock_wait_s = 0.2
@@ -263,7 +263,7 @@ def test_odd_credentials_are_a_plain_no(world):
 
 
 def test_the_ui_answers_to_its_bind_address_and_allowed_hosts_with_or_without_ports():
-    from ingot.serve import ui_hosts
+    from ingot.cli.serve import ui_hosts
 
     hosts = ui_hosts("192.168.1.5", ("ui", "ingot.lan:8080", "[::1]:8080"))
     assert {"127.0.0.1", "localhost", "ui", "ingot.lan", "192.168.1.5"} <= set(hosts)

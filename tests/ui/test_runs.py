@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ingot.serve import UIOptions, ui_app
+from ingot.cli.serve import UIOptions, ui_app
 from tests.conftest import running_asgi, wait_for
 from tests.scripted_llm import scripted_llm
 from ui.runs import RunConflict, RunManager, clean, progress_of

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import shutil
 
-from optimize.changes import ChangeControl
+from optimize.control.changes import ChangeControl
 from tests.conftest import BUNDLED_SKILLS, write_skill
-from tests.ingot.test_cli import ingot
+from tests.ingot.cli.test_main import ingot
 from tests.optimize.conftest import ab, skill_md
 
 

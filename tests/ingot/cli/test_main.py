@@ -14,7 +14,7 @@ from fastmcp import Client
 
 from tests.conftest import BUNDLED_SKILLS, free_port, wait_for, write_skill
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def ingot(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -11,8 +11,8 @@ import signal
 import sys
 from pathlib import Path
 
-from optimize.lock import change_lock
-from optimize.promote import Promoter
+from optimize.control.lock import change_lock
+from optimize.control.promote import Promoter
 
 
 def main() -> None:

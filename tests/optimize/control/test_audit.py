@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from optimize.audit import AuditError, AuditLog
+from optimize.control.audit import AuditError, AuditLog
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import pytest
 
 from ingot.errors import IngotError
 from mcp_server.registry import Registry
-from optimize.audit import AuditLog
-from optimize.changes import ApprovalRefused
-from optimize.lock import PromotionConflict
-from optimize.promote import PromotionError
+from optimize.control.audit import AuditLog
+from optimize.control.changes import ApprovalRefused
+from optimize.control.lock import PromotionConflict
+from optimize.control.promote import PromotionError
 from tests.optimize.conftest import ab, checks, skill_md
 
 
@@ -188,8 +188,8 @@ def test_rollback_by_revision_prefix_from_history(control):
 
 def _approve_in_child(args):
     runs, roots, queue, change_id = args
-    from optimize.changes import ChangeControl
-    from optimize.lock import PromotionConflict as Conflict
+    from optimize.control.changes import ChangeControl
+    from optimize.control.lock import PromotionConflict as Conflict
 
     try:
         ChangeControl(runs, roots).approve("alpha", "racer", change_id)

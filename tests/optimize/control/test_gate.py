@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from optimize.gate import Thresholds, evaluate, paired_p
+from optimize.control.gate import Thresholds, evaluate, paired_p
 from tests.optimize.conftest import ab, checks
 
 

@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_server.registry import Registry
-from optimize.audit import AuditError, AuditLog
-from optimize.lock import change_lock
-from optimize.promote import STAGE_PREFIX, Promoter, PromotionError, tree_revision
+from optimize.control.audit import AuditError, AuditLog
+from optimize.control.lock import change_lock
+from optimize.control.promote import STAGE_PREFIX, Promoter, PromotionError, tree_revision
 
 CHILD = Path(__file__).with_name("crash_child.py")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def skill_files(text: str, extra: dict[str, bytes] | None = None) -> dict[str, bytes]:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from fastmcp import Client
 
-from optimize.quarantine import CandidateRefused, clean_description, injection_check, slugify
+from optimize.control.quarantine import CandidateRefused, clean_description, injection_check, slugify
 
 
 @pytest.fixture

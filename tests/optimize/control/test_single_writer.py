@@ -1,4 +1,4 @@
-"""optimize/promote.py is the only code that writes a skills root."""
+"""optimize/control/promote.py is the only code that writes a skills root."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_only_promote_writes_a_skills_root_across_every_front_door(tmp_path):

@@ -2,7 +2,7 @@
 
     python writer_probe.py WORKDIR
 Prints JSON {"allowed": n, "offenders": [...]}: writes under the root whose call stack does not
-pass through optimize/promote.py are offenders.
+pass through optimize/control/promote.py are offenders.
 """
 
 import asyncio
@@ -57,7 +57,7 @@ def main() -> None:
         if not any(under_root(p) for p in paths):
             return
         stack = traceback.extract_stack()
-        if any(frame.filename.endswith(os.path.join("optimize", "promote.py")) for frame in stack):
+        if any(frame.filename.endswith(os.path.join("optimize", "control", "promote.py")) for frame in stack):
             seen["allowed"] += 1
         else:
             seen["offenders"].append(
@@ -84,7 +84,7 @@ def exercise(work: Path, root: Path) -> None:
     from mcp_server.embedding import load_embedder
     from mcp_server.library import Library
     from mcp_server.server import build_server
-    from optimize.changes import ChangeControl
+    from optimize.control.changes import ChangeControl
     from tests.optimize.conftest import ab, skill_md
 
     library = Library((root,), load_embedder(None, None, work / "vectors.sqlite"))

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from optimize.ab import ABRunner, Arm, first_divergence
-from optimize.changes import ChangeControl
-from optimize.judge import Judge
-from optimize.taskset import parse_task_set
+from optimize.control.changes import ChangeControl
+from optimize.measure.ab import ABRunner, Arm, first_divergence
+from optimize.measure.judge import Judge
+from optimize.measure.taskset import parse_task_set
 from tests.conftest import write_skill
 from tests.scripted_llm import grade_json as grade
 from tests.scripted_llm import scripted_llm
@@ -97,7 +97,7 @@ def test_first_divergence():
 
 
 def test_an_execution_check_overrules_the_judge(tmp_path):
-    from optimize.execcheck import BubblewrapSandbox
+    from optimize.measure.execcheck import BubblewrapSandbox
     from tests.optimize.conftest import require_bwrap
 
     require_bwrap()
@@ -131,7 +131,7 @@ def test_an_execution_check_overrules_the_judge(tmp_path):
 
 
 def test_each_arms_serving_cost_comes_from_the_price_table_or_stays_unknown(setup):
-    from optimize.ledger import Price, UsageLedger
+    from optimize.models.ledger import Price, UsageLedger
 
     server, runner, tasks, _ = setup
     ab = runner.run(Arm("notes", "c" * 64, CHAMPION), Arm("notes", "d" * 64, CHALLENGER), tasks)

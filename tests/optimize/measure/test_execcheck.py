@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from optimize.execcheck import BubblewrapSandbox, Limits, run_python
+from optimize.measure.execcheck import BubblewrapSandbox, Limits, run_python
 from tests.optimize.conftest import require_bwrap
 
 
@@ -76,7 +76,7 @@ def test_a_broken_fixture_is_inconclusive_not_a_failure(sandbox):
 
 
 def test_a_task_check_runs_the_answers_code_against_the_fixture(sandbox):
-    from optimize.execcheck import run_check
+    from optimize.measure.execcheck import run_check
 
     fixture = {"data.csv": "a,b\n1,2\n3,4\n"}
     check = "from answer import total\nassert total('data.csv') == 10, total('data.csv')\n"
@@ -93,7 +93,7 @@ def test_a_task_check_runs_the_answers_code_against_the_fixture(sandbox):
 
 
 def test_docker_without_an_engine_is_inconclusive_and_none_means_no_sandbox():
-    from optimize.execcheck import DockerSandbox, make_sandbox
+    from optimize.measure.execcheck import DockerSandbox, make_sandbox
 
     ok, why = DockerSandbox().available()
     if ok:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ingot.errors import ConfigError
-from optimize.execcheck import ExecResult
-from optimize.judge import Judge
-from optimize.llm import LLMClient, LLMConfig, make_endpoint
+from optimize.measure.execcheck import ExecResult
+from optimize.measure.judge import Judge
+from optimize.models.llm import LLMClient, LLMConfig, make_endpoint
 from tests.scripted_llm import grade_json, scripted_llm
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from optimize.judge import Judge
-from optimize.mining import mine
-from optimize.traces import LocalTraceStore, TraceRecord
+from optimize.measure.judge import Judge
+from optimize.measure.mining import mine
+from optimize.models.traces import LocalTraceStore, TraceRecord
 from tests.conftest import BUNDLED_SKILLS
 from tests.scripted_llm import grade_json as grade
 from tests.scripted_llm import scripted_llm

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from optimize.taskset import TaskSetError, load_task_set, parse_task_set
+from optimize.measure.taskset import TaskSetError, load_task_set, parse_task_set
 
 SET = """\
 train:
@@ -69,7 +69,7 @@ def test_no_holdout_task_is_ever_silently_in_train(train, holdout):
 def test_the_teacher_drafts_a_set_for_review_and_never_overwrites_one(tmp_path, library_factory):
     import json
 
-    from optimize.taskset import draft_task_set
+    from optimize.measure.taskset import draft_task_set
     from tests.conftest import BUNDLED_SKILLS
     from tests.scripted_llm import scripted_llm
 

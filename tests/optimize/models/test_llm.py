@@ -11,9 +11,9 @@ from pydantic import BaseModel
 from ingot.errors import ConfigError
 from ingot.runtime import llm_client
 from ingot.settings import load_settings
-from optimize.cassette import Cassette, CassetteMiss
-from optimize.ledger import BudgetExceeded, Price, UsageLedger
-from optimize.llm import LLMClient, LLMConfig, LLMError, make_endpoint
+from optimize.models.cassette import Cassette, CassetteMiss
+from optimize.models.ledger import BudgetExceeded, Price, UsageLedger
+from optimize.models.llm import LLMClient, LLMConfig, LLMError, make_endpoint
 from tests.scripted_llm import scripted_llm
 
 

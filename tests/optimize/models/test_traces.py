@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from optimize.traces import LocalTraceStore, TraceRecord, redact
+from optimize.models.traces import LocalTraceStore, TraceRecord, redact
 
 KEY = "sk-or-v1-0123456789abcdef0123456789abcdef"
 

@@ -7,8 +7,8 @@ import secrets
 import pytest
 from langfuse import Langfuse
 
-from optimize.traces import TraceRecord
-from optimize.traces_langfuse import LangfuseTraceStore, trace_tags
+from optimize.models.traces import TraceRecord
+from optimize.models.traces_langfuse import LangfuseTraceStore, trace_tags
 from tests.fake_langfuse import fake_langfuse
 
 KEY = "sk-or-v1-0123456789abcdef0123456789abcdef"
@@ -67,7 +67,7 @@ def test_unreadable_observations_are_skipped_and_counted(store):
 def test_settings_choose_langfuse_only_when_both_keys_are_set(monkeypatch, tmp_path):
     from ingot.runtime import trace_store
     from ingot.settings import load_settings
-    from optimize.traces import LocalTraceStore
+    from optimize.models.traces import LocalTraceStore
 
     monkeypatch.setenv("RUNS_DIR", str(tmp_path))
     monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-lf-only")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from optimize.describe import description_files, optimize_description, router_with, split
-from optimize.taskset import RoutingCase
+from optimize.measure.taskset import RoutingCase
+from optimize.search.describe import description_files, optimize_description, router_with, split
 from tests.scripted_llm import scripted_llm
 
 SKILL = "incident-postmortem"

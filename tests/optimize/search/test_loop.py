@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from optimize.changes import ChangeControl
-from optimize.judge import Judge
-from optimize.loop import run_loop
-from optimize.traces import LocalTraceStore, TraceRecord
+from optimize.control.changes import ChangeControl
+from optimize.measure.judge import Judge
+from optimize.models.traces import LocalTraceStore, TraceRecord
+from optimize.search.loop import run_loop
 from tests.conftest import write_skill
 from tests.scripted_llm import grade_json as grade
 from tests.scripted_llm import scripted_llm

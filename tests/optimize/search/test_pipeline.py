@@ -7,9 +7,9 @@ import json
 import pytest
 
 from ingot.errors import IngotError
-from optimize.changes import ChangeControl
-from optimize.judge import Judge
-from optimize.pipeline import optimize_body
+from optimize.control.changes import ChangeControl
+from optimize.measure.judge import Judge
+from optimize.search.pipeline import optimize_body
 from tests.conftest import write_skill
 from tests.optimize.conftest import STALE, TASKS
 from tests.scripted_llm import grade_json as grade
@@ -104,7 +104,7 @@ def test_ingot_optimize_command_queues_the_rewrite(optimizer_world, tmp_path):
 def test_a_challenger_that_regresses_a_holdout_task_is_queued_blocked_and_cannot_be_approved(
     tmp_path, library_factory
 ):
-    from optimize.changes import ApprovalRefused
+    from optimize.control.changes import ApprovalRefused
 
     root = tmp_path / "skills"
     write_skill(root, "release-notes", "Writes release notes from merged pull requests.", STALE)

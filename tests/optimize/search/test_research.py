@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from optimize import evidence
-from optimize.pipeline import optimize_body
-from optimize.research import MAX_BRIEF_CHARS, Researcher
+from optimize.control import evidence
+from optimize.search.pipeline import optimize_body
+from optimize.search.research import MAX_BRIEF_CHARS, Researcher
 from tests.loopback import QuietHandler, serving
 
 KEY = "tvly-test-secret-123"
@@ -112,8 +112,8 @@ def test_without_a_key_nothing_is_fetched_and_prompts_equal_a_run_whose_search_f
 
 
 def test_the_description_pass_authors_see_the_brief_too(served_copy, tmp_path):
-    from optimize.describe import propose_description
-    from optimize.taskset import RoutingCase
+    from optimize.measure.taskset import RoutingCase
+    from optimize.search.describe import propose_description
     from tests.scripted_llm import scripted_llm
 
     _, library, control, _ = served_copy

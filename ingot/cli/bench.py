@@ -1,0 +1,68 @@
+"""`ingot bench ...`: each benchmark prints JSON (the benchmarks themselves live in ingot/bench/).
+
+Registered on the group by `main.py`; this module imports only `options` from the CLI."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ingot.cli.options import print_json, settings_for, setup_logging, skills_option
+from ingot.errors import IngotError
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks; each prints JSON."""
+
+
+@bench.command(name="routing")
+@skills_option
+@click.option("--cases", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
+@click.option("--details", is_flag=True, help="Also list every miss.")
+def bench_routing(skills: tuple[Path, ...], cases: Path, details: bool) -> None:
+    """Routing quality and in-process latency on labelled cases."""
+    from ingot.bench.routing import run
+
+    settings = settings_for(skills)
+    setup_logging("WARNING")
+    print_json(run(settings, cases, details))
+
+
+@bench.command(name="latency")
+@click.option("--sizes", default="1000,10000", help="Synthetic library sizes, comma-separated.")
+@click.option("--queries", default=200, help="Timed queries per measurement.")
+def bench_latency(sizes: str, queries: int) -> None:
+    """Route and MCP latency, cold start, edit-to-served time and RSS on synthetic libraries."""
+    from ingot.bench.latency import run
+
+    settings = settings_for()
+    setup_logging("WARNING")
+    print_json(run(settings, [int(s) for s in sizes.split(",")], queries))
+
+
+@bench.command(name="promote")
+@click.option("--rounds", default=30, help="Promotions to time.")
+def bench_promote(rounds: int) -> None:
+    """Approval latency and approve-to-served time for a typical skill."""
+    from ingot.bench.promote import run
+
+    settings = settings_for()
+    setup_logging("WARNING")
+    print_json(run(settings, rounds))
+
+
+@bench.command(name="optimize")
+@click.option("--candidates", default=5, help="Candidate rewrites per search.")
+def bench_optimize(candidates: int) -> None:
+    """Model calls and tokens per verdict (body and description passes) against the scripted server."""
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / "tests" / "scripted_llm.py").exists():
+        raise IngotError("`ingot bench optimize` needs a source checkout (it uses tests/scripted_llm.py)")
+    sys.path.insert(0, str(repo))
+    from scripts.bench_optimize import run as run_bench
+
+    setup_logging("WARNING")
+    print_json(run_bench(candidates))

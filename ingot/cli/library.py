@@ -1,0 +1,144 @@
+"""`ingot` commands on the served library: serve, ui, route, skills.
+
+Registered on the group by `main.py`; this module imports only `options` and `serve` from the CLI."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ingot.cli.options import print_json, settings_for, setup_logging, skills_option
+from ingot.settings import Settings
+
+
+@click.command()
+@skills_option
+@click.option("--mcp-port", type=int, default=None, help="MCP port (default 8000).")
+@click.option("--ui-port", type=int, default=None, help="UI port (default 8080).")
+@click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
+@click.option("--no-ui", is_flag=True, help="Serve MCP only.")
+def serve(
+    skills: tuple[Path, ...], mcp_port: int | None, ui_port: int | None, host: str | None, no_ui: bool
+) -> None:
+    """Serve the skills over MCP (streamable HTTP at /mcp) and the UI."""
+    _serve(settings_for(skills, mcp_port=mcp_port, ui_port=ui_port, bind_host=host), mcp=True, ui=not no_ui)
+
+
+@click.command()
+@skills_option
+@click.option("--ui-port", type=int, default=None, help="UI port (default 8080).")
+@click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
+def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
+    """Serve only the UI (the MCP server runs elsewhere, e.g. its own compose service)."""
+    _serve(settings_for(skills, ui_port=ui_port, bind_host=host), mcp=False, ui=True)
+
+
+def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
+    """Open the library and change control (settling any interrupted change), report, serve."""
+    from ingot.cli.serve import serve as run
+    from ingot.cli.serve import ui_options
+    from ingot.runtime import change_control, open_library
+
+    options = ui_options(settings) if ui else None  # a bad token setting fails before any work
+    setup_logging(settings.log_level)
+    library = open_library(settings)
+    control = change_control(settings, library=library)
+    for note in control.recover():
+        click.echo(f"ingot: recovered an interrupted change: {note}", err=True)
+    status = library.status()
+    click.echo(
+        f"ingot: {status.skills} skills from {', '.join(map(str, status.roots))}; "
+        f"{len(status.invalid)} skipped",
+        err=True,
+    )
+    for problem in status.invalid:
+        click.echo(f"  skipped {problem.folder}: {problem.reason}", err=True)
+    endpoints = [f"MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"] if mcp else []
+    endpoints += [f"UI at http://{settings.bind_host}:{settings.ui_port}/"] if ui else []
+    click.echo(f"ingot: {', '.join(endpoints)}", err=True)
+    run(
+        library,
+        control,
+        settings.bind_host,
+        settings.mcp_port if mcp else None,
+        settings.ui_port if ui else None,
+        settings.allowed_hosts,
+        watch=settings.watch_skills,
+        log_level=settings.log_level.lower(),
+        ui=options,
+    )
+
+
+@click.command()
+@skills_option
+@click.argument("task")
+@click.option("--harness", default=None)
+@click.option("--platform", "platform_", default=sys.platform, show_default=True)
+@click.option("--cwd", default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print the full decision as JSON.")
+def route(
+    skills: tuple[Path, ...],
+    task: str,
+    harness: str | None,
+    platform_: str | None,
+    cwd: str | None,
+    as_json: bool,
+) -> None:
+    """Route TASK and print the decision with its score components."""
+    from ingot.runtime import open_library
+    from mcp_server.policy import CallerContext
+
+    settings = settings_for(skills)
+    setup_logging("WARNING")
+    library = open_library(settings)
+    result = library.route(task, CallerContext(harness=harness, platform=platform_, cwd=cwd))
+    decision = {
+        "match": result.match,
+        "related_match": result.related_match,
+        "novel": result.novel,
+        "score": round(result.score, 4),
+        "revision": result.skill.revision if result.skill else None,
+        "alternatives": [
+            {"name": c.name, "score": round(c.score, 4), "related": c.related} for c in result.alternatives
+        ],
+        "components": result.components,
+    }
+    if as_json:
+        print_json(decision)
+        return
+    if result.novel:
+        click.echo(f"novel: no skill fits (best confidence {result.score:.3f})")
+    else:
+        kind = "match" if result.match else "related_match"
+        assert result.skill is not None
+        click.echo(
+            f"{kind}: {result.skill.name} @ {result.skill.short_revision} (confidence {result.score:.3f})"
+        )
+    for key, value in result.components.items():
+        shown = f"{value:.4f}" if isinstance(value, float) else value
+        click.echo(f"  {key}: {shown}")
+    for alt in result.alternatives:
+        click.echo(f"  alternative: {alt.name} ({alt.score:.3f}{', related' if alt.related else ''})")
+
+
+@click.command(name="skills")
+@skills_option
+def list_skills(skills: tuple[Path, ...]) -> None:
+    """List served skills with their revisions, and every skipped folder with its reason."""
+    from ingot.runtime import open_library
+
+    settings = settings_for(skills)
+    setup_logging("ERROR")
+    library = open_library(settings)
+    for skill in sorted(library.skills().values(), key=lambda s: s.name):
+        click.echo(f"{skill.name}  {skill.short_revision}  {skill.root}")
+    status = library.status()
+    for problem in status.invalid:
+        click.echo(f"SKIPPED {problem.folder}: {problem.reason}")
+    for name, reason in status.disabled.items():
+        click.echo(f"DISABLED {name}: {reason}")
+
+
+COMMANDS = (serve, ui, route, list_skills)

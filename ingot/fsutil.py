@@ -1,0 +1,58 @@
+"""Durable, atomic file writes and path checks that serving and change control both need.
+
+Ground floor: imports only `ingot.errors`, so the MCP server, change control and the UI can all
+use it. Guarantee: `write_atomic` never leaves a partly written target, and never follows a
+symlink planted at its temp name. It does not lock: callers that race on one file serialise
+themselves (change control holds its lock; session records are last-writer-wins)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from ingot.errors import UnsafePath
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a folder, so a rename or new entry in it survives a power cut."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o600, durable: bool = True) -> None:
+    """Replace `path` with `data` atomically: a fresh O_EXCL temp file (never a followed symlink),
+    renamed over the target. `durable` also fsyncs the file and the folder (a power cut keeps it);
+    records that may be lost without harm (a session's last route) skip the two fsyncs."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    if durable:
+        fsync_dir(path.parent)
+
+
+def check_relative(path: str) -> str:
+    """`path` if it is a plain relative path (no absolute, `..`, hidden or empty parts), else
+    `UnsafePath`: candidate files are laid out under a folder Ingot controls, never outside it."""
+    parts = path.split("/")
+    if (
+        not path
+        or path.startswith("/")
+        or "\\" in path
+        or "\x00" in path
+        or any(p in {"", ".", ".."} or p.startswith(".") for p in parts)
+    ):
+        raise UnsafePath(f"candidate file path {path!r} is not a plain relative path")
+    return path

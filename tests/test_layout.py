@@ -1,0 +1,149 @@
+"""The floors and rooms of ARCHITECTURE.md's module map, checked on every import in the tree.
+
+Each rule names a package (or module) and the project packages it must not import; imports
+inside functions count too. A front end may import the core; the core never imports a front end.
+The one documented seam upward is `optimize.measure` using the reference agent (`agent.run`) as
+its serving path."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FRONT_ENDS = ("ingot.cli", "ingot.bench", "ui", "mcp_server.server", "agent.proxy")
+
+# (module prefix, forbidden import prefixes)
+RULES: list[tuple[str, tuple[str, ...]]] = [
+    ("ingot.errors", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
+    (
+        "ingot.settings",
+        ("ingot.cli", "ingot.bench", "ingot.runtime", "mcp_server", "optimize", "agent", "ui"),
+    ),
+    (
+        "ingot.fsutil",
+        (
+            "ingot.cli",
+            "ingot.bench",
+            "ingot.runtime",
+            "ingot.settings",
+            "mcp_server",
+            "optimize",
+            "agent",
+            "ui",
+        ),
+    ),
+    ("ingot.runtime", FRONT_ENDS),
+    ("ingot.bench", ("ingot.cli",)),
+    ("mcp_server", ("optimize", "agent", "ui", "ingot.cli", "ingot.bench", "ingot.runtime")),
+    (
+        "optimize.models",
+        (
+            "optimize.control",
+            "optimize.measure",
+            "optimize.search",
+            "agent",
+            "ui",
+            "ingot.cli",
+            "ingot.runtime",
+            "mcp_server.server",
+        ),
+    ),
+    (
+        "agent.run",
+        (
+            "optimize.control",
+            "optimize.measure",
+            "optimize.search",
+            "ui",
+            "ingot.cli",
+            "ingot.runtime",
+            "mcp_server.server",
+        ),
+    ),
+    (
+        "agent.chat_model",
+        ("optimize.control", "optimize.measure", "optimize.search", "ui", "ingot.cli", "ingot.runtime"),
+    ),
+    ("optimize.measure", ("optimize.control", "optimize.search", *FRONT_ENDS, "ingot.runtime")),
+    ("optimize.control", ("optimize.search", *FRONT_ENDS, "ingot.runtime", "agent")),
+    ("optimize.search", (*FRONT_ENDS, "ingot.runtime")),
+    ("ui", ("ingot.cli", "ingot.bench", "ingot.runtime", "mcp_server.server", "agent")),
+]
+# optimize.search reaches change control only through ChangeControl (propose) and the bundle it returns.
+SEARCH_MAY_USE_FROM_CONTROL = ("optimize.control.changes", "optimize.control.evidence")
+# The exception, not the rule: the MCP front end lives in mcp_server/ and calls change control.
+EXEMPT = {"mcp_server.server"}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in ("ingot", "mcp_server", "optimize", "agent", "ui"):
+        for path in (REPO / package).rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix.rstrip(".") or name.startswith(prefix if prefix.endswith(".") else prefix + ".")
+
+
+MODULES = _modules()
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_import_runs_up_the_floors(module):
+    if module in EXEMPT:
+        return
+    imported = _imports(MODULES[module], module)
+    offences = []
+    for prefix, forbidden in RULES:
+        if not _under(module, prefix):
+            continue
+        for name in imported:
+            if any(_under(name, f) for f in forbidden) and not _under(name, module):
+                offences.append(name)
+    if _under(module, "optimize.search"):
+        offences += [
+            n
+            for n in imported
+            if _under(n, "optimize.control")
+            and not any(_under(n, allowed) for allowed in SEARCH_MAY_USE_FROM_CONTROL)
+            and n not in SEARCH_MAY_USE_FROM_CONTROL
+            and n != "optimize.control"
+        ]
+    assert not offences, f"{module} imports {sorted(set(offences))}, which its floor must not"
+
+
+def test_the_rules_cover_every_module():
+    # Package roots and front ends may import the core; every other module falls under a rule.
+    roots = {"ingot", "optimize", "agent"}
+    uncovered = [
+        m
+        for m in MODULES
+        if not any(_under(m, p) for p, _ in RULES)
+        and m not in roots
+        and not any(_under(m, f) for f in FRONT_ENDS)
+    ]
+    assert not uncovered, f"add a rule for {uncovered} (and its room in ARCHITECTURE.md)"
+
+
+def test_the_checker_sees_a_violation(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from optimize.control.promote import Promoter\n")
+    assert "optimize.control.promote" in _imports(bad, "optimize.measure.bad")
