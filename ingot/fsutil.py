@@ -8,6 +8,7 @@ themselves (change control holds its lock; session records are last-writer-wins)
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -41,6 +42,25 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600, durable: bool = Tru
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+TEMP_NAME = re.compile(r"^\.[^/]+\.[A-Za-z0-9_]{8}\.tmp$")  # what write_atomic's mkstemp creates
+
+
+def remove_stale_temps(folder: Path) -> list[str]:
+    """Delete the temp files a killed `write_atomic` left in `folder`; returns their names.
+
+    Only for folders whose writers are serialised by a lock the caller holds: a temp file of a
+    write in progress would otherwise be removed under it."""
+    removed = []
+    try:
+        candidates = [p for p in folder.iterdir() if TEMP_NAME.match(p.name) and p.is_file()]
+    except FileNotFoundError:
+        return removed
+    for path in candidates:
+        path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
 
 
 def check_relative(path: str) -> str:

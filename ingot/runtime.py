@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ingot.errors import ConfigError
+from ingot.home import establish
 from ingot.settings import Settings
 from mcp_server.embedding import load_embedder
 from mcp_server.library import Library
@@ -40,6 +41,12 @@ def calibration_from(settings: Settings) -> Calibration:
     return cal
 
 
+def state_home(settings: Settings) -> Path:
+    """The state home of the configured skills roots, created (with its claims) if new; see
+    ingot/home.py. Every command, the MCP server and the UI get their state folder here."""
+    return establish(settings.skills_dirs, settings.ingot_home).path
+
+
 def skill_limits(settings: Settings) -> Limits:
     """The per-skill safety caps (MAX_FILE_BYTES, MAX_SKILL_BYTES, MAX_SKILL_FILES)."""
     return Limits(
@@ -54,7 +61,7 @@ def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> L
     embedder = load_embedder(
         settings.embed_model_dir,
         settings.embed_model_sha256,
-        settings.vector_cache_path,
+        state_home(settings) / "cache" / "vectors.sqlite",
         threads=settings.embed_threads,
     )
     limits = skill_limits(settings)
@@ -63,10 +70,8 @@ def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> L
     return library
 
 
-def change_control(
-    settings: Settings, roots: tuple[Path, ...] | None = None, library: Library | None = None
-) -> ChangeControl:
-    """The change-control API over the configured roots and runs directory.
+def change_control(settings: Settings, library: Library | None = None) -> ChangeControl:
+    """The change-control API over the configured roots, with its state in their state home.
 
     Given the served `library`, queued candidates are pre-embedded so approval is fast."""
     limits = skill_limits(settings)
@@ -76,10 +81,10 @@ def change_control(
         retention_warn=settings.retention_warn,
         alpha=settings.promote_alpha,
     )
-    absolute = tuple(Path(r).expanduser().absolute() for r in (roots or settings.skills_dirs))
+    home = establish(settings.skills_dirs, settings.ingot_home)
     return ChangeControl(
-        settings.runs_dir.absolute(),
-        absolute,
+        home.path,
+        home.roots,
         thresholds,
         limits,
         prepare=library.prewarm if library is not None else None,
@@ -129,7 +134,7 @@ def llm_client(settings: Settings, run_id: str, cassette_name: str = "default") 
     cassette = None
     if settings.cassette_mode != "off":
         cassette = Cassette(
-            settings.runs_dir / "cassettes" / f"{cassette_name}.jsonl", settings.cassette_mode
+            state_home(settings) / "cassettes" / f"{cassette_name}.jsonl", settings.cassette_mode
         )
     return LLMClient(llm_config(settings), ledger, cassette)
 
@@ -151,7 +156,7 @@ def trace_store(settings: Settings, prune_expired: bool = False) -> TraceStore:
         )
         return LangfuseTraceStore(client, enabled=settings.traces, redaction=settings.trace_redact)
     store = LocalTraceStore(
-        settings.runs_dir / "traces.jsonl",
+        state_home(settings) / "traces.jsonl",
         enabled=settings.traces,
         redaction=settings.trace_redact,
         max_bytes=settings.trace_max_bytes,
@@ -168,7 +173,7 @@ def researcher(settings: Settings) -> Researcher:
     from optimize.search.research import Researcher
 
     key = settings.tavily_api_key.get_secret_value() if settings.tavily_api_key else None
-    return Researcher(key, settings.runs_dir / "cache" / "research", settings.tavily_base_url)
+    return Researcher(key, state_home(settings) / "cache" / "research", settings.tavily_base_url)
 
 
 def judge(settings: Settings, llm: LLMClient) -> Judge:

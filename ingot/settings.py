@@ -7,9 +7,11 @@ field here with a comment, and a test keeps the two in step.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
+from dotenv import dotenv_values
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -25,7 +27,10 @@ class Settings(BaseSettings):
         default=(Path("skills"),),
         description="Skills roots, comma-separated; the first wins on duplicate names.",
     )
-    runs_dir: Path = Field(default=Path("runs"), description="Where Ingot keeps its state.")
+    ingot_home: Path | None = Field(
+        default=None,
+        description="State home of these skills roots; default: <first root's parent>/.ingot/<its name>.",
+    )
     bind_host: str = Field(
         default="127.0.0.1", description="Address the MCP server and UI bind (loopback by default)."
     )
@@ -124,13 +129,26 @@ class Settings(BaseSettings):
             raise ValueError("ROUTE_MATCH_THRESHOLD must be at least ROUTE_RELATED_THRESHOLD")
         return self
 
-    @property
-    def vector_cache_path(self) -> Path:
-        return self.runs_dir / "cache" / "vectors.sqlite"
+
+RETIRED = {
+    "RUNS_DIR": "state now lives in one state home per set of skills roots (INGOT_HOME; default "
+    "<first root's parent>/.ingot/<its name>): remove RUNS_DIR, and move existing state with "
+    "`ingot migrate --from <the old RUNS_DIR>`",
+}
+
+
+def _retired_settings() -> list[str]:
+    """Settings an older Ingot read, still set in the environment or .env."""
+    found = dict(dotenv_values(".env")) if Path(".env").is_file() else {}
+    found.update(os.environ)
+    return [f"{name} is no longer read: {why}" for name, why in RETIRED.items() if found.get(name)]
 
 
 def load_settings(**overrides: object) -> Settings:
     """Build `Settings` from env/.env plus explicit overrides; raise `ConfigError` listing every problem."""
+    retired = _retired_settings()
+    if retired:
+        raise ConfigError("; ".join(retired))
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:

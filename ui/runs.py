@@ -103,7 +103,7 @@ class RunManager:
         self.roots, self.command = tuple(roots), tuple(command)
         self.env = {
             **(os.environ if env is None else env),
-            "RUNS_DIR": str(runs_dir),
+            "INGOT_HOME": str(runs_dir),
             "PYTHONUNBUFFERED": "1",
             "COLUMNS": "100",
             "TERM": "dumb",

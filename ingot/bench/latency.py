@@ -318,7 +318,7 @@ def _peak_rss_mb(pid: int) -> float | None:
 
 
 def run(settings: Settings, sizes: list[int], query_count: int) -> dict:
-    cache = (settings.runs_dir / "bench").absolute()
+    cache = Path(tempfile.gettempdir()) / "ingot-bench"  # synthetic libraries: no state home needed
     (cache / "cache").mkdir(parents=True, exist_ok=True)
     return {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},

@@ -38,7 +38,7 @@ def propose(skills: tuple[Path, ...], skill: str, source_dir: Path, note: str | 
 
     control, _ = _control(skills)
     files, description = read_candidate(source_dir, skill, control)
-    library = open_library(settings_for(skills), control.roots)
+    library = open_library(settings_for(skills))
     similar = library.similar_descriptions(skill, description)
     change, displaced = admit(control, skill, files, "operator", similar, note)
     click.echo(f"pending {change.id}: {change.kind} of {skill} -> {change.candidate_revision[:12]}")
@@ -156,12 +156,14 @@ def audit() -> None:
 
 
 @audit.command(name="verify")
-def audit_verify() -> None:
-    """Check every line of runs/audit.jsonl; print the head hash or the first bad line."""
+@skills_option
+def audit_verify(skills: tuple[Path, ...]) -> None:
+    """Check every line and MAC of the state home's audit chain; print the head hash or the first bad line."""
+    from ingot.runtime import state_home
     from optimize.control.audit import AuditLog
 
-    settings = settings_for()
-    result = AuditLog(settings.runs_dir).verify()
+    settings = settings_for(skills)
+    result = AuditLog(state_home(settings)).verify()
     if result.ok:
         click.echo(
             f"ok: {result.lines} lines, head {result.head_hash}"
@@ -172,4 +174,35 @@ def audit_verify() -> None:
     sys.exit(1)
 
 
-COMMANDS = (propose, list_pending, approve, reject, rollback, history, status, audit)
+@click.command()
+@skills_option
+@click.option(
+    "--from",
+    "legacy",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="An older Ingot's state folder (its RUNS_DIR, usually ./runs) to move into the state home.",
+)
+def migrate(skills: tuple[Path, ...], legacy: Path | None) -> None:
+    """Move an older Ingot's state into this library's state home and key its audit chain."""
+    from ingot.home import establish
+    from ingot.runtime import actor
+    from optimize.control.migrate import adopt_chain, move_state
+
+    settings = settings_for(skills)
+    setup_logging("WARNING")
+    home = establish(settings.skills_dirs, settings.ingot_home, check_legacy=False)
+    if legacy is not None:
+        moved, adopted = move_state(legacy, home.path, actor(settings))
+        click.echo(f"moved {len(moved)} entries from {legacy} to {home.path}: {', '.join(moved) or 'none'}")
+    else:
+        adopted = adopt_chain(home.path, actor(settings))
+    if adopted is not None:
+        click.echo(
+            f"audit chain keyed: line {adopted.seq} adopts the unkeyed head {adopted.get('legacy_head')[:16]}"
+        )
+    else:
+        click.echo(f"the audit chain in {home.path} is already keyed (or empty); nothing to adopt")
+
+
+COMMANDS = (propose, list_pending, approve, reject, rollback, history, status, audit, migrate)

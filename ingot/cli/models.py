@@ -89,7 +89,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
 def mine(skills: tuple[Path, ...], skill: str) -> None:
     """How SKILL does on recorded traffic: mean score, failing dimensions, weakest tasks."""
     from ingot.runtime import judge as make_judge
-    from ingot.runtime import llm_client, open_library, run_id, trace_store
+    from ingot.runtime import llm_client, open_library, run_id, state_home, trace_store
     from optimize.measure.mining import mine as run_mining
 
     settings = settings_for(skills)
@@ -101,7 +101,7 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
         trace_store(settings, prune_expired=True),
         library,
         make_judge(settings, llm),
-        settings.runs_dir / "cache" / "verdicts.jsonl",
+        state_home(settings) / "cache" / "verdicts.jsonl",
     )
     click.echo(
         f"{skill}: {report.traces} traces ({report.by_tag} tagged, {report.by_routing} by routing), "
@@ -198,7 +198,7 @@ def proxy(upstream: str, port: int | None, harness: str | None) -> None:
 
     from agent.proxy import build_proxy
     from ingot.cli.serve import is_loopback
-    from ingot.runtime import trace_store
+    from ingot.runtime import state_home, trace_store
     from mcp_server.sessions import SessionRoutes
     from optimize.models.cassette import Cassette
 
@@ -208,8 +208,8 @@ def proxy(upstream: str, port: int | None, harness: str | None) -> None:
         raise ConfigError(f"the capture proxy binds loopback only; BIND_HOST is {settings.bind_host}")
     cassette = None
     if settings.cassette_mode in ("record", "record-missing"):
-        cassette = Cassette(settings.runs_dir / "cassettes" / "proxy.jsonl", "record")
-    app = build_proxy(upstream, trace_store(settings), SessionRoutes(settings.runs_dir), cassette, harness)
+        cassette = Cassette(state_home(settings) / "cassettes" / "proxy.jsonl", "record")
+    app = build_proxy(upstream, trace_store(settings), SessionRoutes(state_home(settings)), cassette, harness)
     click.echo(
         f"ingot: capture proxy at http://{settings.bind_host}:{settings.proxy_port}/v1 -> {upstream}",
         err=True,

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingot.errors import PromotionError, SkillInvalid
-from ingot.fsutil import check_relative, fsync_dir
+from ingot.fsutil import check_relative, fsync_dir, remove_stale_temps
 from mcp_server.registry import (
     NAME_PATTERN,
     Limits,
@@ -267,6 +267,9 @@ class Promoter:
         The outcome is read from disk, not assumed: whichever revision is live is what happened."""
         notes: list[str] = []
         self.audit.repair_torn_tail()
+        self.audit.settle_head()
+        for folder in (self.runs_dir, self.runs_dir / "pending"):
+            remove_stale_temps(folder)  # write_atomic's temp files from a killed write
         entries = self.audit.entries()
         done = {e.get("intent_seq") for e in entries if e.get("outcome")}
         seen_roots = set(roots)

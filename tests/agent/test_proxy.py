@@ -134,7 +134,14 @@ def test_ingot_proxy_command_serves_and_records(upstream, tmp_path):
     from tests.conftest import free_port
 
     port = free_port()
-    env = {**os.environ, "RUNS_DIR": str(tmp_path / "runs"), "HF_HUB_OFFLINE": "1", "LOG_LEVEL": "WARNING"}
+    (tmp_path / "skills").mkdir()
+    env = {
+        **os.environ,
+        "INGOT_HOME": str(tmp_path / "runs"),
+        "SKILLS_DIRS": str(tmp_path / "skills"),
+        "HF_HUB_OFFLINE": "1",
+        "LOG_LEVEL": "WARNING",
+    }
     process = subprocess.Popen(
         [
             sys.executable,

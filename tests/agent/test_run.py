@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -98,7 +99,8 @@ def test_without_a_key_the_cli_prints_the_route_and_exits_0(world, tmp_path):
     env.update(
         {
             "MCP_URL": mcp_url,
-            "RUNS_DIR": str(tmp_path / "cli-runs"),
+            "INGOT_HOME": str(tmp_path / "cli-runs"),
+            "SKILLS_DIRS": str(_empty_root(tmp_path)),
             "HF_HUB_OFFLINE": "1",
             "BASE_URL": "https://openrouter.ai/api/v1",
             "AGENT_MODEL": "some/model",
@@ -115,3 +117,10 @@ def test_without_a_key_the_cli_prints_the_route_and_exits_0(world, tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("route: match release-notes")
     assert "API_KEY" in done.stdout
+
+
+def _empty_root(tmp_path: Path) -> Path:
+    """The agent reads skills over MCP; its own settings only need a library for its state home."""
+    root = tmp_path / "agent-skills"
+    root.mkdir(exist_ok=True)
+    return root

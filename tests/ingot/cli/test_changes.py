@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+from ingot.home import establish
 from optimize.control.changes import ChangeControl
 from tests.conftest import BUNDLED_SKILLS, write_skill
 from tests.ingot.cli.test_main import ingot
@@ -13,7 +14,8 @@ from tests.optimize.conftest import ab, skill_md
 def setup(tmp_path):
     root = tmp_path / "skills"
     shutil.copytree(BUNDLED_SKILLS, root)
-    control = ChangeControl((tmp_path / "runs").absolute(), (root.absolute(),))
+    home = establish((root,))  # the same state home the CLI finds from any folder
+    control = ChangeControl(home.path, home.roots)
     files = {
         "SKILL.md": skill_md(
             "release-notes", "Writes release notes from merged pull requests.", "Group changes by theme."
@@ -49,7 +51,7 @@ def test_status_exits_non_zero_on_drift_and_audit_verify_names_the_bad_line(tmp_
     write_skill(root, "release-notes", "Hand-edited behind Ingot's back.")
     status = ingot("status", "--skills", str(root), cwd=tmp_path)
     assert status.returncode == 1 and "release-notes" in status.stdout and "DRIFTED" in status.stdout
-    log = tmp_path / "runs" / "audit.jsonl"
+    log = control.runs_dir / "audit.jsonl"
     lines = log.read_bytes().splitlines(keepends=True)
     lines[1] = lines[1].replace(b'"actor":"reviewer"', b'"actor":"mallory"')
     log.write_bytes(b"".join(lines))

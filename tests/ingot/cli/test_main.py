@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,8 +18,17 @@ from tests.conftest import BUNDLED_SKILLS, free_port, wait_for, write_skill
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
-def ingot(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RUNS_DIR": str(cwd / "runs"), "HF_HUB_OFFLINE": "1"}
+def bundled(tmp_path: Path) -> Path:
+    """A copy of the bundled skills: a test's state home must never claim the repository's own root."""
+    root = tmp_path / "bundled-skills"
+    if not root.exists():
+        shutil.copytree(BUNDLED_SKILLS, root)
+    return root
+
+
+def ingot(*args: str, cwd: Path, timeout: float = 120, **env_vars: str) -> subprocess.CompletedProcess:
+    """Run the CLI in `cwd`; its state goes to the state home of the roots it is given."""
+    env = {**{k: v for k, v in os.environ.items() if k != "INGOT_HOME"}, "HF_HUB_OFFLINE": "1", **env_vars}
     return subprocess.run(
         [sys.executable, "-m", "ingot.cli", *args],
         cwd=cwd,
@@ -33,7 +43,7 @@ def test_route_prints_the_decision_and_its_components(tmp_path):
     done = ingot(
         "route",
         "--skills",
-        str(BUNDLED_SKILLS),
+        str(bundled(tmp_path)),
         "--json",
         "Draft release notes for 2.0 from the merged pull requests",
         cwd=tmp_path,
@@ -42,7 +52,7 @@ def test_route_prints_the_decision_and_its_components(tmp_path):
     decision = json.loads(done.stdout)
     assert decision["match"] == "release-notes" and len(decision["revision"]) == 64
     assert "bm25_description" in decision["components"]
-    text = ingot("route", "--skills", str(BUNDLED_SKILLS), "Explain the offside rule", cwd=tmp_path)
+    text = ingot("route", "--skills", str(bundled(tmp_path)), "Explain the offside rule", cwd=tmp_path)
     assert text.stdout.startswith("novel:")
 
 
@@ -60,7 +70,7 @@ def test_bench_routing_prints_json_metrics(tmp_path):
         "bench",
         "routing",
         "--skills",
-        str(BUNDLED_SKILLS),
+        str(bundled(tmp_path)),
         "--cases",
         str(FIXTURES / "bundled_cases.jsonl"),
         cwd=tmp_path,
@@ -80,13 +90,13 @@ def test_a_bad_setting_is_one_clear_error_with_exit_code_2(tmp_path):
 
 
 def test_serving_on_a_public_address_without_allowed_hosts_or_a_ui_token_is_refused(tmp_path):
-    done = ingot("serve", "--skills", str(BUNDLED_SKILLS), "--host", "0.0.0.0", cwd=tmp_path)
+    done = ingot("serve", "--skills", str(bundled(tmp_path)), "--host", "0.0.0.0", cwd=tmp_path)
     assert (
         done.returncode == 2 and "refusing to bind the UI on 0.0.0.0 without an access token" in done.stderr
     )
-    done = ingot("serve", "--skills", str(BUNDLED_SKILLS), "--host", "0.0.0.0", "--no-ui", cwd=tmp_path)
+    done = ingot("serve", "--skills", str(bundled(tmp_path)), "--host", "0.0.0.0", "--no-ui", cwd=tmp_path)
     assert done.returncode == 2 and "refusing to bind MCP on 0.0.0.0" in done.stderr
-    done = ingot("ui", "--skills", str(BUNDLED_SKILLS), "--host", "0.0.0.0", cwd=tmp_path)
+    done = ingot("ui", "--skills", str(bundled(tmp_path)), "--host", "0.0.0.0", cwd=tmp_path)
     assert (
         done.returncode == 2 and "refusing to bind the UI on 0.0.0.0 without an access token" in done.stderr
     )
@@ -94,7 +104,7 @@ def test_serving_on_a_public_address_without_allowed_hosts_or_a_ui_token_is_refu
 
 def test_serve_answers_mcp_and_ui_then_stops_on_sigterm(tmp_path):
     mcp_port, ui_port = free_port(), free_port()
-    env = {**os.environ, "RUNS_DIR": str(tmp_path / "runs"), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     output = tmp_path / "serve.log"  # a file, not a pipe: nobody reads a pipe while it serves
     process = subprocess.Popen(
         [
@@ -103,7 +113,7 @@ def test_serve_answers_mcp_and_ui_then_stops_on_sigterm(tmp_path):
             "ingot.cli",
             "serve",
             "--skills",
-            str(BUNDLED_SKILLS),
+            str(bundled(tmp_path)),
             "--mcp-port",
             str(mcp_port),
             "--ui-port",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 
 import pytest
+import rfc8785
 
 from optimize.control.audit import AuditError, AuditLog
 
@@ -78,13 +81,120 @@ def test_a_torn_last_line_is_detected(log):
     assert not result.ok and "incomplete" in result.problem
 
 
-def test_a_head_one_line_behind_is_a_crash_not_tampering(log):
+def test_a_head_one_announced_line_behind_is_a_crash_not_tampering(tmp_path):
+    audit = AuditLog(tmp_path, on_step=_kill_at("audit: write head", after=1))
+    audit.append(action="promote", skill="a", actor="tester")
+    with pytest.raises(_Killed):
+        audit.append(action="reject", skill="b", actor="tester", reason="r")
+    log = AuditLog(tmp_path)
+    result = log.verify()
+    assert result.ok and result.behind and "behind" in result.note and result.lines == 2
+    assert log.settle_head() and log.verify().note is None
+    log.append(action="reject", skill="x", actor="tester", reason="r")
+    assert log.verify().ok and log.verify().lines == 3
+
+
+def _forged_line(log: AuditLog, **fields) -> bytes:
+    """A well-formed line computed by hand the way the code does, but without the key."""
+    last = log.entries()[-1]
+    record = {
+        "schema": 2,
+        "seq": last.seq + 1,
+        "time": "2026-11-30T00:00:00+00:00",
+        "prev": last.hash,
+        **fields,
+    }
+    record["hash"] = hashlib.sha256(rfc8785.dumps(record)).hexdigest()
+    record["mac"] = hmac.new(b"\x00" * 32, record["hash"].encode(), hashlib.sha256).hexdigest()
+    return rfc8785.dumps(record) + b"\n"
+
+
+def test_one_appended_well_formed_forged_line_is_refused(log):
+    log.path.write_bytes(
+        log.path.read_bytes() + _forged_line(log, action="promote", skill="x", outcome="done")
+    )
+    result = log.verify()
+    assert not result.ok and result.bad_line == 6 and "forged" in result.problem
+
+
+def test_a_forged_line_with_a_head_rewritten_to_match_is_refused(log):
+    forged = _forged_line(log, action="promote", skill="x", outcome="done")
+    log.path.write_bytes(log.path.read_bytes() + forged)
+    record = json.loads(forged)
+    log.head_path.write_text(
+        json.dumps({"seq": record["seq"], "hash": record["hash"], "next": None, "mac": "0" * 64})
+    )
+    assert not log.verify().ok
+
+
+def test_a_head_moved_one_line_back_by_hand_is_refused(log):
     entries = log.entries()
     log.head_path.write_text(json.dumps({"seq": entries[-2].seq, "hash": entries[-2].hash}))
     result = log.verify()
-    assert result.ok and "behind" in result.note
-    log.append(action="reject", skill="x", actor="tester", reason="r")
-    assert log.verify().ok and log.verify().note is None
+    assert not result.ok and "head" in result.problem
+
+
+def test_an_unkeyed_line_appended_to_a_keyed_chain_is_refused(log):
+    last = log.entries()[-1]
+    record = {"schema": 1, "seq": last.seq + 1, "time": "t", "prev": last.hash, "action": "promote"}
+    record["hash"] = hashlib.sha256(rfc8785.dumps(record)).hexdigest()
+    log.path.write_bytes(log.path.read_bytes() + rfc8785.dumps(record) + b"\n")
+    result = log.verify()
+    assert not result.ok and result.bad_line == 6 and "forged" in result.problem
+
+
+def test_both_files_rewritten_consistently_without_the_key_are_refused(log):
+    lines_ = [json.loads(raw) for raw in log.path.read_bytes().splitlines()]
+    lines_[1]["actor"] = "mallory"
+    prev = lines_[0]["hash"]
+    out = [rfc8785.dumps(lines_[0]) + b"\n"]
+    for record in lines_[1:]:
+        record["prev"] = prev
+        body = {k: v for k, v in record.items() if k not in ("hash", "mac")}
+        record["hash"] = hashlib.sha256(rfc8785.dumps(body)).hexdigest()
+        prev = record["hash"]
+        out.append(rfc8785.dumps(record) + b"\n")
+    log.path.write_bytes(b"".join(out))
+    log.head_path.write_text(
+        json.dumps({"seq": lines_[-1]["seq"], "hash": prev, "next": None, "mac": "0" * 64})
+    )
+    result = log.verify()
+    assert not result.ok and result.bad_line == 2 and "MAC" in result.problem
+
+
+def test_a_missing_key_leaves_nothing_trusted(log):
+    log.key_path.unlink()
+    result = log.verify()
+    assert not result.ok and "missing" in result.problem
+    with pytest.raises(AuditError):
+        log.append(action="promote", skill="x", actor="tester")
+
+
+def test_the_key_is_private(log):
+    assert log.key_path.stat().st_mode & 0o777 == 0o600 and len(log.key_path.read_bytes()) == 32
+
+
+def test_an_unkeyed_chain_from_an_older_ingot_is_adopted_and_then_protected(tmp_path):
+    prev = "0" * 64
+    out = []
+    for seq in (1, 2):
+        record = {"schema": 1, "seq": seq, "time": "t", "prev": prev, "action": "promote", "skill": f"s{seq}"}
+        record["hash"] = prev = hashlib.sha256(rfc8785.dumps(record)).hexdigest()
+        out.append(rfc8785.dumps(record) + b"\n")
+    (tmp_path / "audit.jsonl").write_bytes(b"".join(out))
+    (tmp_path / "audit.head").write_text(json.dumps({"seq": 2, "hash": prev}))
+    log = AuditLog(tmp_path)
+    before = log.verify()
+    assert not before.ok and "ingot migrate" in before.problem
+    with pytest.raises(AuditError, match="broken"):
+        log.append(action="promote", skill="x", actor="tester")
+    entry = log.adopt("tester")
+    assert entry.get("action") == "adopt" and entry.get("legacy_head") == prev
+    assert log.verify().ok and log.verify().lines == 3
+    data = log.path.read_bytes().splitlines(keepends=True)
+    data[0] = data[0].replace(b'"s1"', b'"s9"')
+    log.path.write_bytes(b"".join(data))
+    assert not log.verify().ok
 
 
 def test_nothing_is_appended_to_a_broken_chain(log):
@@ -93,3 +203,19 @@ def test_nothing_is_appended_to_a_broken_chain(log):
     log.path.write_bytes(b"".join(data))
     with pytest.raises(AuditError, match="broken at line 1"):
         log.append(action="promote", skill="x", actor="tester")
+
+
+class _Killed(BaseException):
+    pass
+
+
+def _kill_at(step: str, after: int = 0):
+    seen = {"n": 0}
+
+    def hook(name: str) -> None:
+        if name == step:
+            seen["n"] += 1
+            if seen["n"] > after:
+                raise _Killed(name)
+
+    return hook

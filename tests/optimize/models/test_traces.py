@@ -84,7 +84,10 @@ def test_commands_that_read_all_traffic_delete_expired_records_from_disk(tmp_pat
     from ingot.runtime import trace_store
     from ingot.settings import load_settings
 
-    settings = load_settings(runs_dir=tmp_path, traces=True, trace_retention_days=30)
+    (tmp_path / "skills").mkdir()
+    settings = load_settings(
+        ingot_home=tmp_path / "home", skills_dirs=(tmp_path / "skills",), traces=True, trace_retention_days=30
+    )
     now = dt.datetime.now(dt.UTC)
     writer = trace_store(settings)
     writer.append(record(task="PRIVATE old task", time=(now - dt.timedelta(days=40)).isoformat()))

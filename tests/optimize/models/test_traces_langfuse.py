@@ -69,7 +69,8 @@ def test_settings_choose_langfuse_only_when_both_keys_are_set(monkeypatch, tmp_p
     from ingot.settings import load_settings
     from optimize.models.traces import LocalTraceStore
 
-    monkeypatch.setenv("RUNS_DIR", str(tmp_path))
+    monkeypatch.setenv("INGOT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SKILLS_DIRS", str(tmp_path))
     monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-lf-only")
     monkeypatch.delenv("LANGFUSE_SECRET_KEY", raising=False)
     assert isinstance(trace_store(load_settings()), LocalTraceStore)

@@ -95,7 +95,7 @@ def test_ingot_optimize_description_command_queues_the_change(served_copy, tmp_p
             "BASE_URL": server.url,
             "TEACHER_MODEL": "teacher-model",
             "TASKS_DIR": str(tasks),
-            "RUNS_DIR": str(control.runs_dir),
+            "INGOT_HOME": str(control.runs_dir),
             "HF_HUB_OFFLINE": "1",
         }
         env.pop("API_KEY", None)

@@ -74,7 +74,7 @@ def test_ingot_optimize_command_queues_the_rewrite(optimizer_world, tmp_path):
         "TEACHER_MODEL": "teacher-model",
         "JUDGE_MODEL": "judge-model",
         "TASKS_DIR": str(tasks),
-        "RUNS_DIR": str(control.runs_dir),
+        "INGOT_HOME": str(control.runs_dir),
         "HF_HUB_OFFLINE": "1",
     }
     env.pop("API_KEY", None)
