@@ -82,12 +82,22 @@ def change_control(settings: Settings, library: Library | None = None) -> Change
         alpha=settings.promote_alpha,
     )
     home = establish(settings.skills_dirs, settings.ingot_home)
+    opened: list[Library] = [library] if library is not None else []
+
+    def neighbours() -> Library:
+        """The served library as it is now: opened on first use (only approvals need it), then
+        re-read, so a skill promoted a moment ago counts."""
+        if not opened:
+            opened.append(open_library(settings))
+        return opened[0].current()
+
     return ChangeControl(
         home.path,
         home.roots,
         thresholds,
         limits,
         prepare=library.prewarm if library is not None else None,
+        neighbours=neighbours,
     )
 
 

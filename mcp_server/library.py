@@ -82,6 +82,12 @@ class Library:
                     log.warning("skill %r disabled by its routing metadata: %s", name, reason)
             return report
 
+    def current(self) -> Library:
+        """This library re-read from disk first (only changed folders), for callers that must see
+        a change made a moment ago, such as approval's collision re-check."""
+        self.reload()
+        return self
+
     def status(self) -> LibraryStatus:
         return LibraryStatus(
             len(self.skills()), tuple(self._registry.problems()), self._router.disabled, self.roots

@@ -124,6 +124,6 @@ def served_copy(tmp_path, library_factory):
     root = tmp_path / "skills"
     shutil.copytree(BUNDLED_SKILLS, root)
     library = library_factory(root)
-    control = ChangeControl(tmp_path / "runs", (root,))
+    control = ChangeControl(tmp_path / "runs", (root,), neighbours=library.current)
     with running_mcp(library, control=control) as url:
         yield url, library, control, root

@@ -48,7 +48,7 @@ def run(settings: Settings, rounds: int) -> dict:
             threads=settings.embed_threads,
         )
         library = Library((root,), embedder)
-        control = ChangeControl(work / "runs", (root,), prepare=library.prewarm)
+        control = ChangeControl(work / "runs", (root,), prepare=library.prewarm, neighbours=library.current)
         checks = {
             "checks": {
                 "status": "measured",

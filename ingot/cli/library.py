@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from ingot.cli.options import print_json, settings_for, setup_logging, skills_option
+from ingot.errors import IngotError
 from ingot.settings import Settings
 
 
@@ -45,8 +46,11 @@ def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
     setup_logging(settings.log_level)
     library = open_library(settings)
     control = change_control(settings, library=library)
-    for note in control.recover():
-        click.echo(f"ingot: recovered an interrupted change: {note}", err=True)
+    try:
+        for note in control.recover():
+            click.echo(f"ingot: recovered an interrupted change: {note}", err=True)
+    except IngotError as exc:  # serving is read-only: it goes on, and changes stay blocked
+        click.echo(f"ingot: change control is blocked: {exc}", err=True)
     status = library.status()
     click.echo(
         f"ingot: {status.skills} skills from {', '.join(map(str, status.roots))}; "

@@ -15,24 +15,32 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ingot.errors import IngotError, SkillChanged
 from mcp_server.registry import Limits, parse_skill_md
 from optimize.control import evidence as evidence_mod
-from optimize.control.audit import AuditEntry, AuditLog
+from optimize.control.audit import AuditEntry, AuditError, AuditLog
 from optimize.control.gate import Thresholds, evaluate
 from optimize.control.lock import PromotionConflict, change_lock
 from optimize.control.pending import PendingChange, PendingQueue, new_change
 from optimize.control.promote import Outcome, Promoter, check_skill_name, tree_revision
 from optimize.control.status import Status, report
-from optimize.measure.checks import injection_check
+from optimize.measure.checks import collision_check, injection_check
 
 log = logging.getLogger(__name__)
 
 
 class ApprovalRefused(IngotError):
     """Approval re-verification failed; the reason names the check."""
+
+
+class Neighbours(Protocol):
+    """What approval asks the served library, as it is at approval time."""
+
+    def similar_descriptions(self, name: str, description: str) -> Mapping[str, float]:
+        """Cosine of `description` against every served skill's, by skill name."""
+        ...
 
 
 @dataclass
@@ -47,6 +55,9 @@ class ChangeControl:
     # Called with a candidate's files when it is queued, e.g. to embed its texts ahead of time
     # so that approving it re-indexes from the vector cache instead of running the model.
     prepare: Callable[[str, Mapping[str, bytes]], None] | None = None
+    # Returns the served library as it is now (reloaded), for re-checking collisions at approval.
+    # Without it, approving anything that sets a description is refused: the check is not optional.
+    neighbours: Callable[[], Neighbours] | None = None
 
     def __post_init__(self) -> None:
         self.queue = PendingQueue(self.runs_dir)
@@ -102,8 +113,15 @@ class ChangeControl:
 
     def _recover(self) -> list[str]:
         """Promotions first, then the queue: a pending change the audit log says was already
-        promoted or rejected (killed before it was archived) is archived now."""
+        promoted or rejected (killed before it was archived) is archived now. Nothing is settled
+        from a chain that does not verify: a forged outcome line must not archive anything."""
         notes = self.promoter.recover(self.roots)
+        state = self.audit.verify()
+        if not state.ok:
+            raise AuditError(
+                f"the audit chain is broken at line {state.bad_line}: {state.problem}. Nothing will "
+                "be changed until it is investigated (`ingot audit verify`)"
+            )
         settled: dict[str, tuple[str, str]] = {}
         for entry in self.audit.entries():
             change_id = entry.get("change_id")
@@ -252,6 +270,7 @@ class ChangeControl:
             )
         if bundle.data.get("skill") != change.skill or bundle.data.get("kind") != change.kind:
             raise ApprovalRefused("the evidence is for a different skill or kind of change")
+        self._check_proposed(change)
         live = self.live_revision(change.skill)
         if live != bundle.champion_revision or live != change.champion_revision:
             raise ApprovalRefused(
@@ -272,6 +291,40 @@ class ChangeControl:
         root = self.root_of(change.skill) or self.roots[0]
         return bundle, root
 
+    def _check_proposed(self, change: PendingChange) -> None:
+        """Only what Ingot itself queued is approvable: the change's latest `propose` (or
+        re-evaluation `evidence`) line in the keyed chain must name this skill, these revisions
+        and this evidence digest. A hand-made pending record has no such line, however
+        consistent it is with its evidence."""
+        state = self.audit.verify()
+        if not state.ok:
+            raise ApprovalRefused(
+                f"the audit chain does not verify (line {state.bad_line}: {state.problem}); "
+                "see `ingot audit verify`"
+            )
+        lines = [
+            e
+            for e in self.audit.entries()
+            if e.get("change_id") == change.id and e.get("action") in ("propose", "evidence")
+        ]
+        if not lines:
+            raise ApprovalRefused(
+                f"change {change.id} has no `propose` line in the audit chain, so Ingot never queued it "
+                "(a hand-made or forged pending record); reject it"
+            )
+        expected = {
+            "skill": change.skill,
+            "from_revision": change.champion_revision,
+            "to_revision": change.candidate_revision,
+            "evidence_digest": change.evidence_digest,
+        }
+        wrong = [key for key, value in expected.items() if lines[-1].get(key) != value]
+        if wrong:
+            raise ApprovalRefused(
+                f"change {change.id} differs from its audited proposal (line {lines[-1].seq}) in "
+                f"{', '.join(wrong)}: edited after it was queued; reject it"
+            )
+
     def _check_kind(self, change: PendingChange, live: str | None) -> None:
         """The kind of change must match what the candidate actually does to the live tree."""
         if (change.kind == "create") != (live is None):
@@ -287,6 +340,7 @@ class ChangeControl:
         scan = injection_check(f"{description}\n{body}")
         if not scan.passed:
             raise ApprovalRefused(scan.detail)
+        self._check_collisions(change, description, live)
         if change.kind == "description":
             root = self.root_of(change.skill)
             assert root is not None
@@ -303,6 +357,26 @@ class ChangeControl:
                     "a description change may change only the frontmatter description; "
                     "this candidate changes more"
                 )
+
+    def _check_collisions(self, change: PendingChange, description: str, live: str | None) -> None:
+        """A description must not shadow any skill served *now*: two candidates that each passed
+        admission alone may collide once the first is live."""
+        if change.kind == "rewrite" and live is not None:
+            root = self.root_of(change.skill)
+            assert root is not None
+            current = self.promoter.read_tree(root / change.skill, change.skill)
+            if parse_skill_md(current["SKILL.md"].decode("utf-8"), change.skill)[1] == description:
+                return  # a body-only rewrite does not move the skill's routes
+        if self.neighbours is None:
+            raise ApprovalRefused(
+                "approval re-checks the description against the served library, and this process has "
+                "none; approve from `ingot approve` or the UI"
+            )
+        collision = collision_check(
+            self.neighbours().similar_descriptions(change.skill, description), change.skill
+        )
+        if not collision.passed:
+            raise ApprovalRefused(f"collision with the library as it is now: {collision.detail}")
 
     def reject(self, skill: str, reason: str, actor: str, change_id: str | None = None) -> Path:
         """Archive the pending change for `skill` with `reason`; `change_id` pins the one reviewed."""

@@ -41,7 +41,7 @@ from mcp_server.registry import (
     read_skill,
     read_skill_files,
 )
-from optimize.control.audit import AuditLog
+from optimize.control.audit import AuditError, AuditLog
 
 STAGE_PREFIX = ".ingot-stage-"
 StepHook = Callable[[str], None]
@@ -268,6 +268,12 @@ class Promoter:
         notes: list[str] = []
         self.audit.repair_torn_tail()
         self.audit.settle_head()
+        state = self.audit.verify()
+        if not state.ok:  # settle nothing from lines that cannot be trusted
+            raise AuditError(
+                f"the audit chain is broken at line {state.bad_line}: {state.problem}. Nothing will "
+                "be changed until it is investigated (`ingot audit verify`)"
+            )
         for folder in (self.runs_dir, self.runs_dir / "pending"):
             remove_stale_temps(folder)  # write_atomic's temp files from a killed write
         entries = self.audit.entries()

@@ -29,8 +29,12 @@ def library(tmp_path):
 def proposed(root) -> tuple[ChangeControl, str]:
     home = establish((root,))
     control = ChangeControl(home.path, home.roots)
-    files = {"SKILL.md": skill_md("release-notes", "Writes release notes from merged PRs.", "Group by theme.")}
-    change, _ = control.propose("release-notes", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1], [0.9, 0.8, 0.9]))
+    files = {
+        "SKILL.md": skill_md("release-notes", "Writes release notes from merged PRs.", "Group by theme.")
+    }
+    change, _ = control.propose(
+        "release-notes", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1], [0.9, 0.8, 0.9])
+    )
     return control, change.id
 
 
@@ -99,7 +103,11 @@ def test_a_missing_root_is_one_clear_error(tmp_path):
 
 def test_the_retired_runs_dir_setting_says_how_to_move(library, tmp_path):
     done = ingot("pending", "--skills", str(library), cwd=tmp_path, RUNS_DIR="runs")
-    assert done.returncode == 2 and "RUNS_DIR is no longer read" in done.stderr and "ingot migrate" in done.stderr
+    assert (
+        done.returncode == 2
+        and "RUNS_DIR is no longer read" in done.stderr
+        and "ingot migrate" in done.stderr
+    )
 
 
 def _legacy_chain(folder) -> str:
@@ -107,7 +115,13 @@ def _legacy_chain(folder) -> str:
     folder.mkdir(parents=True)
     prev, out = "0" * 64, []
     for seq in (1, 2):
-        record = {"schema": 1, "seq": seq, "time": "2026-10-01T00:00:00+00:00", "prev": prev, "action": "reject"}
+        record = {
+            "schema": 1,
+            "seq": seq,
+            "time": "2026-10-01T00:00:00+00:00",
+            "prev": prev,
+            "action": "reject",
+        }
         record["hash"] = prev = hashlib.sha256(rfc8785.dumps(record)).hexdigest()
         out.append(rfc8785.dumps(record) + b"\n")
     (folder / "audit.jsonl").write_bytes(b"".join(out))

@@ -47,10 +47,10 @@ def ab(champion: list[float], challenger: list[float], fail_case: int | None = N
 
 
 @pytest.fixture
-def control(tmp_path) -> ChangeControl:
+def control(tmp_path, library_factory) -> ChangeControl:
     root = tmp_path / "skills"
     write_skill(root, "alpha", "Alpha does alpha things.", "# Alpha\n\nStep one.\n")
-    return ChangeControl(tmp_path / "runs", (root,))
+    return ChangeControl(tmp_path / "runs", (root,), neighbours=library_factory(root).current)
 
 
 STALE = "# Release notes\n\nSEED-MARK: list every commit verbatim.\n"
@@ -71,7 +71,7 @@ def optimizer_world(tmp_path, library_factory):
     tasks.mkdir()
     (tasks / "release-notes.yaml").write_text(TASKS)
     library = library_factory(root)
-    control = ChangeControl(tmp_path / "runs", (root,))
+    control = ChangeControl(tmp_path / "runs", (root,), neighbours=library.current)
     with scripted_llm() as server:
         server.script_optimizer(
             diagnosis=[{"section": "SEED-MARK", "kind": "incorrect", "detail": "verbatim commits"}]

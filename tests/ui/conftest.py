@@ -73,7 +73,7 @@ def world(tmp_path, library_factory) -> Iterator[World]:
     root = tmp_path / "skills"
     shutil.copytree(BUNDLED_SKILLS, root)
     library = library_factory(root)
-    control = ChangeControl(tmp_path / "runs", (root,), lock_wait_s=5)
+    control = ChangeControl(tmp_path / "runs", (root,), lock_wait_s=5, neighbours=library.current)
     queue_changes(control, root)
     with running_mcp(library, control=control) as mcp:
         app = ui_app(library, control, mcp, (), UIOptions("tester", runs_env=dict(os.environ)))

@@ -11,11 +11,11 @@ from tests.ingot.cli.test_main import ingot
 from tests.optimize.conftest import ab, skill_md
 
 
-def setup(tmp_path):
+def setup(tmp_path, library_factory):
     root = tmp_path / "skills"
     shutil.copytree(BUNDLED_SKILLS, root)
     home = establish((root,))  # the same state home the CLI finds from any folder
-    control = ChangeControl(home.path, home.roots)
+    control = ChangeControl(home.path, home.roots, neighbours=library_factory(root).current)
     files = {
         "SKILL.md": skill_md(
             "release-notes", "Writes release notes from merged pull requests.", "Group changes by theme."
@@ -25,8 +25,8 @@ def setup(tmp_path):
     return root, control
 
 
-def test_pending_approve_history_status_and_audit_verify(tmp_path):
-    root, control = setup(tmp_path)
+def test_pending_approve_history_status_and_audit_verify(tmp_path, library_factory):
+    root, control = setup(tmp_path, library_factory)
     args = ("--skills", str(root))
     listed = ingot("pending", *args, cwd=tmp_path)
     assert "release-notes" in listed.stdout and "gate: pass" in listed.stdout
@@ -45,8 +45,8 @@ def test_pending_approve_history_status_and_audit_verify(tmp_path):
     assert verify.returncode == 0 and verify.stdout.startswith("ok: ")
 
 
-def test_status_exits_non_zero_on_drift_and_audit_verify_names_the_bad_line(tmp_path):
-    root, control = setup(tmp_path)
+def test_status_exits_non_zero_on_drift_and_audit_verify_names_the_bad_line(tmp_path, library_factory):
+    root, control = setup(tmp_path, library_factory)
     control.approve("release-notes", "reviewer", control.queue.get("release-notes").id)
     write_skill(root, "release-notes", "Hand-edited behind Ingot's back.")
     status = ingot("status", "--skills", str(root), cwd=tmp_path)
@@ -59,8 +59,8 @@ def test_status_exits_non_zero_on_drift_and_audit_verify_names_the_bad_line(tmp_
     assert verify.returncode == 1 and "line 2" in verify.stderr
 
 
-def test_reject_needs_a_reason_and_propose_refuses_escaping_symlinks(tmp_path):
-    root, control = setup(tmp_path)
+def test_reject_needs_a_reason_and_propose_refuses_escaping_symlinks(tmp_path, library_factory):
+    root, control = setup(tmp_path, library_factory)
     missing = ingot("reject", "release-notes", "--skills", str(root), cwd=tmp_path)
     assert missing.returncode == 2 and "--reason" in missing.stderr
     done = ingot("reject", "release-notes", "--reason", "too long", "--skills", str(root), cwd=tmp_path)

@@ -219,3 +219,13 @@ def _kill_at(step: str, after: int = 0):
                 raise _Killed(name)
 
     return hook
+
+
+def test_an_old_head_replayed_over_a_longer_chain_is_refused(log):
+    """Only a crash between append and head move leaves the head behind, and then it names the
+    line it announced; a genuine earlier head put back by hand does not."""
+    old_head = log.head_path.read_bytes()
+    log.append(action="reject", skill="x", actor="tester", reason="r")
+    log.head_path.write_bytes(old_head)
+    result = log.verify()
+    assert not result.ok and "does not match the last line" in result.problem

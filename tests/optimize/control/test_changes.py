@@ -270,3 +270,91 @@ def test_an_unreadable_audit_line_is_a_clear_error(control):
         handle.write("not json at all\n")
     with pytest.raises(IngotError, match="audit"):
         control.status().audit.ok or control.history("alpha")
+
+
+def _forge_pending(control, name: str, files: dict, measurements: dict) -> str:
+    """A pending record plus evidence computed by hand, consistent with each other and the disk,
+    but never queued through `propose` (so the keyed chain has no line for it)."""
+    from optimize.control import evidence as evidence_mod
+    from optimize.control.pending import new_change
+    from optimize.control.promote import tree_revision
+
+    champion = control.live_revision(name)
+    bundle = evidence_mod.write_bundle(
+        control.runs_dir,
+        name,
+        "rewrite",
+        champion,
+        tree_revision(files),
+        measurements,
+        control.thresholds,
+        None,
+        "optimizer",
+    )
+    change = new_change(
+        name,
+        "rewrite",
+        "optimizer",
+        champion,
+        files,
+        str(bundle.path.relative_to(control.runs_dir)),
+        bundle.digest,
+    )
+    control.queue.submit(change)
+    return change.id
+
+
+def test_a_self_consistent_forged_pending_record_is_refused(control):
+    rewrite(control, "An honest change first.")
+    control.approve("alpha", "reviewer", control.queue.get("alpha").id)
+    live = served(control)
+    files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Forged step.")}
+    forged = _forge_pending(control, "alpha", files, ab([0.1, 0.1, 0.1, 0.1], [0.9, 0.9, 0.9, 0.9]))
+    assert control.refusal(control.queue.get("alpha")) is not None
+    with pytest.raises(ApprovalRefused, match="no `propose` line"):
+        control.approve("alpha", "reviewer", forged)
+    assert served(control) == live
+
+
+def test_a_pending_record_edited_after_its_proposal_is_refused(control):
+    change, _ = rewrite(control)
+    slot = control.queue.slot("alpha")
+    data = json.loads(slot.read_text())
+    data["champion_revision"] = "f" * 64
+    slot.write_text(json.dumps(data))
+    with pytest.raises(ApprovalRefused, match="differs from its audited proposal"):
+        control.approve("alpha", "reviewer", change.id)
+
+
+def test_two_duplicates_that_each_passed_alone_cannot_both_be_approved(control):
+    description = "Reconciles supplier invoices against purchase orders and flags mismatches."
+    for name in ("invoice-match", "invoice-check"):
+        control.propose(
+            name, "create", "agent", {"SKILL.md": skill_md(name, description, "Match.")}, checks()
+        )
+    control.approve("invoice-match", "reviewer", control.queue.get("invoice-match").id)
+    with pytest.raises(ApprovalRefused, match="collision with the library as it is now: .*invoice-match"):
+        control.approve("invoice-check", "reviewer", control.queue.get("invoice-check").id)
+    assert served(control, "invoice-check") is None
+
+
+def test_without_the_library_a_description_change_is_not_approved_blind(control):
+    from optimize.control.changes import ChangeControl
+
+    files = {"SKILL.md": skill_md("beta", "Beta does beta things.", "Do beta.")}
+    control.propose("beta", "create", "agent", files, checks())
+    blind = ChangeControl(control.runs_dir, control.roots)
+    with pytest.raises(ApprovalRefused, match="re-checks the description"):
+        blind.approve("beta", "reviewer", blind.queue.get("beta").id)
+
+
+def test_a_forged_promotion_line_never_archives_a_pending_change(control):
+    from tests.optimize.control.test_audit import _forged_line
+
+    change, _ = rewrite(control)
+    audit = AuditLog(control.runs_dir)
+    forged = _forged_line(audit, action="promote", skill="alpha", outcome="done", change_id=change.id)
+    audit.path.write_bytes(audit.path.read_bytes() + forged)
+    with pytest.raises(IngotError, match="broken at line"):
+        control.recover()
+    assert control.queue.get("alpha").id == change.id

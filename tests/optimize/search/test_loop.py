@@ -29,7 +29,7 @@ def test_only_the_unhealthy_skill_is_optimized_and_nothing_goes_live(tmp_path, l
     for name in ("release-notes", "git-commit-messages"):
         (tasks / f"{name}.yaml").write_text("train: [t1, t2, t3]\nholdout: [h1, h2, h3]\n")
     library = library_factory(root)
-    control = ChangeControl(tmp_path / "runs", (root,))
+    control = ChangeControl(tmp_path / "runs", (root,), neighbours=library.current)
     store = LocalTraceStore(tmp_path / "runs" / "traces.jsonl")
     store.append(
         TraceRecord(

@@ -112,7 +112,7 @@ def test_a_challenger_that_regresses_a_holdout_task_is_queued_blocked_and_cannot
     tasks.mkdir()
     (tasks / "release-notes.yaml").write_text(TASKS)
     library = library_factory(root)
-    control = ChangeControl(tmp_path / "runs", (root,))
+    control = ChangeControl(tmp_path / "runs", (root,), neighbours=library.current)
     with scripted_llm() as server:
         # Specific rules first: on one holdout task the champion is fine and the challenger breaks it.
         server.add(system_contains="SEED-MARK", user_contains="Notes for 2.1", reply="solid answer")
