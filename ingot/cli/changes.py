@@ -133,7 +133,13 @@ def status(skills: tuple[Path, ...]) -> None:
     control, _ = _control(skills)
     report = control.status()
     for skill in report.skills:
-        flag = "DRIFTED" if skill.drifted else ("unaudited" if skill.audited_revision is None else "ok")
+        flag = (
+            "RECOVERY PENDING"
+            if skill.recovery_pending
+            else "DRIFTED"
+            if skill.drifted
+            else ("unaudited" if skill.audited_revision is None else "ok")
+        )
         click.echo(
             f"{skill.name}  {(skill.live_revision or 'MISSING/INVALID')[:15]}  {flag}"
             + (f"  (audited {skill.audited_revision[:12]})" if skill.drifted else "")
@@ -146,6 +152,12 @@ def status(skills: tuple[Path, ...]) -> None:
         f"audit: {'ok' if audit.ok else f'BROKEN at line {audit.bad_line}: {audit.problem}'}"
         f" ({audit.lines} lines, head {audit.head_hash[:16]})"
     )
+    interrupted = [s.name for s in report.skills if s.recovery_pending]
+    if interrupted:
+        click.echo(
+            f"recovery pending: an interrupted change to {', '.join(interrupted)}; the next change-control "
+            "command (or `ingot serve`) settles it from what is live"
+        )
     if report.drifted or not audit.ok:
         sys.exit(1)
 

@@ -35,6 +35,11 @@ class ApprovalRefused(IngotError):
     """Approval re-verification failed; the reason names the check."""
 
 
+class WriteFailed(IngotError):
+    """A write to the state home or a skills root failed (disk full, I/O error, permissions);
+    the message says what is served now and what, if anything, is left for recovery."""
+
+
 class Neighbours(Protocol):
     """What approval asks the served library, as it is at approval time."""
 
@@ -109,7 +114,13 @@ class ChangeControl:
     def recover(self) -> list[str]:
         """Settle anything a killed promotion or rollback left (run at start-up and before writes)."""
         with change_lock(self.runs_dir, self.lock_wait_s):
-            return self._recover()
+            try:
+                return self._recover()
+            except OSError as exc:
+                raise WriteFailed(
+                    f"recovery could not finish: {_os_reason(exc)}; what is served is unchanged and the "
+                    "next command retries it. Free disk space or fix permissions"
+                ) from exc
 
     def _recover(self) -> list[str]:
         """Promotions first, then the queue: a pending change the audit log says was already
@@ -187,22 +198,31 @@ class ChangeControl:
                 bundle.digest,
                 note,
             )
-            displaced = self.queue.submit(change)
+            try:
+                displaced = self.queue.submit(change)
+            except OSError as exc:
+                raise WriteFailed(
+                    f"could not queue the change for {skill!r}: {_os_reason(exc)}; nothing was queued"
+                ) from exc
             if self.prepare is not None:
                 try:
                     self.prepare(skill, files)
                 except Exception as exc:  # an optimisation only: never block a proposal on it
                     log.warning("could not pre-embed the candidate for %s: %s", skill, exc)
-            self.audit.append(
-                action="propose",
-                skill=skill,
-                from_revision=champion,
-                to_revision=change.candidate_revision,
-                evidence_digest=bundle.digest,
-                actor=source,
-                change_id=change.id,
-                archive=str(displaced.relative_to(self.runs_dir)) if displaced else None,
-            )
+            try:
+                self.audit.append(
+                    action="propose",
+                    skill=skill,
+                    from_revision=champion,
+                    to_revision=change.candidate_revision,
+                    evidence_digest=bundle.digest,
+                    actor=source,
+                    change_id=change.id,
+                    archive=str(displaced.relative_to(self.runs_dir)) if displaced else None,
+                )
+            except IngotError:
+                self.queue.withdraw(change, displaced)  # unaudited means unqueued
+                raise
             return change, displaced
 
     def approve(self, skill: str, actor: str, change_id: str) -> Outcome:
@@ -221,31 +241,34 @@ class ChangeControl:
                     action="approve-refused", skill=skill, actor=actor, reason=str(exc), change_id=change.id
                 )
                 raise
-            outcome = self.promoter.switch(
-                skill,
-                root,
-                change.files,
-                expected_from=change.champion_revision,
-                action="promote",
-                actor=actor,
-                reason=f"approved {change.kind} from {change.source}",
-                evidence_digest=evidence.digest,
-                change_id=change.id,
-            )
-            self.queue.archive(skill, f"approved by {actor}", "approved", actor)
+            try:
+                outcome = self.promoter.switch(
+                    skill,
+                    root,
+                    change.files,
+                    expected_from=change.champion_revision,
+                    action="promote",
+                    actor=actor,
+                    reason=f"approved {change.kind} from {change.source}",
+                    evidence_digest=evidence.digest,
+                    change_id=change.id,
+                )
+                self.queue.archive(skill, f"approved by {actor}", "approved", actor, outcome.seq)
+            except (OSError, AuditError) as exc:
+                raise self._fault("promote", skill, change.candidate_revision, exc) from exc
             return outcome
 
     def _reviewed(self, skill: str, change_id: str | None) -> PendingChange:
         """The pending change for `skill`, if it is still `change_id` (the one the reviewer saw;
         None: whichever is pending). A change decided or displaced since is a conflict."""
         change = self.queue.get(skill)
+        decided = self.queue.decided(skill, change_id) if change_id is not None else None
+        if decided is not None and decided.get("archived_status") in ("approved", "rejected"):
+            raise PromotionConflict(
+                f"change {change_id} for {skill!r} was already {decided.get('archived_status')} "
+                f"by {decided.get('archived_by')} at {decided.get('archived_at')}"
+            )
         if change is None:
-            last = (self.queue.archived(skill) or [{}])[-1]
-            if change_id is not None and change_id == last.get("id"):
-                raise PromotionConflict(
-                    f"change {change_id} for {skill!r} was already {last.get('archived_status')} "
-                    f"by {last.get('archived_by')} at {last.get('archived_at')}"
-                )
             raise ApprovalRefused(f"no pending change for {skill!r}; `ingot pending` lists them")
         if change_id is not None and change.id != change_id:
             raise PromotionConflict(
@@ -385,16 +408,22 @@ class ChangeControl:
         with change_lock(self.runs_dir, self.lock_wait_s):
             self._recover()
             change = self._reviewed(skill, change_id)
-            self.audit.append(
-                action="reject",
-                skill=skill,
-                to_revision=change.candidate_revision,
-                evidence_digest=change.evidence_digest,
-                actor=actor,
-                reason=reason,
-                change_id=change.id,
-            )
-            return self.queue.archive(skill, reason, "rejected", actor)
+            try:
+                line = self.audit.append(
+                    action="reject",
+                    skill=skill,
+                    to_revision=change.candidate_revision,
+                    evidence_digest=change.evidence_digest,
+                    actor=actor,
+                    reason=reason,
+                    change_id=change.id,
+                )
+                return self.queue.archive(skill, reason, "rejected", actor, line.seq)
+            except OSError as exc:
+                raise WriteFailed(
+                    f"the rejection of {change.id} is recorded in the audit chain, but its pending record "
+                    f"could not be archived: {_os_reason(exc)}; the next command archives it"
+                ) from exc
 
     def rollback(
         self,
@@ -423,4 +452,29 @@ class ChangeControl:
                     f"{revision!r} matches {len(matches)} snapshots of {skill!r}; "
                     f"`ingot history {skill}` lists them"
                 )
-            return self.promoter.rollback(skill, root, matches[0], actor, reason)
+            try:
+                return self.promoter.rollback(skill, root, matches[0], actor, reason)
+            except (OSError, AuditError) as exc:
+                raise self._fault("roll back", skill, matches[0], exc) from exc
+
+    def _fault(self, what: str, skill: str, target: str, exc: Exception) -> WriteFailed:
+        """One line saying what a failed write left: the disk decides, not the code path."""
+        reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc)
+        try:
+            live = self.live_revision(skill)
+        except IngotError:
+            live = None
+        if live == target:
+            return WriteFailed(
+                f"{skill!r} is now served at {target[:12]}, but finishing the record failed: {reason}. "
+                "The next change-control command completes it (`ingot status` shows recovery pending)"
+            )
+        return WriteFailed(
+            f"could not {what} {skill!r}: {reason}. Nothing was changed: {(live or 'nothing')[:12]} is "
+            "still served. Free disk space or fix permissions, then retry"
+        )
+
+
+def _os_reason(exc: OSError) -> str:
+    where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+    return f"{exc.strerror or exc}{where}"

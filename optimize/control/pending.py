@@ -185,19 +185,55 @@ class PendingQueue:
         self._write(existing, change.to_json())
         return displaced
 
-    def archive(self, skill: str, reason: str, status: str, actor: str) -> Path:
-        """Move the skill's pending record to the archive with why (rejected / approved)."""
+    def withdraw(self, change: PendingChange, displaced: Path | None) -> None:
+        """Undo `submit` (its audit line could not be written): drop `change` and put back the
+        candidate it displaced, so the queue holds only what the chain records."""
+        slot = self.slot(change.skill)
+        slot.unlink(missing_ok=True)
+        if displaced is not None and displaced.exists():
+            data = json.loads(displaced.read_bytes())
+            for key in ("archived_status", "archived_reason", "archived_by", "archived_at", "decision_seq"):
+                data.pop(key, None)
+            self._write(slot, data)
+            displaced.unlink()
+
+    def archive(
+        self, skill: str, reason: str, status: str, actor: str, decision_seq: int | None = None
+    ) -> Path:
+        """Move the skill's pending record to the archive with why (rejected / approved) and the
+        audit line that decided it (`decision_seq`: unique and increasing, unlike a timestamp)."""
         slot = self.slot(skill)
         if not slot.exists():
             raise PendingError(f"no pending change for {skill!r}")
-        return self._archive_file(slot, skill, reason, status, actor)
+        return self._archive_file(slot, skill, reason, status, actor, decision_seq)
 
     def archived(self, skill: str) -> list[dict[str, Any]]:
+        """Every archived record of `skill`, oldest decision first."""
         folder = self.archive_folder / check_skill_name(skill)
         records = [json.loads(p.read_bytes()) for p in folder.glob("*.json")] if folder.exists() else []
-        return sorted(records, key=lambda r: r.get("archived_at", ""))
+        return sorted(records, key=lambda r: (r.get("decision_seq") or 0, r.get("archived_at", "")))
 
-    def _archive_file(self, slot: Path, skill: str, reason: str, status: str, actor: str = "ingot") -> Path:
+    def decided(self, skill: str, change_id: str) -> dict[str, Any] | None:
+        """The archived record of `change_id` (found by its id, never by time), or None."""
+        if not ID_PATTERN.match(change_id):
+            return None
+        path = self.archive_folder / check_skill_name(skill) / f"{change_id}.json"
+        try:
+            return json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise PendingError(f"{path} is unreadable: {exc}") from exc
+
+    def _archive_file(
+        self,
+        slot: Path,
+        skill: str,
+        reason: str,
+        status: str,
+        actor: str = "ingot",
+        decision_seq: int | None = None,
+    ) -> Path:
         try:
             data = json.loads(slot.read_bytes())
         except (OSError, ValueError):
@@ -207,7 +243,8 @@ class PendingQueue:
                 "archived_status": status,
                 "archived_reason": reason,
                 "archived_by": actor,
-                "archived_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "archived_at": dt.datetime.now(dt.UTC).isoformat(timespec="microseconds"),
+                "decision_seq": decision_seq,
             }
         )
         record_id = str(data.get("id", ""))

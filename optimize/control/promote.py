@@ -56,6 +56,7 @@ class Outcome:
     to_revision: str
     root: Path
     intent_seq: int
+    seq: int  # the outcome line's sequence number: this decision's unique, increasing id
 
 
 def tree_revision(files: Mapping[str, bytes]) -> str:
@@ -232,8 +233,8 @@ class Promoter:
         self._step("cleanup: remove displaced tree")
         shutil.rmtree(stage, ignore_errors=True)
         self._step("audit: outcome")
-        self.audit.append(action=action, outcome="done", intent_seq=intent.seq, **record)
-        return Outcome(skill, from_revision, to_revision, root, intent.seq)
+        done = self.audit.append(action=action, outcome="done", intent_seq=intent.seq, **record)
+        return Outcome(skill, from_revision, to_revision, root, intent.seq, done.seq)
 
     def rollback(self, skill: str, root: Path, revision: str, actor: str, reason: str | None) -> Outcome:
         """Restore a snapshot (itself snapshotting what it displaces) after checking its hash."""

@@ -24,9 +24,14 @@ class SkillStatus:
     live_revision: str | None  # None: missing or invalid on disk
     audited_revision: str | None  # last revision Ingot itself put live; None if never
     pending: str | None  # id of the pending change, if any
+    recovery_pending: bool = False  # an audited intent has no outcome yet (a killed promotion)
 
     @property
     def drifted(self) -> bool:
+        """Changed behind Ingot's back. An interrupted change is not drift: recovery settles it
+        from what is live, and until then either revision may be the truth."""
+        if self.recovery_pending:
+            return False
         return self.audited_revision is not None and self.audited_revision != self.live_revision
 
 
@@ -42,17 +47,25 @@ class Status:
         return tuple(s for s in self.skills if s.drifted)
 
 
-def _audited(audit: AuditLog) -> dict[str, str]:
-    """Each skill's revision as of Ingot's last completed change to it."""
+def _audited(audit: AuditLog) -> tuple[dict[str, str], set[str]]:
+    """Each skill's revision as of Ingot's last completed change to it, and the skills with an
+    intent that has no outcome yet."""
     try:
         entries = audit.entries()
     except AuditError:
-        return {}
-    return {
+        return {}, set()
+    settled = {entry.get("intent_seq") for entry in entries if entry.get("outcome")}
+    interrupted = {
+        entry.get("skill")
+        for entry in entries
+        if str(entry.get("action", "")).endswith("-intent") and entry.seq not in settled
+    }
+    audited = {
         entry.get("skill"): entry.get("to_revision")
         for entry in entries
         if str(entry.get("outcome", "")).startswith("done") and entry.get("skill")
     }
+    return audited, interrupted
 
 
 def report(
@@ -65,17 +78,19 @@ def report(
     """Re-read every root (so this costs a full scan: ~170 ms at 1k skills) and compare."""
     registry = Registry(roots, limits)
     registry.reload()
-    audited = _audited(audit)
+    audited, interrupted = _audited(audit)
     changes, unreadable = queue.scan()
     pending = {c.skill: c.id for c in changes}
     served = registry.skills()
     skills = [
-        SkillStatus(s.name, s.root, s.revision, audited.get(s.name), pending.get(s.name))
+        SkillStatus(
+            s.name, s.root, s.revision, audited.get(s.name), pending.get(s.name), s.name in interrupted
+        )
         for s in served.values()
     ]
     # A skill Ingot put live that is now missing or unreadable has drifted too.
     skills += [
-        SkillStatus(name, root_of(name) or roots[0], None, revision, pending.get(name))
+        SkillStatus(name, root_of(name) or roots[0], None, revision, pending.get(name), name in interrupted)
         for name, revision in audited.items()
         if name not in served and revision is not None
     ]

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from mcp_server.registry import Registry
 from optimize.control.audit import AuditError, AuditLog
+from optimize.control.changes import ChangeControl
 from optimize.control.lock import change_lock
 from optimize.control.promote import STAGE_PREFIX, Promoter, PromotionError, tree_revision
 
@@ -235,10 +236,14 @@ def test_sigkill_at_every_step_leaves_one_complete_revision_and_recovers(tmp_pat
         assert killed.returncode == -9, (kill_at, steps[kill_at], killed.stderr)
         assert served_revision(root) in {old, new}, steps[kill_at]
         assert AuditLog(runs).verify().ok, steps[kill_at]
+        before_recovery = ChangeControl(runs, (root,)).status()  # `ingot status` right after the kill
+        assert not before_recovery.drifted, (steps[kill_at], before_recovery.skills)
         with change_lock(runs, wait_s=5):  # the dead child's lock is gone
             Promoter(runs).recover((root,))
         assert AuditLog(runs).verify().ok
         assert not list(root.glob(f"{STAGE_PREFIX}*")), steps[kill_at]
+        assert not [p.name for p in runs.iterdir() if p.name.endswith(".tmp")], steps[kill_at]
+        assert not any(s.recovery_pending for s in ChangeControl(runs, (root,)).status().skills)
         entries = AuditLog(runs).entries()
         intents = {e.seq for e in entries if str(e.get("action")).endswith("-intent")}
         assert intents <= {e.get("intent_seq") for e in entries if e.get("outcome")}

@@ -1,0 +1,214 @@
+"""Faults end in one clear line and a safe state: a full disk during approve and rollback, status
+right after a SIGKILL, recovery's own temp files, and exact exit codes for decided changes.
+
+Real processes (`python -m ingot.cli`) on real filesystems: a 1 MiB tmpfs fills up for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ingot.home import establish
+from mcp_server.registry import Registry
+from optimize.control.audit import AuditLog
+from optimize.control.changes import ChangeControl
+from optimize.control.lock import change_lock
+from optimize.control.promote import Promoter, tree_revision
+from tests.conftest import write_skill
+from tests.optimize.conftest import ab, skill_md
+from tests.optimize.control.test_promote import CHILD, REPO
+
+
+def ingot(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "INGOT_HOME"} | {"HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "ingot.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def one_clean_line(done: subprocess.CompletedProcess) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
+
+
+def served(root: Path, name: str = "alpha") -> str | None:
+    registry = Registry((root,))
+    registry.reload()
+    skill = registry.skills().get(name)
+    return skill.revision if skill else None
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip()}); CI runs as root and can")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 4096)
+        except OSError:
+            pass
+    return filler
+
+
+def world_on(disk: Path) -> tuple[Path, ChangeControl]:
+    root = disk / "lib" / "skills"
+    write_skill(root, "alpha", "Alpha does alpha things.", "# Alpha\n\nStep one.\n")
+    home = establish((root,))
+    return root, ChangeControl(home.path, home.roots)
+
+
+def big_rewrite(control: ChangeControl) -> str:
+    files = {
+        "SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Step one, better."),
+        "references/big.txt": b"x" * 120_000,
+    }
+    change, _ = control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]))
+    return change.id
+
+
+def test_a_full_disk_during_approve_is_one_line_and_changes_nothing(tiny_disk):
+    root, control = world_on(tiny_disk)
+    change_id = big_rewrite(control)
+    before = served(root)
+    filler = fill(tiny_disk)
+    done = ingot("approve", "alpha", "--change", change_id, "--skills", str(root), cwd=tiny_disk)
+    assert done.returncode == 1
+    line = one_clean_line(done)
+    assert "No space left on device" in line and "Nothing was changed" in line and before[:12] in line
+    assert served(root) == before and control.queue.get("alpha").id == change_id
+    filler.unlink()
+    again = ingot("approve", "alpha", "--change", change_id, "--skills", str(root), cwd=tiny_disk)
+    assert again.returncode == 0, again.stderr
+    assert served(root) == control.queue.decided("alpha", change_id)["candidate_revision"]
+    assert AuditLog(control.runs_dir).verify().ok
+
+
+def test_a_full_disk_during_rollback_is_one_line_and_changes_nothing(tiny_disk):
+    root, control = world_on(tiny_disk)
+    original = served(root)
+    change_id = big_rewrite(control)
+    control.approve("alpha", "reviewer", change_id)
+    promoted = served(root)
+    filler = fill(tiny_disk)
+    done = ingot("rollback", "alpha", original[:12], "--skills", str(root), cwd=tiny_disk)
+    assert done.returncode == 1
+    line = one_clean_line(done)
+    assert "No space left on device" in line and "Nothing was changed" in line
+    assert served(root) == promoted
+    filler.unlink()
+    assert ingot("rollback", "alpha", original[:12], "--skills", str(root), cwd=tiny_disk).returncode == 0
+    assert served(root) == original
+
+
+def _alpha_at_v1(base: Path) -> tuple[Path, Path, Path]:
+    root = base / "lib" / "skills"
+    write_skill(root, "alpha", "Alpha does alpha things.", "# Alpha\n\nStep one.\n")
+    home = establish((root,))
+    with change_lock(home.path):  # one audited revision, so drift would be reported
+        Promoter(home.path).switch(
+            "alpha",
+            root,
+            {"SKILL.md": skill_md("alpha", "Alpha.", "v1")},
+            expected_from=served(root),
+            action="promote",
+            actor="test",
+        )
+    candidate = base / "candidate"
+    candidate.mkdir()
+    (candidate / "SKILL.md").write_bytes(skill_md("alpha", "Alpha.", "v2"))
+    return root, home.path, candidate
+
+
+def _child(home: Path, root: Path, candidate: Path, kill_at: int) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(CHILD), str(home), str(root), "alpha", "promote", str(candidate), str(kill_at)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+def _killed_between_switch_and_outcome(tmp_path: Path) -> tuple[Path, ChangeControl, str]:
+    dry_root, dry_home, dry_candidate = _alpha_at_v1(tmp_path / "dry")
+    steps = json.loads(_child(dry_home, dry_root, dry_candidate, -1).stdout)
+    root, home, candidate = _alpha_at_v1(tmp_path / "real")
+    assert _child(home, root, candidate, steps.index("cleanup: remove displaced tree")).returncode == -9
+    return root, ChangeControl(home, (root,)), tree_revision({"SKILL.md": skill_md("alpha", "Alpha.", "v2")})
+
+
+def test_status_right_after_a_sigkill_says_recovery_pending_not_drifted(tmp_path):
+    root, control, v2 = _killed_between_switch_and_outcome(tmp_path)
+    assert served(root) == v2  # switched, outcome not yet recorded
+    status = ingot("status", "--skills", str(root), cwd=tmp_path)
+    assert status.returncode == 0, status.stdout
+    assert "RECOVERY PENDING" in status.stdout and "DRIFTED" not in status.stdout
+    assert "recovery pending: an interrupted change to alpha" in status.stdout
+    control.recover()
+    after = ingot("status", "--skills", str(root), cwd=tmp_path)
+    assert after.returncode == 0 and "alpha" in after.stdout and "RECOVERY" not in after.stdout
+
+
+def test_recovery_removes_the_temp_files_a_killed_write_left(tmp_path):
+    root, control, _ = _killed_between_switch_and_outcome(tmp_path)
+    left = [
+        control.runs_dir / ".audit.head.k1ll3d_x.tmp",
+        control.runs_dir / "pending" / ".alpha.json.abcdefgh.tmp",
+    ]
+    for path in left:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"half a write")
+    keep = control.runs_dir / "pending" / "notes.tmp"  # not a name write_atomic makes
+    keep.write_text("mine")
+    control.recover()
+    assert not any(p.exists() for p in left) and keep.exists()
+
+
+def test_re_approving_a_just_approved_change_is_a_conflict_not_a_missing_change(tmp_path, library_factory):
+    root = tmp_path / "lib" / "skills"
+    write_skill(root, "alpha", "Alpha does alpha things.", "# Alpha\n\nStep one.\n")
+    home = establish((root,))
+    control = ChangeControl(home.path, home.roots, neighbours=library_factory(root).current)
+    ids = []
+    for text in ("First.", "Second.", "Third."):  # decided within one second of each other
+        change, _ = control.propose(
+            "alpha",
+            "rewrite",
+            "optimizer",
+            {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", text)},
+            ab([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]),
+            measured_against=control.live_revision("alpha"),
+        )
+        ids.append(change.id)
+        if text == "Second.":
+            control.reject("alpha", "not this one", "reviewer", change.id)
+        else:
+            control.approve("alpha", "reviewer", change.id)
+    first = ingot("approve", "alpha", "--change", ids[0], "--skills", str(root), cwd=tmp_path)
+    assert first.returncode == 3 and "already approved" in first.stderr
+    second = ingot("approve", "alpha", "--change", ids[1], "--skills", str(root), cwd=tmp_path)
+    assert second.returncode == 3 and "already rejected" in second.stderr
+    seqs = [r["decision_seq"] for r in control.queue.archived("alpha") if r["id"] in ids]
+    assert len(set(seqs)) == 3 and seqs == sorted(seqs)
