@@ -48,6 +48,16 @@ class Settings(BaseSettings):
         default=(),
         description="Extra Host header values the MCP server accepts (e.g. a Docker service name).",
     )
+    allowed_caller_roots: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(),
+        description="Folders under which a caller's cwd may be inspected for `paths` constraints.",
+    )
+    create_skill_max_pending: int = Field(
+        default=25, ge=0, description="Agent-proposed changes that may wait for review at once."
+    )
+    create_skill_per_minute: float = Field(
+        default=6.0, gt=0, description="create_skill calls admitted per minute."
+    )
     embed_model_dir: Path | None = Field(default=None, description="Folder with model.onnx + tokenizer.json.")
     embed_model_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
     embed_threads: int = Field(default=2, ge=1, le=64)
@@ -108,7 +118,7 @@ class Settings(BaseSettings):
     watch_skills: bool = Field(default=True, description="Re-index skills when files change on disk.")
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
 
-    @field_validator("skills_dirs", mode="before")
+    @field_validator("skills_dirs", "allowed_caller_roots", mode="before")
     @classmethod
     def _split_paths(cls, value: object) -> object:
         if isinstance(value, str):

@@ -11,7 +11,8 @@ enforced and is reported as unchecked. A malformed value disables only that skil
       requires-tools: "bash"              # caller must have these tools
       requires-mcps: "github"             # ... and these MCP servers
       project: "~/work/billing"           # caller cwd must be inside one of these folders
-      paths: "**/*.sql, migrations/**"    # caller cwd must contain a matching file
+      paths: "**/*.sql, migrations/**"    # caller cwd must contain a matching file (checked
+                                          # only under ALLOWED_CALLER_ROOTS; else unchecked)
       trust: "trusted"                    # trusted | unverified | blocked (never served)
       activation: "auto"                  # auto | manual (never routed; get_skill still works)
       priority: "5"                       # -100..100; wins declared conflicts and exact ties
@@ -55,6 +56,21 @@ class CallerContext:
     cwd: str | None = None
     available_tools: tuple[str, ...] | None = None
     available_mcps: tuple[str, ...] | None = None
+    # Whether the server may look inside `cwd` on its own disk (for `paths`): only when the
+    # front end found it under a folder the operator allows (see `may_read`). Never the caller's say.
+    may_read_cwd: bool = False
+
+
+def may_read(cwd: str | None, allowed_roots: tuple[Path, ...]) -> bool:
+    """True if `cwd`, symlinks resolved, lies under one of the operator's `allowed_roots`. Outside
+    them the server never touches the path, so no answer reveals what exists there."""
+    if not cwd or not allowed_roots:
+        return False
+    try:
+        real = Path(os.path.realpath(cwd))
+    except (OSError, ValueError):
+        return False
+    return any(real == root or real.is_relative_to(root) for root in allowed_roots)
 
 
 @dataclass(frozen=True)
@@ -214,7 +230,9 @@ def check(policy: Policy, ctx: CallerContext) -> tuple[str | None, tuple[str, ..
         elif not any(_inside(ctx.cwd, p) for p in policy.projects):
             return "project", ()
     if policy.paths:
-        found = None if ctx.cwd is None else _has_matching_file(ctx.cwd, policy.paths)
+        found = (
+            _has_matching_file(ctx.cwd, policy.paths) if ctx.cwd is not None and ctx.may_read_cwd else None
+        )
         if found is None:
             unchecked.append("paths")
         elif not found:

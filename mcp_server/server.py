@@ -6,12 +6,22 @@ each file checked against the served revision's digest before it is returned. At
 skill body crosses the boundary per call. Tool failures come back as tool errors the calling
 model can read; nothing a client sends can crash the server. Host and Origin headers are
 checked (DNS-rebinding protection), and the default bind is loopback.
+
+Limits (`ToolLimits`), because any local process can be a client: `create_skill` is rate limited
+and refused once too many agent changes wait for review; it never waits more than a moment for
+the change lock (a busy lock answers "busy, retry", so routing keeps its threads); results name
+a skill's root by label, never by its path on this disk; and a caller's `cwd` is looked into
+(for `paths` constraints) only under the operator's ALLOWED_CALLER_ROOTS.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import threading
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
@@ -25,14 +35,28 @@ from pydantic import Field
 from ingot import __version__
 from ingot.errors import IngotError
 from mcp_server.library import Library
-from mcp_server.policy import CallerContext
+from mcp_server.policy import CallerContext, may_read
+from mcp_server.ratelimit import RateLimit
 from mcp_server.registry import Skill
 from mcp_server.sessions import SessionRoutes
 from optimize.control.changes import ChangeControl
+from optimize.control.lock import PromotionConflict
 from optimize.control.quarantine import agent_candidate
 
 log = logging.getLogger(__name__)
 MAX_TASK_CHARS = 8000
+
+
+@dataclass(frozen=True)
+class ToolLimits:
+    """What MCP callers may do; the defaults match the settings' defaults."""
+
+    allowed_caller_roots: tuple[Path, ...] = ()  # where `paths` constraints may look
+    create_max_pending: int = 25  # agent-proposed changes waiting for review at once
+    create_per_minute: float = 6.0  # create_skill calls admitted per minute on average
+    create_burst: int = 3  # ... and at once after a quiet spell
+    create_lock_wait_s: float = 1.0  # longest a create_skill waits for the change lock
+    create_concurrency: int = 2  # create_skill calls working at once; more answer "busy"
 
 
 class LibrarySkills(SkillManifestProvider):
@@ -81,12 +105,26 @@ def _check_task(task: str) -> str:
     return task
 
 
+def _root_labels(roots: tuple[Path, ...]) -> dict[Path, str]:
+    """Each root's folder name, numbered when two share one: what results say instead of a path."""
+    labels: dict[Path, str] = {}
+    for index, root in enumerate(roots, start=1):
+        label = root.name or f"root{index}"
+        labels[root] = label if label not in labels.values() else f"{label}#{index}"
+    return labels
+
+
 def build_server(
-    library: Library, control: ChangeControl | None = None, sessions: SessionRoutes | None = None
+    library: Library,
+    control: ChangeControl | None = None,
+    sessions: SessionRoutes | None = None,
+    limits: ToolLimits | None = None,
 ) -> FastMCP:
     """An MCP server whose tools and resources read from `library`.
 
     With `control`, agents may also propose new skills through `create_skill` (quarantined)."""
+    limits = limits or ToolLimits()
+    labels = _root_labels(library.roots)
     mcp = FastMCP(
         "ingot",
         version=__version__,
@@ -154,6 +192,7 @@ def build_server(
             cwd=cwd,
             available_tools=tuple(available_tools) if available_tools is not None else None,
             available_mcps=tuple(available_mcps) if available_mcps is not None else None,
+            may_read_cwd=may_read(cwd, limits.allowed_caller_roots),
         )
         result = library.route(_check_task(task), context)
         skill = result.skill
@@ -171,7 +210,7 @@ def build_server(
             "novel": result.novel,
             "score": result.score,
             "revision": skill.revision if skill else None,
-            "root": str(skill.root) if skill else None,
+            "root": labels.get(skill.root, "?") if skill else None,
             "skill_body": skill.body if skill else None,
             "alternatives": [
                 {"name": c.name, "score": c.score, "related": c.related} for c in result.alternatives
@@ -185,15 +224,22 @@ def build_server(
         report = library.reload()
         return {
             **report.counts(),
-            "problems": [{"folder": str(p.folder), "reason": p.reason} for p in report.invalid],
+            "problems": [
+                {"folder": f"{labels.get(p.folder.parent, '?')}/{p.folder.name}", "reason": p.reason}
+                for p in report.invalid
+            ],
         }
 
     if control is not None:
-        _add_create_skill(mcp, library, control)
+        _add_create_skill(mcp, library, control, limits)
     return mcp
 
 
-def _add_create_skill(mcp: FastMCP, library: Library, control: ChangeControl) -> None:
+def _add_create_skill(mcp: FastMCP, library: Library, control: ChangeControl, limits: ToolLimits) -> None:
+    quick = replace(control, lock_wait_s=limits.create_lock_wait_s)
+    rate = RateLimit(limits.create_per_minute, burst=limits.create_burst)
+    working = threading.BoundedSemaphore(limits.create_concurrency)
+
     @mcp.tool
     def create_skill(
         name: Annotated[str, Field(description="Short name, e.g. 'invoice-reconciliation'.")],
@@ -204,10 +250,28 @@ def _add_create_skill(mcp: FastMCP, library: Library, control: ChangeControl) ->
     ) -> dict[str, Any]:
         """Propose a new reusable skill from what you just did. It is quarantined for human review
         and is NOT served until approved; existing skills are never overwritten."""
+        wait = rate.take()
+        if wait > 0:
+            raise ToolError(
+                f"not queued: too many create_skill calls (at most {limits.create_per_minute:g} a minute); "
+                f"retry in {math.ceil(wait)} s"
+            )
+        if not working.acquire(blocking=False):
+            raise ToolError("not queued: busy with other create_skill calls; retry in a few seconds")
         try:
-            change, _ = agent_candidate(control, name, description, body, library.similar_descriptions)
+            waiting = sum(1 for c in quick.pending() if c.source == "agent")
+            if waiting >= limits.create_max_pending:
+                raise ToolError(
+                    f"not queued: {waiting} agent-proposed changes already wait for review (the limit is "
+                    f"{limits.create_max_pending}); ask the operator to review them, then retry"
+                )
+            change, _ = agent_candidate(quick, name, description, body, library.similar_descriptions)
+        except PromotionConflict as exc:
+            raise ToolError("not queued: Ingot is busy changing skills; retry in a few seconds") from exc
         except IngotError as exc:
             raise ToolError(f"not queued: {exc}") from exc
+        finally:
+            working.release()
         return {
             "status": "pending",
             "skill": change.skill,

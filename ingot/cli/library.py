@@ -39,7 +39,7 @@ def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
 def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
     """Open the library and change control (settling any interrupted change), report, serve."""
     from ingot.cli.serve import serve as run
-    from ingot.cli.serve import ui_options
+    from ingot.cli.serve import tool_limits, ui_options
     from ingot.runtime import change_control, open_library
 
     options = ui_options(settings) if ui else None  # a bad token setting fails before any work
@@ -72,15 +72,26 @@ def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
         watch=settings.watch_skills,
         log_level=settings.log_level.lower(),
         ui=options,
+        limits=tool_limits(settings),
     )
 
 
 @click.command()
 @skills_option
 @click.argument("task")
-@click.option("--harness", default=None)
-@click.option("--platform", "platform_", default=sys.platform, show_default=True)
-@click.option("--cwd", default=None)
+@click.option("--harness", default=None, help="The calling harness, for skills limited to some harnesses.")
+@click.option(
+    "--platform",
+    "platform_",
+    default=sys.platform,
+    show_default=True,
+    help="The caller's OS (linux, darwin, windows).",
+)
+@click.option(
+    "--cwd",
+    default=None,
+    help="The caller's working folder: `project` constraints; `paths` ones only under ALLOWED_CALLER_ROOTS.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the full decision as JSON.")
 def route(
     skills: tuple[Path, ...],
@@ -91,13 +102,17 @@ def route(
     as_json: bool,
 ) -> None:
     """Route TASK and print the decision with its score components."""
+    from ingot.cli.serve import tool_limits
     from ingot.runtime import open_library
-    from mcp_server.policy import CallerContext
+    from mcp_server.policy import CallerContext, may_read
 
     settings = settings_for(skills)
     setup_logging("WARNING")
     library = open_library(settings)
-    result = library.route(task, CallerContext(harness=harness, platform=platform_, cwd=cwd))
+    readable = may_read(cwd, tool_limits(settings).allowed_caller_roots)
+    result = library.route(
+        task, CallerContext(harness=harness, platform=platform_, cwd=cwd, may_read_cwd=readable)
+    )
     decision = {
         "match": result.match,
         "related_match": result.related_match,

@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import uvicorn
 
@@ -17,7 +19,7 @@ from ingot.errors import ConfigError
 from ingot.runtime import actor
 from ingot.settings import Settings
 from mcp_server.library import Library
-from mcp_server.server import build_server
+from mcp_server.server import ToolLimits, build_server
 from mcp_server.sessions import SessionRoutes
 from optimize.control.changes import ChangeControl
 
@@ -35,7 +37,11 @@ def is_loopback(host: str) -> bool:
 
 
 def mcp_app(
-    library: Library, host: str, allowed_hosts: tuple[str, ...], control: ChangeControl | None = None
+    library: Library,
+    host: str,
+    allowed_hosts: tuple[str, ...],
+    control: ChangeControl | None = None,
+    limits: ToolLimits | None = None,
 ):
     """The MCP ASGI app with strict Host/Origin checking (DNS-rebinding protection)."""
     hosts = ["127.0.0.1", "localhost", "[::1]", *allowed_hosts]
@@ -43,7 +49,7 @@ def mcp_app(
         hosts.append(host)
     patterns = [p for h in hosts for p in (h, f"{h}:*")]
     sessions = SessionRoutes(control.runs_dir) if control is not None else None
-    return build_server(library, control, sessions).http_app(
+    return build_server(library, control, sessions, limits).http_app(
         path="/mcp",
         host_origin_protection=True,
         allowed_hosts=patterns,
@@ -62,6 +68,17 @@ class UIOptions:
     actor: str  # recorded in the audit log for decisions taken in the UI
     token: str | None = None  # required on every UI request when set
     runs_env: dict[str, str] | None = None  # environment for optimize runs (default: ours)
+
+
+def tool_limits(settings: Settings) -> ToolLimits:
+    """The MCP tools' limits from ALLOWED_CALLER_ROOTS and the CREATE_SKILL_* settings."""
+    return ToolLimits(
+        allowed_caller_roots=tuple(
+            Path(os.path.realpath(r.expanduser())) for r in settings.allowed_caller_roots
+        ),
+        create_max_pending=settings.create_skill_max_pending,
+        create_per_minute=settings.create_skill_per_minute,
+    )
 
 
 def ui_options(settings: Settings) -> UIOptions:
@@ -120,6 +137,7 @@ def serve(
     watch: bool = True,
     log_level: str = "info",
     ui: UIOptions | None = None,
+    limits: ToolLimits | None = None,
 ) -> None:
     """Block serving MCP and/or the UI (a None port is not served) until interrupted."""
     if ui_port is not None and (control is None or ui is None):
@@ -144,7 +162,7 @@ def serve(
         servers.append(
             uvicorn.Server(
                 uvicorn.Config(
-                    mcp_app(library, host, allowed_hosts, control),
+                    mcp_app(library, host, allowed_hosts, control, limits),
                     host=host,
                     port=mcp_port,
                     log_level=log_level,

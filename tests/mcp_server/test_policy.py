@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_server.policy import CallerContext, Policy, PolicyInvalid, check, parse_policy
+from mcp_server.policy import CallerContext, Policy, PolicyInvalid, check, may_read, parse_policy
 
 
 def test_metadata_lists_accept_comma_strings_and_yaml_lists():
@@ -67,10 +67,25 @@ def test_path_patterns_look_for_matching_files_under_the_callers_cwd(tmp_path):
     (tmp_path / "db" / "migrations").mkdir(parents=True)
     (tmp_path / "db" / "migrations" / "001.sql").write_text("select 1;")
     policy = Policy(paths=("**/*.sql",))
-    assert check(policy, CallerContext(cwd=str(tmp_path)))[0] is None
+    assert check(policy, CallerContext(cwd=str(tmp_path), may_read_cwd=True))[0] is None
     top = tmp_path / "top"
     top.mkdir()
     (top / "schema.sql").write_text("create table t();")
-    assert check(policy, CallerContext(cwd=str(top)))[0] is None  # `**/` matches at the top too
-    assert check(Policy(paths=("*.tf",)), CallerContext(cwd=str(tmp_path)))[0] == "paths"
-    assert check(policy, CallerContext(cwd="/no/such/dir")) == (None, ("paths",))
+    assert (
+        check(policy, CallerContext(cwd=str(top), may_read_cwd=True))[0] is None
+    )  # `**/` matches at the top too
+    assert check(Policy(paths=("*.tf",)), CallerContext(cwd=str(tmp_path), may_read_cwd=True))[0] == "paths"
+    assert check(policy, CallerContext(cwd="/no/such/dir", may_read_cwd=True)) == (None, ("paths",))
+    # Not allowed to look (the default): unchecked, whatever is on disk.
+    assert check(Policy(paths=("*.tf",)), CallerContext(cwd=str(tmp_path))) == (None, ("paths",))
+
+
+def test_may_read_only_under_allowed_roots_with_links_resolved(tmp_path):
+    allowed, outside = tmp_path / "allowed", tmp_path / "outside"
+    (allowed / "proj").mkdir(parents=True)
+    outside.mkdir()
+    (allowed / "escape").symlink_to(outside)
+    roots = (allowed.resolve(),)
+    assert may_read(str(allowed / "proj"), roots) and may_read(str(allowed), roots)
+    assert not may_read(str(outside), roots) and not may_read(str(allowed / "escape"), roots)
+    assert not may_read(str(allowed / ".." / "outside"), roots) and not may_read(str(allowed / "proj"), ())

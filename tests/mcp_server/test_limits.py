@@ -1,0 +1,226 @@
+"""What any local MCP client may do, over real streamable HTTP: create_skill's cap, rate limit and
+bounded lock wait, no server paths in results, and `paths` checks only under allowed roots."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from fastmcp import Client
+
+from mcp_server.ratelimit import RateLimit
+from mcp_server.server import ToolLimits
+from mcp_server.sessions import SessionRoutes
+from optimize.control.changes import ChangeControl
+from tests.conftest import BUNDLED_SKILLS, REPO, running_mcp, write_skill
+
+
+def skill_args(i: int) -> dict:
+    topics = [
+        "filing quarterly tax forms",
+        "drip irrigation for vegetable gardens",
+        "chess opening repertoires",
+        "identifying bird songs",
+        "firing a ceramic kiln",
+        "trimming sails on a dinghy",
+        "tuning a violin",
+        "brewing sourdough starters",
+        "calibrating 3D printer beds",
+        "pruning fruit trees",
+        "knitting cable patterns",
+        "restoring vintage bicycles",
+    ]
+    return {
+        "name": f"helper {i}",
+        "description": f"Explains {topics[i % len(topics)]} step by step.",
+        "body": f"# Helper {i}\n\n1. Do step {i}.\n",
+    }
+
+
+async def _calls(url: str, calls: list[tuple[str, dict]]) -> list:
+    """All at once, as many agents would."""
+    async with Client(url) as client:
+        return await asyncio.gather(*(client.call_tool(t, a, raise_on_error=False) for t, a in calls))
+
+
+async def _one_by_one(url: str, calls: list[tuple[str, dict]]) -> list:
+    async with Client(url) as client:
+        return [await client.call_tool(t, a, raise_on_error=False) for t, a in calls]
+
+
+@pytest.fixture
+def world(tmp_path, library_factory):
+    root = tmp_path / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    library = library_factory(root)
+    control = ChangeControl(tmp_path / "runs", (root,), neighbours=library.current)
+    return root, library, control
+
+
+def test_two_hundred_create_skill_calls_queue_only_what_the_rate_allows(world):
+    root, library, control = world
+    with running_mcp(library, control=control, limits=ToolLimits()) as url:
+        results = asyncio.run(_calls(url, [("create_skill", skill_args(i)) for i in range(200)]))
+        routed = asyncio.run(_calls(url, [("route_and_load", {"task": "write a blameless postmortem"})]))
+    queued = [r for r in results if not r.is_error]
+    refused = [r.content[0].text for r in results if r.is_error]
+    assert 1 <= len(queued) <= 3 and len(control.pending()) == len(queued)
+    assert all(t.startswith("not queued: ") for t in refused)
+    assert sum("create_skill calls" in t or "busy" in t for t in refused) == len(refused)
+    assert routed[0].structured_content["match"] == "incident-postmortem"
+
+
+def test_agent_changes_beyond_the_cap_are_refused_with_a_clear_error(world):
+    root, library, control = world
+    limits = ToolLimits(create_max_pending=4, create_per_minute=10_000, create_burst=1000)
+    with running_mcp(library, control=control, limits=limits) as url:
+        results = asyncio.run(_one_by_one(url, [("create_skill", skill_args(i)) for i in range(12)]))
+    refused = [r.content[0].text for r in results if r.is_error]
+    assert [r.is_error for r in results] == [False] * 4 + [True] * 8 and len(control.pending()) == 4
+    assert all("4 agent-proposed changes already wait for review (the limit is 4)" in t for t in refused)
+
+
+def test_a_held_change_lock_answers_busy_and_routing_keeps_answering(world, tmp_path):
+    root, library, control = world
+    ready, release = tmp_path / "locked", tmp_path / "release"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, pathlib\n"
+            "from optimize.control.lock import change_lock\n"
+            "with change_lock(pathlib.Path(sys.argv[1])):\n"
+            "    pathlib.Path(sys.argv[2]).touch()\n"
+            "    while not pathlib.Path(sys.argv[3]).exists(): time.sleep(0.02)\n",
+            str(control.runs_dir),
+            str(ready),
+            str(release),
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert time.monotonic() < deadline and holder.poll() is None
+            time.sleep(0.02)
+        # The server's own lock wait is 10 minutes: only the tool's bounded wait can answer in time.
+        patient = ChangeControl(control.runs_dir, control.roots, lock_wait_s=600, neighbours=library.current)
+        limits = ToolLimits(create_per_minute=10_000, create_burst=1000, create_concurrency=64)
+        calls = [("create_skill", skill_args(i)) for i in range(60)]
+        calls += [("route_and_load", {"task": "write a blameless postmortem"})] * 10
+        with running_mcp(library, control=patient, limits=limits) as url:
+            results = asyncio.run(asyncio.wait_for(_calls(url, calls), timeout=120))
+        assert not release.exists() and holder.poll() is None  # every answer came while the lock was held
+        creates, routes = results[:60], results[60:]
+        assert all(r.is_error and "busy" in r.content[0].text for r in creates), {
+            r.content[0].text for r in creates
+        }
+        assert all(r.structured_content["match"] == "incident-postmortem" for r in routes)
+        assert control.pending() == []
+    finally:
+        release.touch()
+        holder.wait(timeout=30)
+
+
+def test_results_name_roots_by_label_never_by_path(world, tmp_path):
+    root, library, control = world
+    bad = root / "Broken_Folder"
+    bad.mkdir()
+    (bad / "SKILL.md").write_text("no frontmatter\n")
+    with running_mcp(library, control=control) as url:
+        routed, reloaded = asyncio.run(
+            _calls(url, [("route_and_load", {"task": "write a blameless postmortem"}), ("reload_skills", {})])
+        )
+    text = str(routed.structured_content) + str(reloaded.structured_content)
+    assert routed.structured_content["root"] == "skills"
+    assert (
+        str(tmp_path) not in text
+        and reloaded.structured_content["problems"][0]["folder"] == "skills/Broken_Folder"
+    )
+
+
+@pytest.fixture
+def sql_world(tmp_path, library_factory):
+    root = tmp_path / "skills"
+    write_skill(
+        root,
+        "sql-migrations",
+        "Writes and reviews SQL schema migrations for Postgres databases.",
+        extra='metadata:\n  paths: "**/*.sql"\n',
+    )
+    write_skill(root, "release-notes", "Writes release notes from merged pull requests.")
+    allowed = tmp_path / "projects"
+    for base in (allowed, tmp_path / "elsewhere"):
+        (base / "with-sql" / "db").mkdir(parents=True)
+        (base / "with-sql" / "db" / "001.sql").write_text("create table t (id int);\n")
+        (base / "without-sql").mkdir(parents=True)
+    return library_factory(root), allowed, tmp_path / "elsewhere"
+
+
+def _route(url: str, cwd: str) -> dict:
+    task = "Review this SQL schema migration for our Postgres database"
+    return asyncio.run(_calls(url, [("route_and_load", {"task": task, "cwd": cwd})]))[0].structured_content
+
+
+def _facts(decision: dict) -> dict:
+    components = {k: v for k, v in decision["components"].items() if not k.endswith("_ms")}
+    return {**decision, "components": components}
+
+
+def test_paths_are_checked_only_under_allowed_roots(sql_world):
+    library, allowed, elsewhere = sql_world
+    with running_mcp(library, limits=ToolLimits(allowed_caller_roots=(allowed.resolve(),))) as url:
+        inside_with = _route(url, str(allowed / "with-sql"))
+        inside_without = _route(url, str(allowed / "without-sql"))
+        outside = [
+            _route(url, str(p))
+            for p in (elsewhere / "with-sql", elsewhere / "without-sql", elsewhere / "nope")
+        ]
+    assert inside_with["components"]["filtered_out"] == {}
+    assert inside_with["components"]["unchecked_constraints"] == []
+    assert inside_without["components"]["filtered_out"] == {"paths": 1}
+    # Outside the allowed roots every answer is the same, whatever is (or is not) on disk there.
+    assert _facts(outside[0]) == _facts(outside[1]) == _facts(outside[2])
+    assert "paths" in str(outside[0]["components"].get("unchecked_constraints"))
+
+
+def test_with_no_allowed_roots_the_server_never_reads_a_callers_folder(sql_world):
+    library, allowed, _ = sql_world
+    with running_mcp(library) as url:
+        answers = [_route(url, str(p)) for p in (allowed / "with-sql", allowed / "without-sql")]
+    assert _facts(answers[0]) == _facts(answers[1])
+
+
+def test_a_symlink_out_of_an_allowed_root_is_outside_it(sql_world):
+    library, allowed, elsewhere = sql_world
+    (allowed / "link").symlink_to(elsewhere / "without-sql")
+    with running_mcp(library, limits=ToolLimits(allowed_caller_roots=(allowed.resolve(),))) as url:
+        linked = _route(url, str(allowed / "link"))
+    assert "paths" in str(linked["components"].get("unchecked_constraints"))
+
+
+def test_session_files_older_than_their_ttl_are_deleted(tmp_path):
+    sessions = SessionRoutes(tmp_path, ttl_s=3600)
+    sessions.record("old-1", "match", "a", "r" * 64)
+    sessions.record("old-2", "novel", None, None)
+    for name in ("old-1", "old-2"):
+        path = sessions._path(name)
+        os.utime(path, (time.time() - 7200, time.time() - 7200))
+    sessions._pruned_at = float("-inf")
+    sessions.record("fresh", "match", "b", "s" * 64)
+    assert sorted(p.name for p in sessions.folder.iterdir()) == [sessions._path("fresh").name]
+    assert sessions.lookup("fresh").skill == "b" and sessions.lookup("old-1") is None
+
+
+def test_the_rate_limit_refills_with_time():
+    now = [0.0]
+    limit = RateLimit(per_minute=6, burst=2, clock=lambda: now[0])
+    assert limit.take() == 0.0 and limit.take() == 0.0
+    assert limit.take() == pytest.approx(10.0)
+    now[0] = 10.0
+    assert limit.take() == 0.0 and limit.take() > 0
