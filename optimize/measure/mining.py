@@ -18,6 +18,7 @@ from pathlib import Path
 
 from mcp_server.library import Library
 from optimize.measure.judge import DIMENSIONS, Judge
+from optimize.models.redaction import redact
 from optimize.models.traces import TraceRecord, TraceStore
 
 DUPLICATE_COSINE = 0.92
@@ -85,12 +86,15 @@ def mine(skill: str, store: TraceStore, library: Library, judge: Judge, cache: P
     for group in groups:
         representative = group[0]
         key = _digest(representative)
+        # Records from before redaction covered addresses may hold them: neither the judge nor
+        # the report (whose weakest tasks become eval-set candidates) sees them.
+        task = redact(representative.task)
         if key not in verdicts:
-            grade = judge.grade(representative.task, representative.answer or "")
+            grade = judge.grade(task, redact(representative.answer or ""))
             verdicts[key] = {"score": grade.score, "dimensions": dict(grade.dimensions)}
             judged += 1
             _append(cache, key, verdicts[key])
-        scored.append((verdicts[key]["score"], representative.task, verdicts[key]["dimensions"]))
+        scored.append((verdicts[key]["score"], task, verdicts[key]["dimensions"]))
     failing = Counter(d for _, _, dims in scored for d in DIMENSIONS if dims.get(d, 1.0) < FAILING_BELOW)
     weakest = tuple(sorted(((round(s, 3), t) for s, t, _ in scored), key=lambda x: x[0])[:5])
     mean = round(sum(s for s, _, _ in scored) / len(scored), 4) if scored else None

@@ -3,9 +3,14 @@
 The key is the SHA-256 of the canonical request (endpoint, model, messages, tools, sampling
 parameters, response format) plus the skill revision being served, if any. Files are 0600.
 Several responses recorded under one key replay in order (repeated sampling). Streaming
-responses are stored assembled. Only the request body is stored, never headers, so
-`Authorization` cannot leak into a cassette. Modes: off, record, replay (a miss is an error),
-record-missing. The capture proxy records in the same format (`runs/cassettes/proxy.jsonl`).
+responses are stored assembled. Never headers, so `Authorization` cannot leak into a cassette.
+
+What is kept verbatim, and what is not: replay needs only the key, so the request is stored
+redacted like a trace (redaction.py: secrets and e-mail addresses go), for a person to see what
+was asked. The response is stored verbatim, because a replay must give back exactly what the
+model said; an answer that echoed a secret keeps it. Cassettes are opt-in (CASSETTE_MODE); keep
+them off for runs over data you would not write to disk. Modes: off, record, replay (a miss is
+an error), record-missing. The capture proxy records in the same format (`cassettes/proxy.jsonl`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import rfc8785
 
 from ingot.errors import IngotError
+from optimize.models.redaction import redact_value
 
 KEY_FIELDS = (
     "model",
@@ -88,7 +94,7 @@ class Cassette:
             return
         entry = {
             "key": key,
-            "request": {k: request[k] for k in KEY_FIELDS if request.get(k) is not None},
+            "request": redact_value({k: request[k] for k in KEY_FIELDS if request.get(k) is not None}),
             "response": dict(response),
         }
         with self._lock:

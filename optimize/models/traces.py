@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -25,72 +24,9 @@ from typing import Any, Protocol
 
 from filelock import FileLock
 
+from optimize.models.redaction import redact_value
+
 SCHEMA_VERSION = 1
-SECRET_KEY_NAMES = re.compile(
-    r"(?i)(password|passwd|passphrase|secret|api[_-]?key|access[_-]?key|"
-    r"private[_-]?key|auth[_-]?token|access[_-]?token|refresh[_-]?token|"
-    r"client[_-]?secret|^token$|session[_-]?id|cookie)"
-)
-REDACTIONS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
-        "private-key",
-        re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:.*?-----END [A-Z ]*PRIVATE KEY-----|.*)", re.S),
-    ),
-    (
-        "bearer-token",
-        re.compile(r"\b(?:Bearer|Basic)\s+(?=[A-Za-z0-9._~+/=-]*[0-9._~+/=-])[A-Za-z0-9._~+/=-]{12,}"),
-    ),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
-    (
-        "api-key",
-        re.compile(
-            r"\b(sk-(?:ant-|or-|proj-|live-)?[A-Za-z0-9_-]{16,}|sk_(?:live|test)_[A-Za-z0-9]{16,}"
-            r"|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_-]{20,}"
-            r"|hf_[A-Za-z0-9]{30,}|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35})\b"
-        ),
-    ),
-    ("url-credentials", re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)")),
-    # "name": "any quoted value" (JSON, also escaped JSON): the whole quoted value goes.
-    (
-        "secret-quoted",
-        re.compile(
-            r"(?i)\b([\w.-]*(?:password|passwd|passphrase|secret|api[_-]?key|access[_-]?key|auth[_-]?token|"
-            r"access[_-]?token|refresh[_-]?token)\b)(\\?\"\s*:\s*\\?\")([^\"\\]{1,200})"
-        ),
-    ),
-    # name = value / "name": "value", also inside escaped JSON; the value must look like a secret
-    # (a digit, or 12+ characters) so prose such as "password: click Reset" survives.
-    (
-        "secret-assignment",
-        re.compile(
-            r"(?i)\b([\w.-]*(?:password|passwd|passphrase|secret|api[_-]?key|access[_-]?key|auth[_-]?token|"
-            r"access[_-]?token|refresh[_-]?token)\b)(\\?[\"']?\s*[:=]\s*\\?[\"']?)"
-            r"((?=[^\s'\",;\\]*\d)[^\s'\",;\\]{4,}|[^\s'\",;\\]{12,})"
-        ),
-    ),
-)
-
-
-def redact(text: str) -> str:
-    """`text` with every secret-looking span replaced by `[REDACTED:<kind>]`."""
-    for kind, pattern in REDACTIONS:
-        if kind in ("secret-assignment", "secret-quoted"):
-            text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}[REDACTED:secret-assignment]", text)
-        else:
-            text = pattern.sub(f"[REDACTED:{kind}]", text)
-    return text
-
-
-def _redact_value(value: Any, key: str | None = None) -> Any:
-    if isinstance(value, str):
-        if key is not None and SECRET_KEY_NAMES.search(key) and value:
-            return "[REDACTED:secret-field]"
-        return redact(value)
-    if isinstance(value, Mapping):
-        return {k: _redact_value(v, str(k)) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_redact_value(v, key) for v in value]
-    return value
 
 
 @dataclass(frozen=True)
@@ -135,7 +71,7 @@ class TraceStore(Protocol):
 def stored_form(record: TraceRecord, redaction: bool) -> dict[str, Any]:
     """The JSON a backend stores for `record`: redacted first unless redaction is off."""
     data = record.as_json()
-    return _redact_value(data) if redaction else data
+    return redact_value(data) if redaction else data
 
 
 def parse_record(line: bytes) -> TraceRecord | None:

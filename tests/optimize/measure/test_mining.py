@@ -56,3 +56,27 @@ def test_mining_attributes_clusters_judges_once_and_reports_weak_tasks(tmp_path,
         assert report.weakest[0][1] == "Draft the changelog entry for version 3.0.0"
         again = mine("release-notes", store, library, judge, cache)
         assert again.judged == 0 and len(server.chat_requests()) == 3  # verdicts cached
+
+
+def test_addresses_in_older_unredacted_traces_reach_neither_the_judge_nor_the_report(
+    tmp_path, library_factory
+):
+    library = library_factory(BUNDLED_SKILLS)
+    rev = library.get("release-notes").revision
+    store = LocalTraceStore(tmp_path / "traces.jsonl", redaction=False)  # as an older Ingot wrote them
+    store.append(
+        TraceRecord(
+            task="Write release notes for v1.2 and send them to ops-lead@corp.example",
+            answer="notes for ops-lead@corp.example",
+            route="match",
+            skill="release-notes",
+            revision=rev,
+            model="m",
+        )
+    )
+    with scripted_llm() as server:
+        server.add(reply=grade(0.4, weak="completeness"))
+        judge = Judge(server.client("judge"), ("judge-model",), "teacher-model")
+        report = mine("release-notes", store, library, judge, tmp_path / "verdicts.jsonl")
+        assert "ops-lead@corp.example" not in str(report.weakest)
+        assert all("ops-lead@corp.example" not in r.body for r in server.chat_requests())

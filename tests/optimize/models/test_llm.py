@@ -147,6 +147,19 @@ def test_record_then_replay_is_identical_with_zero_network_calls(server, tmp_pat
         player.complete("agent", messages, temperature=1.0, skill_revision="other-revision")
 
 
+def test_cassettes_store_the_request_redacted_and_still_replay(server, tmp_path):
+    server.add(reply="Sent to the finance team.")
+    path = tmp_path / "c.jsonl"
+    messages = [{"role": "user", "content": "Mail jane.doe@example.com; the db password is Hunter2!x"}]
+    recorded = client_for(server, cassette=Cassette(path, "record")).complete("agent", messages).text
+    stored = path.read_text()
+    assert "jane.doe@example.com" not in stored and "Hunter2!x" not in stored and "[REDACTED:email]" in stored
+    assert "Sent to the finance team." in stored  # the answer is kept verbatim: replay must return it
+    before = len(server.requests)
+    assert client_for(server, cassette=Cassette(path, "replay")).complete("agent", messages).text == recorded
+    assert len(server.requests) == before
+
+
 def test_settings_without_a_key_for_a_remote_url_say_what_to_set(monkeypatch):
     monkeypatch.setenv("BASE_URL", "https://openrouter.ai/api/v1")
     monkeypatch.setenv("AGENT_MODEL", "some/model")

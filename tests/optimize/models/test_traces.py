@@ -5,9 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import stat
 
-import pytest
-
-from optimize.models.traces import LocalTraceStore, TraceRecord, redact
+from optimize.models.redaction import redact
+from optimize.models.traces import LocalTraceStore, TraceRecord
 
 KEY = "sk-or-v1-0123456789abcdef0123456789abcdef"
 
@@ -105,31 +104,6 @@ def test_corrupt_and_non_utf8_lines_are_skipped_and_counted(tmp_path):
     store.append(record(task="good two"))
     result = store.read()
     assert [r.task for r in result.records] == ["good one", "good two"] and result.skipped == 3
-
-
-def test_prose_that_merely_mentions_secrets_survives():
-    for prose in (
-        "Explain how token buckets rate-limit an API.",
-        "Input tokens: 1500",
-        "Reset your password: click the link",
-        "The bearer instrument",
-    ):
-        assert redact(prose) == prose
-
-
-@pytest.mark.parametrize(
-    "secret",
-    [
-        "sk_live_abcdefghijklmnop1234",
-        "hf_abcdefghijklmnopqrstuvwxyz123456",
-        "glpat-abcdefghij1234567890",
-        "github_pat_11ABCDEFG0123456789abcdefghijklmnop",
-        "AKIAABCDEFGHIJKLMNOP",
-        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijk",
-    ],
-)
-def test_common_token_formats_are_redacted(secret):
-    assert secret not in redact(f"config: {secret} end")
 
 
 def test_secrets_in_urls_quoted_json_and_secret_named_fields_are_redacted(tmp_path):
