@@ -72,8 +72,14 @@ def test_reject_needs_a_reason_which_lands_in_the_audit(world, page):
     change = world.change(GOOD)
     page.goto(f"{world.ui}/review")
     good = card(page, GOOD)
+    posts = []
+    page.on("request", lambda request: request.method == "POST" and posts.append(request.url))
     good.get_by_test_id("reject").click()  # empty reason: the browser will not submit
-    assert page.url.endswith("/review") and world.control.queue.get(GOOD) is not None
+    page.wait_for_load_state()
+    # A submission would have been issued by the time click() returns: none was, because the
+    # required reason is missing (checked on the field itself, not inferred from timing).
+    assert good.get_by_test_id("reason").evaluate("field => field.validity.valueMissing")
+    assert posts == [] and page.url.endswith("/review") and world.control.queue.get(GOOD) is not None
     good.get_by_test_id("reason").fill("drops the breaking-changes section")
     good.get_by_test_id("reject").click()
     page.wait_for_url("**/review?done=rejected")

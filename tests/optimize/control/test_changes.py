@@ -161,8 +161,9 @@ def test_a_record_in_another_skills_slot_or_with_a_path_id_is_refused(control):
     slot.write_text(json.dumps(record))
     with pytest.raises(IngotError, match="malformed change id"):
         control.approve("alpha", "reviewer", change.id)
-    archived = control.reject("alpha", "bad record", "reviewer") if False else None
-    assert archived is None
+    with pytest.raises(IngotError, match="malformed change id"):
+        control.reject("alpha", "bad record", "reviewer")
+    assert slot.exists() and not (control.runs_dir / "pending" / "archive").exists()  # nothing moved
     shutil.copy(slot, control.queue.slot("beta"))
     with pytest.raises(IngotError):
         control.queue.get("beta")

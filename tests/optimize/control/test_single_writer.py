@@ -23,3 +23,6 @@ def test_only_promote_writes_a_skills_root_across_every_front_door(tmp_path):
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["offenders"] == []
     assert seen["allowed"] > 10  # the hook saw promote's own writes, so it was watching
+    assert (
+        tmp_path / "skills" / "gamma-reports" / "SKILL.md"
+    ).exists()  # create_skill -> approve went through

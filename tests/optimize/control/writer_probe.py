@@ -84,6 +84,7 @@ def exercise(work: Path, root: Path) -> None:
     from mcp_server.embedding import load_embedder
     from mcp_server.library import Library
     from mcp_server.server import build_server
+    from mcp_server.sessions import SessionRoutes
     from optimize.control.changes import ChangeControl
     from tests.optimize.conftest import ab, skill_md
 
@@ -92,28 +93,30 @@ def exercise(work: Path, root: Path) -> None:
     library.start_watching()
     library.route("do alpha things")
     library.read_file("alpha", "notes/extra.md")
+    control = ChangeControl(work / "runs", (root,), neighbours=library.current)
+    created: dict = {}
 
     async def mcp_calls() -> None:
-        async with Client(build_server(library)) as client:
-            await client.call_tool("route_and_load", {"task": "do alpha things"})
+        server = build_server(library, control, SessionRoutes(work / "runs"))
+        async with Client(server) as client:
+            await client.call_tool("route_and_load", {"task": "do alpha things", "session": "probe"})
             await client.call_tool("get_skill", {"name": "alpha"})
             await client.call_tool("reload_skills", {})
             await client.read_resource("skill://alpha/notes/extra.md")
             tools = {t.name for t in await client.list_tools()}
-            if "create_skill" in tools:
-                await client.call_tool(
-                    "create_skill",
-                    {
-                        "name": "Gamma Reports",
-                        "description": "Builds quarterly gamma reports from ledger exports.",
-                        "body": "# Gamma\n\nCollect the ledger export, then summarise it.",
-                    },
-                    raise_on_error=False,
-                )
+            assert "create_skill" in tools, tools  # the probe must cover the agents' write path
+            result = await client.call_tool(
+                "create_skill",
+                {
+                    "name": "Gamma Reports",
+                    "description": "Builds quarterly gamma reports from ledger exports.",
+                    "body": "# Gamma\n\nCollect the ledger export, then summarise it.",
+                },
+            )
+            created.update(result.structured_content)
 
     asyncio.run(mcp_calls())
-
-    control = ChangeControl(work / "runs", (root,))
+    control.approve("gamma-reports", "probe", created["change_id"])  # a create, promoted
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Better step one.")}
     control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]))
     original = control.live_revision("alpha")
@@ -121,6 +124,7 @@ def exercise(work: Path, root: Path) -> None:
     control.rollback("alpha", original, "probe", "probe")
     control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]))
     control.reject("alpha", "probe", "probe")
+    control.recover()
     control.status()
     control.history("alpha")
     library.reload()

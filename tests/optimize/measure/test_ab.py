@@ -34,7 +34,12 @@ def setup(tmp_path):
 
 
 def champion_calls(server) -> int:
-    return sum("Old guidance" in json.dumps(r.body) for r in server.chat_requests())
+    """Every call made for the champion's side: its agent answers (the champion body is the system
+    prompt) and the judge's grades of them (the judge sees the champion's "weak answer")."""
+    return sum(
+        "Old guidance" in json.dumps(r.body) or "weak answer" in json.dumps(r.body)
+        for r in server.chat_requests()
+    )
 
 
 def test_a_better_challenger_shows_per_case_gains_and_passes_the_gate(setup):
