@@ -13,13 +13,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_messages
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, SkipValidation
 
 from optimize.models.llm import LLMClient
+
+PROVIDER = "ingot"
 
 
 class IngotChatModel(BaseChatModel):
@@ -35,6 +37,12 @@ class IngotChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "ingot"
 
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        # deepagents picks its harness profile by this provider name (agent/run.py registers "ingot").
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = PROVIDER
+        return params
+
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
@@ -45,7 +53,7 @@ class IngotChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        wire = convert_to_openai_messages(messages)
+        wire = [_flat(m) for m in convert_to_openai_messages(messages)]
         completion = self.client.complete(
             self.role, wire, tools=kwargs.get("tools") or None, skill_revision=self.skill_revision, stop=stop
         )
@@ -64,3 +72,13 @@ class IngotChatModel(BaseChatModel):
             response_metadata={"model_name": completion.model, "finish_reason": completion.finish_reason},
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def _flat(message: dict[str, Any]) -> dict[str, Any]:
+    """Tool results as plain text: LangChain may hand them over as a list of text blocks, which
+    many OpenAI-compatible servers reject."""
+    content = message.get("content")
+    if message.get("role") == "tool" and isinstance(content, list):
+        text = "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+        return {**message, "content": text}
+    return message
