@@ -88,6 +88,10 @@ class Sandbox:
             self._availability = self.available()
         return self._availability
 
+    def diagnose(self) -> tuple[bool, str]:
+        """Everything a run needs, checked now: for `ingot status`."""
+        return self.ready()
+
     def run(self, files: Mapping[str, bytes], argv: Sequence[str]) -> ExecResult:
         """Run `argv` in /work, where `files` are laid out read-only."""
         return self.run_in({"/work": files}, argv, cwd="/work")

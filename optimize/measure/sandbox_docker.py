@@ -99,6 +99,10 @@ class DockerSandbox(Sandbox):
             "memory, CPU, process, file-size and wall-clock limits; the kernel is shared"
         )
 
+    def diagnose(self) -> tuple[bool, str]:
+        ok, why = self.ready()
+        return self.image_present() if ok else (ok, why)
+
     def image_present(self) -> tuple[bool, str]:
         """Whether the image is on the engine (never pulled here)."""
         try:

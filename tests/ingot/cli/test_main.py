@@ -17,8 +17,10 @@ from tests.conftest import BUNDLED_SKILLS, free_port, wait_for, write_skill
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
-def ingot(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RUNS_DIR": str(cwd / "runs"), "HF_HUB_OFFLINE": "1"}
+def ingot(
+    *args: str, cwd: Path, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RUNS_DIR": str(cwd / "runs"), "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "ingot.cli", *args],
         cwd=cwd,
