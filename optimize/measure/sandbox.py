@@ -158,6 +158,9 @@ class BubblewrapSandbox(Sandbox):
 
     def __init__(self, bwrap: str = "bwrap", limits: Limits | None = None) -> None:
         self.bwrap, self.limits = bwrap, limits or Limits()
+        # A fresh /proc for the sandbox's PID namespace. Inside a Docker container the kernel
+        # refuses that mount (Docker masks parts of /proc); the probe then falls back to none.
+        self.proc = True
 
     @staticmethod
     def _as_root() -> bool:
@@ -169,15 +172,20 @@ class BubblewrapSandbox(Sandbox):
         if missing:
             return False, f"sandbox tools missing: {', '.join(missing)} (install bubblewrap and util-linux)"
         probe = self._run({}, ["/usr/bin/true"], SANDBOX_TMP, Limits(wall_s=10))
+        if probe.exit_code != 0 and "mount proc" in probe.stderr:
+            self.proc = False
+            probe = self._run({}, ["/usr/bin/true"], SANDBOX_TMP, Limits(wall_s=10))
         if probe.exit_code != 0:
+            self.proc = True
             detail = (probe.stderr or probe.reason).strip()[:300]
-            return False, f"bubblewrap cannot start a sandbox here ({detail}); see `ingot status`"
+            return False, f"bubblewrap cannot start a sandbox here ({detail})"
         return True, "bubblewrap"
 
     def isolation(self) -> str:
         who = "drops root to uid 65534 first" if self._as_root() else "your uid, mapped to 65534"
+        proc = "" if self.proc else " (no /proc: this host refuses to mount one)"
         return (
-            f"bubblewrap ({who}): new user, network, PID, IPC and UTS namespaces; no network; "
+            f"bubblewrap ({who}): new user, network, PID{proc}, IPC and UTS namespaces; no network; "
             "/usr read-only; private /tmp; no environment; no capabilities; CPU, memory, "
             "process, file-size and wall-clock limits"
         )
@@ -221,8 +229,7 @@ class BubblewrapSandbox(Sandbox):
             "--symlink",
             "usr/bin",
             "/bin",
-            "--proc",
-            "/proc",
+            *(["--proc", "/proc"] if self.proc else []),
             "--dev",
             "/dev",
             "--tmpfs",

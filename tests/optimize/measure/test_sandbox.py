@@ -7,8 +7,11 @@ bubblewrap's own user namespace, and both must contain the same things."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -151,3 +154,24 @@ def test_isolation_says_how_the_current_user_is_confined():
     text = BubblewrapSandbox().isolation()
     expected = "drops root to uid 65534" if os.geteuid() == 0 else "your uid, mapped to 65534"
     assert expected in text and "no network" in text
+
+
+def test_where_proc_cannot_be_mounted_the_sandbox_runs_without_one():
+    # Inside a Docker container the kernel refuses bwrap's fresh /proc; this stand-in bwrap
+    # refuses it the same way and otherwise runs the real one. (Its folder must be reachable by
+    # uid 65534, which pytest's tmp_path is not when the tests run as root.)
+    require_bwrap()
+    with tempfile.TemporaryDirectory(prefix="ingot-fake-bwrap-") as folder:
+        fake = Path(folder) / "bwrap"
+        fake.write_text(
+            '#!/bin/sh\nfor a in "$@"; do [ "$a" = --proc ] && '
+            '{ echo "bwrap: Can\'t mount proc on /newroot/proc: Operation not permitted" >&2; '
+            "exit 1; }; done\n"
+            f'exec {shutil.which("bwrap")} "$@"\n'
+        )
+        fake.chmod(0o755)
+        Path(folder).chmod(0o755)
+        box = BubblewrapSandbox(bwrap=str(fake), limits=Limits(wall_s=5))
+        assert box.available() == (True, "bubblewrap") and "no /proc" in box.isolation()
+        result = py(box, "import os\nprint(os.path.exists('/proc/self'), os.getuid())\n")
+    assert result.stdout.split() == ["False", "65534"]
