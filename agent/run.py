@@ -37,6 +37,7 @@ from fastmcp import Client
 from langchain.agents.middleware import AgentMiddleware, ModelCallLimitMiddleware, ToolCallLimitMiddleware
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
+from mcp.shared.exceptions import MCPError
 
 from agent.chat_model import PROVIDER, IngotChatModel
 from agent.workspace import ScriptRunner, SkillSnapshot, workspace
@@ -208,8 +209,10 @@ class ReferenceAgent:
         return asyncio.run(go())
 
     def route(self, task: str, cwd: str | None) -> tuple[dict[str, Any], SkillSnapshot | None]:
-        """`route_and_load` once, and the routed revision's files from the same session. A skill
-        that changes between the two is routed again once; twice is `SkillChanged`."""
+        """`route_and_load` once, and the routed revision's files from the same session. If the
+        files no longer match the route (the skill changed on disk), the server is asked to
+        `reload_skills` and the task is routed once more; a second mismatch is `SkillChanged`.
+        A copy that mixes two revisions is never served."""
         args = {
             "task": task,
             "harness": self.harness,
@@ -229,10 +232,11 @@ class ReferenceAgent:
                     try:
                         skill = await client.read_skill(f"skill://{name}/SKILL.md")
                         return decision, SkillSnapshot.verified(name, decision["revision"], skill.files)
-                    except (SkillChanged, ValueError) as exc:
+                    except (SkillChanged, ValueError, MCPError) as exc:
                         if attempt:
                             raise SkillChanged(f"could not load a stable copy of {name!r}: {exc}") from exc
-            raise AssertionError("unreachable")
+                        await _tool(client, "reload_skills", {})
+            raise AssertionError("unreachable: the loop returns or raises")
 
         return asyncio.run(go())
 

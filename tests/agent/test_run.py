@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from agent.run import ReferenceAgent
+from agent.workspace import revision_of
 from optimize.models.traces import LocalTraceStore
 from tests.scripted_llm import scripted_llm
 
@@ -266,3 +267,25 @@ def test_a_trivial_routed_task_is_one_model_request(files_world):
     llm.add(system_contains='name="freedonia-vat"', reply="17.5%")
     agent.run(VAT_TASK)
     assert len(llm.chat_requests()) == 1
+
+
+def test_a_skill_edited_behind_the_servers_back_is_reloaded_and_served_whole(files_world):
+    agent, llm, root = files_world
+    # The server's index still has the old revision (no watcher in tests) and re-hashes every
+    # file it serves against it, so the agent's first copy fails; it asks for reload_skills,
+    # routes again and serves the new revision whole, never a mix of the two.
+    (root / "freedonia-vat/references/rates.md").write_text("| Sylvania | 0% |\n")
+    llm.add(tool_result_contains="| Sylvania |", reply="read")
+    llm.add(
+        system_contains='name="freedonia-vat"',
+        tool_calls=[{"name": "read_file", "arguments": {"file_path": "/skill/references/rates.md"}}],
+    )
+    result = agent.run(VAT_TASK)
+    on_disk = {
+        p.relative_to(root / "freedonia-vat").as_posix(): p.read_bytes()
+        for p in (root / "freedonia-vat").rglob("*")
+        if p.is_file()
+    }
+    assert result.revision == revision_of(on_disk)
+    (read,) = tool_results(llm)
+    assert "| Sylvania | 0% |" in read
