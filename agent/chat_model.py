@@ -53,7 +53,7 @@ class IngotChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        wire = [_flat(m) for m in convert_to_openai_messages(messages)]
+        wire = convert_to_openai_messages(messages)
         completion = self.client.complete(
             self.role, wire, tools=kwargs.get("tools") or None, skill_revision=self.skill_revision, stop=stop
         )
@@ -72,13 +72,3 @@ class IngotChatModel(BaseChatModel):
             response_metadata={"model_name": completion.model, "finish_reason": completion.finish_reason},
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
-
-
-def _flat(message: dict[str, Any]) -> dict[str, Any]:
-    """Tool results as plain text: LangChain may hand them over as a list of text blocks, which
-    many OpenAI-compatible servers reject."""
-    content = message.get("content")
-    if message.get("role") == "tool" and isinstance(content, list):
-        text = "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-        return {**message, "content": text}
-    return message
