@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run install dev test check format bench bench-routing bench-latency calibrate compose-check screenshots clean
+.PHONY: run install dev test test-sandbox-nonroot check format bench bench-routing bench-latency bench-agent calibrate compose-check screenshots clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -29,6 +29,26 @@ run: install
 test: dev
 	$(PY) -m pytest
 
+# The sandbox tests again as the unprivileged user `nobody` (run it as root, as CI does): as
+# root the sandbox drops privileges with setpriv, as a normal user it relies on bubblewrap's own
+# user namespace, and both must contain the same things. nobody cannot read root's home, where
+# this checkout and its .venv may live, so the files are copied to a folder it can read and get
+# their own venv from the system Python.
+NONROOT_DIR ?= /tmp/ingot-nonroot
+SANDBOX_TESTS := tests/optimize/measure/test_sandbox.py tests/optimize/measure/test_sandbox_docker.py \
+	tests/optimize/measure/test_execcheck.py
+test-sandbox-nonroot:
+	@[ "$$(id -u)" = 0 ] || { echo "make test-sandbox-nonroot runs as root (it switches to nobody)"; exit 2; }
+	rm -rf $(NONROOT_DIR) && mkdir -p $(NONROOT_DIR)
+	tar --exclude=./.venv --exclude=./.git --exclude=./runs --exclude=./optimize/tasks \
+		--exclude='*/__pycache__' --exclude=./.pytest_cache --exclude=./.ruff_cache -cf - . \
+		| tar -xf - -C $(NONROOT_DIR)
+	/usr/bin/python3 -m venv $(NONROOT_DIR)/.venv
+	$(NONROOT_DIR)/.venv/bin/python -m pip install --quiet -e '$(NONROOT_DIR)[dev]'
+	chmod -R a+rX $(NONROOT_DIR)
+	cd $(NONROOT_DIR) && runuser -u nobody -- env HOME=/tmp PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 \
+		.venv/bin/python -m pytest -q -p no:cacheprovider $(SANDBOX_TESTS)
+
 check: dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -44,6 +64,9 @@ bench-routing: install
 bench-latency: install
 	$(VENV)/bin/ingot bench latency
 
+bench-agent: dev
+	$(VENV)/bin/ingot bench agent
+
 bench: bench-routing bench-latency
 
 calibrate: install
@@ -55,6 +78,7 @@ screenshots: dev
 
 compose-check:
 	docker-compose -f docker-compose.yml config --quiet
+	docker-compose -f docker-compose.yml -f docker-compose.sandbox.yml config --quiet
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -13,13 +13,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_messages
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, SkipValidation
 
 from optimize.models.llm import LLMClient
+
+PROVIDER = "ingot"
 
 
 class IngotChatModel(BaseChatModel):
@@ -34,6 +36,12 @@ class IngotChatModel(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "ingot"
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        # deepagents picks its harness profile by this provider name (agent/run.py registers "ingot").
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = PROVIDER
+        return params
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)

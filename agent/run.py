@@ -1,14 +1,19 @@
 """The reference agent: route once through Ingot, serve with the right model, record the run.
 
 Per task it calls `route_and_load` once with its real context (harness, platform, cwd, tools),
-then runs a LangGraph agent (`langchain.agents.create_agent`):
+reads the routed revision's files through the skill:// resources in the same session (each
+checked against the manifest, the whole against the routed revision), then runs a deepagents
+agent (`create_deep_agent`) over Ingot's one model client (agent/chat_model.py, so ZDR, the cost
+cap and cassettes apply):
 - `match`: the cheap AGENT_MODEL, with the skill body as its system prompt;
 - `related_match`: AGENT_MODEL, told to compose with or extend the related skill;
 - `novel`: STRONG_MODEL, which may call `create_skill` to queue a reusable candidate (pending only).
-Models are called through Ingot's one client (agent/chat_model.py), so ZDR, the cost cap and
-cassettes apply. Evaluation runs pass `allow_mutation=False`: no create_skill. Every run is
-appended to the trace store tagged with skill and revision (or novel/related). MCP tools are
-wrapped from fastmcp's client because langchain-mcp-adapters needs mcp<2 (see ARCHITECTURE.md).
+The skill's files are served from that snapshot (workspace.py), offering only the tools the
+skill needs; model and tool calls are capped per task. `serve` is the one serving path: live
+runs, the optimizer's rollouts and the held-out A/B all go through it. Evaluation runs pass
+`allow_mutation=False`: no create_skill. Every run is appended to the trace store tagged with
+skill and revision. MCP tools are wrapped from fastmcp's client because langchain-mcp-adapters
+needs mcp<2 (see ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -17,20 +22,50 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from deepagents import (
+    FilesystemMiddleware,
+    GeneralPurposeSubagentProfile,
+    HarnessProfile,
+    create_deep_agent,
+    register_harness_profile,
+)
 from fastmcp import Client
-from langchain.agents import create_agent
-from langchain_core.tools import StructuredTool
+from langchain.agents.middleware import AgentMiddleware, ModelCallLimitMiddleware, ToolCallLimitMiddleware
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import BaseTool, StructuredTool
+from mcp.shared.exceptions import MCPError
 
-from agent.chat_model import IngotChatModel
-from ingot.errors import ConfigError, IngotError
+from agent.chat_model import PROVIDER, IngotChatModel
+from agent.workspace import ScriptRunner, SkillSnapshot, workspace
+from ingot.errors import ConfigError, IngotError, SkillChanged
 from optimize.models.llm import LLMClient
 from optimize.models.prompting import render
 from optimize.models.traces import TraceRecord, TraceStore
 
 HARNESS = "ingot-agent"
+
+# Ingot's own provider name (IngotChatModel reports it), so this profile applies to no one else:
+# no general-purpose subagent (no `task` tool; one agent per task keeps calls countable) and no
+# conversation summarization (runs are capped far below any context window; it would write
+# history files and make extra model calls).
+register_harness_profile(
+    PROVIDER,
+    HarnessProfile(
+        general_purpose_subagent=GeneralPurposeSubagentProfile(enabled=False),
+        excluded_middleware=frozenset({"SummarizationMiddleware"}),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    model_calls: int = 8  # per task; the run ends with what it has when it reaches this
+    tool_calls: int = 16  # per task; calls past it are refused and the model is told so
+    script_wall_s: float = 10.0  # per execute call, at most the sandbox's own limit
 
 
 @dataclass(frozen=True)
@@ -46,7 +81,9 @@ class AgentResult:
     tokens_out: int = 0
     tool_calls: tuple[dict[str, Any], ...] = ()
     created: tuple[str, ...] = ()  # change ids queued through create_skill
-    note: str | None = None  # why nothing was generated (e.g. no model configured)
+    note: str | None = None  # why nothing was generated, or why the run stopped early
+    model_calls: int = 0
+    tools: tuple[str, ...] = ()  # tools offered to the model
 
 
 @dataclass(frozen=True)
@@ -55,6 +92,35 @@ class Served:
     tokens_in: int
     tokens_out: int
     tool_calls: tuple[dict[str, Any], ...]
+    model_calls: int = 0
+    tools: tuple[str, ...] = ()
+    stopped: str | None = None  # set when the run hit the model-call limit
+
+
+class _OfferOnly(AgentMiddleware):
+    """Show the model only the tools it was offered (deepagents always registers read_file)."""
+
+    def __init__(self, offered: frozenset[str]) -> None:
+        super().__init__()
+        self.offered = offered
+
+    def wrap_model_call(self, request, handler):  # noqa: ANN001, ANN201 - langchain's hook signature
+        return handler(request.override(tools=[t for t in request.tools if _name(t) in self.offered]))
+
+    def wrap_tool_call(self, request, handler):  # noqa: ANN001, ANN201
+        name = request.tool_call["name"]
+        if name in self.offered:
+            return handler(request)
+        return ToolMessage(
+            content=f"Error: {name} is not available here.",
+            tool_call_id=request.tool_call["id"] or "",
+            name=name,
+            status="error",
+        )
+
+
+def _name(tool: BaseTool | dict[str, Any]) -> str | None:
+    return tool.get("name") if isinstance(tool, dict) else getattr(tool, "name", None)
 
 
 def serve(
@@ -62,25 +128,56 @@ def serve(
     role: str,
     system: str,
     task: str,
-    tools: list[StructuredTool] | None = None,
+    tools: Sequence[BaseTool] | None = None,
     skill_revision: str | None = None,
+    *,
+    skill: SkillSnapshot | None = None,
+    runner: ScriptRunner | None = None,
+    limits: AgentLimits | None = None,
 ) -> Served:
-    """One task through the LangGraph agent: the same path for live runs and for A/B evaluation."""
-    model = IngotChatModel(client=llm, role=role, skill_revision=skill_revision)
-    graph = create_agent(model=model, tools=tools or [], system_prompt=system)
-    state = graph.invoke({"messages": [{"role": "user", "content": task}]}, {"recursion_limit": 12})
-    messages = state["messages"]
-    usage = [m.usage_metadata for m in messages if getattr(m, "usage_metadata", None)]
-    calls = tuple(
-        {"name": c["name"], "arguments": c["args"]}
-        for m in messages
-        for c in (getattr(m, "tool_calls", None) or [])
+    """One task through the deepagents agent: the same path for live runs and for evaluation.
+    With `skill`, its files are readable (and its scripts runnable through `runner`)."""
+    limits = limits or AgentLimits()
+    model = IngotChatModel(client=llm, role=role, skill_revision=skill_revision or (skill and skill.revision))
+    ws = workspace(skill, runner, limits.script_wall_s)
+    offered = frozenset(ws.tools) | {t.name for t in tools or ()}
+    graph = create_deep_agent(
+        model=model,
+        tools=list(tools or ()),
+        system_prompt=system + ws.prompt,
+        backend=ws.backend,
+        middleware=[
+            FilesystemMiddleware(
+                backend=ws.backend,
+                tools=ws.middleware_tools,
+                tool_token_limit_before_evict=None,  # a long reference must reach the model whole
+                human_message_token_limit_before_evict=None,
+            ),
+            ModelCallLimitMiddleware(run_limit=limits.model_calls, exit_behavior="end"),
+            ToolCallLimitMiddleware(run_limit=limits.tool_calls, exit_behavior="continue"),
+            _OfferOnly(offered),
+        ],
     )
+    state = graph.invoke({"messages": [{"role": "user", "content": task}], "files": ws.files})
+    return _served(state["messages"], tuple(sorted(offered)), limits)
+
+
+def _served(messages: list[Any], offered: tuple[str, ...], limits: AgentLimits) -> Served:
+    answered = [m for m in messages if isinstance(m, AIMessage) and m.usage_metadata]
+    calls = tuple({"name": c["name"], "arguments": c["args"]} for m in answered for c in (m.tool_calls or []))
+    last = messages[-1]
+    stopped = None
+    if not (isinstance(last, AIMessage) and last.usage_metadata) and len(answered) >= limits.model_calls:
+        stopped = f"stopped at the limit of {limits.model_calls} model calls per task"
+    final = next((m for m in reversed(answered) if not m.tool_calls), None)
     return Served(
-        str(messages[-1].content),
-        sum(u["input_tokens"] for u in usage),
-        sum(u["output_tokens"] for u in usage),
+        str(final.content) if final is not None else "",
+        sum(m.usage_metadata["input_tokens"] for m in answered),
+        sum(m.usage_metadata["output_tokens"] for m in answered),
         calls,
+        len(answered),
+        offered,
+        stopped,
     )
 
 
@@ -97,37 +194,55 @@ class ReferenceAgent:
         store: TraceStore | None,
         allow_mutation: bool = True,
         harness: str = HARNESS,
+        runner: ScriptRunner | None = None,
+        limits: AgentLimits | None = None,
     ) -> None:
         self.mcp_url, self.llm, self.store = mcp_url, llm, store
         self.allow_mutation, self.harness = allow_mutation, harness
+        self.runner, self.limits = runner, limits or AgentLimits()
 
     def _call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             async with Client(self.mcp_url) as client:
-                result = await client.call_tool(tool, args, raise_on_error=False)
-                if result.is_error:
-                    raise IngotError(result.content[0].text if result.content else f"{tool} failed")
-                return dict(result.structured_content or {})
+                return await _tool(client, tool, args)
 
         return asyncio.run(go())
 
-    def route(self, task: str, cwd: str | None) -> dict[str, Any]:
-        tools = ["create_skill"] if self.allow_mutation else []
-        return self._call(
-            "route_and_load",
-            {
-                "task": task,
-                "harness": self.harness,
-                "platform": sys.platform,
-                "cwd": cwd or os.getcwd(),
-                "available_tools": tools,
-                "available_mcps": ["ingot"],
-            },
-        )
+    def route(self, task: str, cwd: str | None) -> tuple[dict[str, Any], SkillSnapshot | None]:
+        """`route_and_load` once, and the routed revision's files from the same session. If the
+        files no longer match the route (the skill changed on disk), the server is asked to
+        `reload_skills` and the task is routed once more; a second mismatch is `SkillChanged`.
+        A copy that mixes two revisions is never served."""
+        args = {
+            "task": task,
+            "harness": self.harness,
+            "platform": sys.platform,
+            "cwd": cwd or os.getcwd(),
+            "available_tools": ["create_skill"] if self.allow_mutation else [],
+            "available_mcps": ["ingot"],
+        }
+
+        async def go() -> tuple[dict[str, Any], SkillSnapshot | None]:
+            async with Client(self.mcp_url) as client:
+                for attempt in range(2):
+                    decision = await _tool(client, "route_and_load", args)
+                    name = decision["match"] or decision["related_match"]
+                    if name is None:
+                        return decision, None
+                    try:
+                        skill = await client.read_skill(f"skill://{name}/SKILL.md")
+                        return decision, SkillSnapshot.verified(name, decision["revision"], skill.files)
+                    except (SkillChanged, ValueError, MCPError) as exc:
+                        if attempt:
+                            raise SkillChanged(f"could not load a stable copy of {name!r}: {exc}") from exc
+                        await _tool(client, "reload_skills", {})
+            raise AssertionError("unreachable: the loop returns or raises")
+
+        return asyncio.run(go())
 
     def run(self, task: str, cwd: str | None = None) -> AgentResult:
         started = time.perf_counter()
-        decision = self.route(task, cwd)
+        decision, snapshot = self.route(task, cwd)
         kind = "match" if decision["match"] else "related" if decision["related_match"] else "novel"
         name = decision["match"] or decision["related_match"]
         role = "strong" if kind == "novel" else "agent"
@@ -148,11 +263,13 @@ class ReferenceAgent:
             return AgentResult(**base, model=None, answer=None, note=reason)
         created: list[str] = []
         tools = [self._create_skill_tool(created)] if kind == "novel" and self.allow_mutation else []
-        if kind == "novel":
+        if snapshot is None:
             system = render("agent_novel", create_hint=render("agent_create_hint") if tools else "")
         else:
-            system = skill_system_prompt(kind, name, decision["revision"], decision["skill_body"])
-        served = serve(self.llm, role, system, task, tools, decision.get("revision"))
+            system = skill_system_prompt(kind, snapshot.name, snapshot.revision, snapshot.body)
+        served = serve(
+            self.llm, role, system, task, tools, skill=snapshot, runner=self.runner, limits=self.limits
+        )
         result = AgentResult(
             **base,
             model=endpoint.model,
@@ -161,6 +278,9 @@ class ReferenceAgent:
             tokens_out=served.tokens_out,
             tool_calls=served.tool_calls,
             created=tuple(created),
+            note=served.stopped,
+            model_calls=served.model_calls,
+            tools=served.tools,
         )
         self._record(result, time.perf_counter() - started)
         return result
@@ -195,3 +315,10 @@ class ReferenceAgent:
                 harness=self.harness,
             )
         )
+
+
+async def _tool(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(tool, args, raise_on_error=False)
+    if result.is_error:
+        raise IngotError(result.content[0].text if result.content else f"{tool} failed")
+    return dict(result.structured_content or {})

@@ -23,7 +23,9 @@ from optimize.models.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.models.traces import LocalTraceStore, TraceStore
 
 if TYPE_CHECKING:
+    from agent.run import AgentLimits
     from optimize.measure.judge import Judge
+    from optimize.measure.sandbox import Sandbox
     from optimize.search.research import Researcher
 
 
@@ -197,3 +199,17 @@ def judge(settings: Settings, llm: LLMClient) -> Judge:
 def run_id(purpose: str) -> str:
     """A fresh id for one run's ledger (and its lines in the trace and cost reports)."""
     return f"{purpose}-{secrets.token_hex(4)}"
+
+
+def sandbox(settings: Settings) -> Sandbox | None:
+    """The execution sandbox EXEC_SANDBOX names (bubblewrap, docker or none)."""
+    from optimize.measure.execcheck import make_sandbox
+
+    return make_sandbox(settings.exec_sandbox, settings.exec_docker_image, settings.docker_host)
+
+
+def agent_limits(settings: Settings) -> AgentLimits:
+    """Per-task limits for the reference agent (AGENT_MAX_MODEL_CALLS, AGENT_MAX_TOOL_CALLS)."""
+    from agent.run import AgentLimits
+
+    return AgentLimits(model_calls=settings.agent_max_model_calls, tool_calls=settings.agent_max_tool_calls)

@@ -102,6 +102,15 @@ class Settings(BaseSettings):
     exec_sandbox: Literal["bubblewrap", "docker", "none"] = Field(
         default="bubblewrap", description="Where code from answers runs; none: checks are inconclusive."
     )
+    # -- the reference agent's limits and the sandbox's Docker backend --
+    exec_docker_image: str = Field(
+        default="python:3.11-slim", min_length=1, description="Image for EXEC_SANDBOX=docker (never pulled)."
+    )
+    docker_host: str | None = Field(
+        default=None, description="Docker Engine URL for EXEC_SANDBOX=docker; default the local socket."
+    )
+    agent_max_model_calls: int = Field(default=8, ge=1, le=100, description="Model calls per agent task.")
+    agent_max_tool_calls: int = Field(default=16, ge=0, le=500, description="Tool calls per agent task.")
     tavily_api_key: SecretStr | None = Field(
         default=None, description="Optional web research for candidate authors (never the judge)."
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -36,6 +36,9 @@ class Rule:
     error_body: dict[str, Any] | None = None
     prompt_tokens: int = 11
     completion_tokens: int = 7
+    before_reply: Callable[[dict[str, Any]], None] | None = (
+        None  # runs when it answers (e.g. edit a file mid-run)
+    )
     used: int = field(default=0)
 
     def matches(self, body: dict[str, Any]) -> bool:
@@ -120,6 +123,8 @@ class ScriptedLLM:
             for rule in self.rules:
                 if rule.matches(body):
                     rule.used += 1
+                    if rule.before_reply is not None:
+                        rule.before_reply(body)
                     if rule.error_status and rule.used <= rule.error_times:
                         return (
                             rule.error_status,

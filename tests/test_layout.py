@@ -15,6 +15,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FRONT_ENDS = ("ingot.cli", "ingot.bench", "ui", "mcp_server.server", "agent.proxy")
 
+# The reference agent's serving path sits below measure, which runs candidates through it.
+AGENT_FORBIDS = (
+    "optimize.control",
+    "optimize.measure",
+    "optimize.search",
+    "ui",
+    "ingot.cli",
+    "ingot.runtime",
+    "mcp_server.server",
+)
+
 # (module prefix, forbidden import prefixes)
 RULES: list[tuple[str, tuple[str, ...]]] = [
     ("ingot.errors", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
@@ -64,18 +75,8 @@ RULES: list[tuple[str, tuple[str, ...]]] = [
             "mcp_server.server",
         ),
     ),
-    (
-        "agent.run",
-        (
-            "optimize.control",
-            "optimize.measure",
-            "optimize.search",
-            "ui",
-            "ingot.cli",
-            "ingot.runtime",
-            "mcp_server.server",
-        ),
-    ),
+    ("agent.run", AGENT_FORBIDS),
+    ("agent.workspace", AGENT_FORBIDS),
     (
         "agent.chat_model",
         ("optimize.control", "optimize.measure", "optimize.search", "ui", "ingot.cli", "ingot.runtime"),

@@ -10,7 +10,7 @@ For each size it writes a deterministic synthetic library to a temporary folder,
 - edit_to_served_ms: from rewriting one SKILL.md to `get_skill` returning the new revision,
   median of several edits (the server's file watcher does the work; polled every 5 ms).
 - server_rss_mb / server_peak_rss_mb: the serving process's resident memory after the run.
-Vectors are cached under RUNS_DIR/bench/cache/vectors.sqlite, so only the first run per size
+Vectors are cached under <tmp>/ingot-bench/cache/vectors.sqlite, so only the first run per size
 pays for embedding (minutes at 10k on two cores). Prints JSON; medians, not single runs.
 """
 
@@ -259,8 +259,10 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
             in_process.append((time.perf_counter() - t0) * 1000)
         del library
         port = _free_port()
-        env = {**os.environ, "RUNS_DIR": str(cache), "HF_HUB_OFFLINE": "1", "LOG_LEVEL": "WARNING"}
-        # RUNS_DIR=cache: the server reads the vector cache this process just warmed.
+        home = folder / "home"  # the synthetic library's own state home, reading the warmed vectors
+        (home / "cache").mkdir(parents=True)
+        (home / "cache" / "vectors.sqlite").symlink_to(cache / "cache" / "vectors.sqlite")
+        env = {**os.environ, "INGOT_HOME": str(home), "HF_HUB_OFFLINE": "1", "LOG_LEVEL": "WARNING"}
         process = subprocess.Popen(
             [
                 sys.executable,

@@ -66,3 +66,27 @@ def bench_optimize(candidates: int) -> None:
 
     setup_logging("WARNING")
     print_json(run_bench(candidates))
+
+
+@bench.command(name="agent")
+def bench_agent() -> None:
+    """Prompt tokens per model call (stock deepagents tools vs only what a skill needs) and model
+    requests per trivial routed task, against the scripted model server."""
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / "tests" / "scripted_llm.py").exists():
+        raise IngotError("`ingot bench agent` needs a source checkout (it uses tests/scripted_llm.py)")
+    sys.path.insert(0, str(repo))
+    from scripts.bench_agent import run as run_bench
+
+    setup_logging("WARNING")
+    print_json(run_bench())
+
+
+@bench.command(name="sandbox")
+@click.option("--rounds", default=30, help="Sandboxed runs to time.")
+def bench_sandbox(rounds: int) -> None:
+    """Start-up cost of the bubblewrap sandbox for the current user, against a direct start."""
+    from ingot.bench.sandbox import run
+
+    setup_logging("WARNING")
+    print_json(run(rounds))

@@ -158,8 +158,26 @@ def status(skills: tuple[Path, ...]) -> None:
             f"recovery pending: an interrupted change to {', '.join(interrupted)}; the next change-control "
             "command (or `ingot serve`) settles it from what is live"
         )
+    _echo_sandbox(skills)
     if report.drifted or not audit.ok:
         sys.exit(1)
+
+
+def _echo_sandbox(skills: tuple[Path, ...]) -> None:
+    """Whether checks and skill scripts can run here; a sandbox that cannot does not change the
+    exit code (nothing drifted), but every execution check would be inconclusive."""
+    from ingot.runtime import sandbox
+    from optimize.control.status import sandbox_status
+
+    settings = settings_for(skills)
+    state = sandbox_status(settings.exec_sandbox, sandbox(settings))
+    if state.ready:
+        click.echo(f"sandbox: {state.mode} ready: {state.isolation}")
+    else:
+        click.echo(
+            f"sandbox: {state.mode} NOT READY ({state.detail}): execution checks are inconclusive "
+            "and the agent cannot run skill scripts"
+        )
 
 
 @click.group()

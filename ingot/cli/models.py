@@ -26,7 +26,7 @@ from ingot.errors import ConfigError
 )
 def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, description_pass: bool) -> None:
     """Search for a better body (or description) for SKILL and queue it, with evidence, for review."""
-    from ingot.runtime import change_control, llm_client, open_library, researcher, run_id
+    from ingot.runtime import change_control, llm_client, open_library, researcher, run_id, sandbox
     from ingot.runtime import judge as make_judge
     from optimize.search.pipeline import optimize_body
 
@@ -63,9 +63,6 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
         )
         return
     judge = make_judge(settings, llm)
-
-    from optimize.measure.execcheck import make_sandbox
-
     outcome = optimize_body(
         skill,
         control,
@@ -74,7 +71,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
         judge,
         settings.tasks_dir,
         candidates or settings.optimize_candidates,
-        sandbox=make_sandbox(settings.exec_sandbox),
+        sandbox=sandbox(settings),
         research=researcher(settings),
     )
     click.echo(outcome.reason)
@@ -121,9 +118,16 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
 @click.argument("targets", nargs=-1)
 def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
     """Mine every skill with a task set (or TARGETS) and optimize the unhealthy ones (quarantined)."""
-    from ingot.runtime import change_control, llm_client, open_library, researcher, run_id, trace_store
+    from ingot.runtime import (
+        change_control,
+        llm_client,
+        open_library,
+        researcher,
+        run_id,
+        sandbox,
+        trace_store,
+    )
     from ingot.runtime import judge as make_judge
-    from optimize.measure.execcheck import make_sandbox
     from optimize.search.loop import run_loop
 
     settings = settings_for(skills)
@@ -143,7 +147,7 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
         settings.loop_passes,
         settings.optimize_candidates,
         progress=lambda message: click.echo(f"... {message}", err=True),
-        sandbox=make_sandbox(settings.exec_sandbox),
+        sandbox=sandbox(settings),
         research=researcher(settings),
     )
     for entry in entries:
@@ -158,7 +162,7 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
 def agent_command(task: str, cwd: str | None, no_create: bool) -> None:
     """Run the reference agent on TASK: route once, serve with the right model, record the run."""
     from agent.run import ReferenceAgent
-    from ingot.runtime import llm_client, run_id, trace_store
+    from ingot.runtime import agent_limits, llm_client, run_id, sandbox, trace_store
 
     settings = settings_for()
     setup_logging("WARNING")
@@ -167,7 +171,15 @@ def agent_command(task: str, cwd: str | None, no_create: bool) -> None:
         llm, problem = llm_client(settings, run_id("agent")), None
     except ConfigError as exc:
         llm, problem = None, str(exc)
-    result = ReferenceAgent(mcp_url, llm, trace_store(settings), allow_mutation=not no_create).run(task, cwd)
+    agent = ReferenceAgent(
+        mcp_url,
+        llm,
+        trace_store(settings),
+        allow_mutation=not no_create,
+        runner=sandbox(settings),
+        limits=agent_limits(settings),
+    )
+    result = agent.run(task, cwd)
     revision = f" @ {result.revision[:12]}" if result.revision else ""
     click.echo(f"route: {result.route} {result.skill or 'none'}{revision} (score {result.score:.3f})")
     if result.answer is None:
@@ -177,7 +189,13 @@ def agent_command(task: str, cwd: str | None, no_create: bool) -> None:
             "endpoint) to let the agent answer; the route above is what it would serve"
         )
         return
-    click.echo(f"model: {result.model}; tokens in/out: {result.tokens_in}/{result.tokens_out}")
+    click.echo(
+        f"model: {result.model}; model calls: {result.model_calls}; "
+        f"tokens in/out: {result.tokens_in}/{result.tokens_out}; "
+        f"tools: {', '.join(result.tools) or 'none'}"
+    )
+    if result.note:
+        click.echo(f"note: {result.note}")
     for change_id in result.created:
         click.echo(f"queued a new skill for review: {change_id} (see `ingot pending`)")
     click.echo("")

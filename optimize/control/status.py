@@ -1,6 +1,7 @@
 """Status and drift: what is served, what Ingot last put live, what waits for review.
 
-Read-only. Drift is a skill whose revision on disk is not the one Ingot's audit chain last put
+Read-only. Also reports whether the execution sandbox can run here (`sandbox_status`).
+Drift is a skill whose revision on disk is not the one Ingot's audit chain last put
 live (edited by hand, deleted, or broken). The report keeps working over damaged state: an
 unreadable audit chain leaves drift unknown (the chain's own verification says where it
 breaks), and an unreadable pending record is listed under `invalid` instead of failing.
@@ -15,6 +16,7 @@ from pathlib import Path
 from mcp_server.registry import Limits, Registry
 from optimize.control.audit import AuditError, AuditLog, Verification
 from optimize.control.pending import PendingQueue
+from optimize.measure.sandbox import Sandbox
 
 
 @dataclass(frozen=True)
@@ -96,3 +98,21 @@ def report(
     ]
     invalid = tuple(f"{p.folder}: {p.reason}" for p in registry.problems()) + tuple(unreadable)
     return Status(tuple(sorted(skills, key=lambda s: s.name)), invalid, audit.verify(), len(pending))
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    """Whether code from answers and skill scripts can run here, and how it would be confined."""
+
+    mode: str  # "bubblewrap" | "docker" | "none"
+    ready: bool
+    detail: str  # what it runs with, or why it cannot run
+    isolation: str  # what the mode isolates ("" when there is no sandbox)
+
+
+def sandbox_status(mode: str, sandbox: Sandbox | None) -> SandboxStatus:
+    """Probe the configured sandbox (starts one sandboxed process, or asks the Docker engine)."""
+    if sandbox is None:
+        return SandboxStatus(mode, False, "EXEC_SANDBOX=none", "")
+    ready, detail = sandbox.diagnose()
+    return SandboxStatus(mode, ready, detail, sandbox.isolation())

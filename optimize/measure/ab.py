@@ -1,7 +1,9 @@
 """Held-out A/B: champion vs challenger served through the reference agent's path, then judged.
 
-Each holdout task is served twice with AGENT_MODEL (no mutation tools): once with the champion
-body, once with the challenger's, exactly as a live `match` would be. Both answers are graded
+Each holdout task is served twice with AGENT_MODEL (no mutation tools): once with the champion,
+once with the challenger, exactly as a live `match` would be: through the reference agent's
+`serve`, with the arm's files readable and its scripts runnable in the sandbox when the arm
+carries its files. Both answers are graded
 by the judge. The result is the `ab` measurement of an evidence bundle: per-case scores and
 pass/fail, deltas, the first line where the two answers diverge, tokens per task, and the
 holdout hash it was measured on. Champion results are cached by (champion revision, holdout
@@ -13,8 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ import rfc8785
 from tqdm import tqdm
 
 from agent.run import serve, skill_system_prompt
+from agent.workspace import SkillSnapshot
 from optimize.measure.execcheck import Sandbox, run_check
 from optimize.measure.judge import Judge
 from optimize.measure.taskset import TaskSet
@@ -30,11 +33,12 @@ from optimize.models.llm import LLMClient
 
 @dataclass(frozen=True)
 class Arm:
-    """One side of the comparison: a revision of the skill and its body."""
+    """One side of the comparison: a revision of the skill, its body and (when known) its files."""
 
     name: str  # the skill's name
     revision: str
     body: str
+    files: Mapping[str, bytes] | None = field(default=None, repr=False)  # SKILL.md, references/, scripts/...
 
 
 def first_divergence(a: str, b: str) -> dict[str, Any] | None:
@@ -68,11 +72,20 @@ class ABRunner:
 
     def _run_arm(self, arm: Arm, tasks: TaskSet) -> list[dict[str, Any]]:
         system = skill_system_prompt("match", arm.name, arm.revision, arm.body)
+        skill = SkillSnapshot.of(arm.name, arm.files) if arm.files else None
         results = []
         for task in tqdm(
             tasks.holdout, desc=f"A/B {arm.revision[:12]}", unit="task", leave=False, disable=None
         ):
-            served = serve(self.llm, "agent", system, task.prompt, tools=None, skill_revision=arm.revision)
+            served = serve(
+                self.llm,
+                "agent",
+                system,
+                task.prompt,
+                skill_revision=arm.revision,
+                skill=skill,
+                runner=self.sandbox,
+            )
             check = None
             if task.check is not None:
                 check = run_check(

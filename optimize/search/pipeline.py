@@ -64,7 +64,9 @@ def optimize_body(
     files = dict(champion_files)
     files["SKILL.md"] = with_body(files["SKILL.md"].decode("utf-8"), search.winner.body).encode()
     ab = ABRunner(llm, judge, control.runs_dir / "cache" / "ab", sandbox).run(
-        Arm(skill, champion.revision, champion.body), Arm(skill, search.winner.id, search.winner.body), tasks
+        Arm(skill, champion.revision, champion.body, champion_files),
+        Arm(skill, search.winner.id, search.winner.body, files),
+        tasks,
     )
     measurements = {
         "ab": ab,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.run import ReferenceAgent
+from agent.workspace import revision_of
 from optimize.models.traces import LocalTraceStore
 from tests.scripted_llm import scripted_llm
 
@@ -124,3 +125,176 @@ def _empty_root(tmp_path: Path) -> Path:
     root = tmp_path / "agent-skills"
     root.mkdir(exist_ok=True)
     return root
+
+
+# -- skills whose answer is in their files: a reference to read, a script to run ----------------
+
+RATES = "# Freedonia VAT\n\n| province | rate |\n|---|---|\n| Sylvania | 17.5% |\n| Marsovia | 9% |\n"
+ZORBLAX = (
+    "#!/usr/bin/env python3\nimport hashlib, sys\n"
+    "text = open(sys.argv[1], 'rb').read().strip()\n"
+    "print('ZORBLAX', hashlib.sha256(b'zorblax:' + text).hexdigest()[:16])\n"
+)
+VAT_TASK = "What is the VAT rate for the Freedonia province of Sylvania?"
+ZORBLAX_TASK = "Compute the Zorblax ledger checksum of the text 'hello world'"
+
+
+@pytest.fixture
+def files_world(tmp_path, library_factory):
+    """Two skills whose answers live in their files, served over real MCP, a real bubblewrap
+    sandbox and the scripted model server: (agent, llm server, skills root)."""
+    from optimize.control.changes import ChangeControl
+    from optimize.measure.sandbox import BubblewrapSandbox
+    from tests.conftest import running_mcp, write_skill
+    from tests.optimize.conftest import require_bwrap
+
+    require_bwrap()
+    root = tmp_path / "skills"
+    write_skill(
+        root,
+        "freedonia-vat",
+        "Looks up the official Freedonia VAT rate for a province in the bundled rate table. "
+        "Use when asked for a Freedonia VAT rate.",
+        "# Freedonia VAT\n\nThe rates are in references/rates.md; quote the row for the province.\n",
+        files={"references/rates.md": RATES},
+    )
+    write_skill(
+        root,
+        "zorblax-checksum",
+        "Computes the Zorblax ledger checksum of a text with the bundled script. "
+        "Use when asked for a Zorblax checksum.",
+        "# Zorblax checksum\n\nWrite the text to a file and run scripts/zorblax.py on it.\n",
+        files={"scripts/zorblax.py": ZORBLAX},
+    )
+    library = library_factory(root)
+    with (
+        running_mcp(library, control=ChangeControl(tmp_path / "runs", (root,))) as url,
+        scripted_llm() as llm,
+    ):
+        agent = ReferenceAgent(url, llm.client("agent", "strong"), None, runner=BubblewrapSandbox())
+        yield agent, llm, root
+
+
+def tool_results(llm) -> list[str]:
+    return [m["content"] for m in llm.chat_requests()[-1].body["messages"] if m["role"] == "tool"]
+
+
+def test_a_skill_whose_answer_is_in_a_reference_file_is_read_from_the_routed_revision(files_world):
+    agent, llm, root = files_world
+    llm.add(tool_result_contains="17.5%", reply="Sylvania: 17.5%")
+    llm.add(
+        system_contains='name="freedonia-vat"',
+        tool_calls=[{"name": "read_file", "arguments": {"file_path": "/skill/references/rates.md"}}],
+        # The live folder changes while the task runs: the agent must still read its revision.
+        before_reply=lambda body: (root / "freedonia-vat/references/rates.md").write_text("TAMPERED\n"),
+    )
+    result = agent.run(VAT_TASK)
+    assert (result.route, result.skill, result.answer) == ("match", "freedonia-vat", "Sylvania: 17.5%")
+    assert result.tools == ("read_file",) and result.model_calls == 2
+    (read,) = tool_results(llm)
+    assert "| Sylvania | 17.5% |" in read and "TAMPERED" not in read
+    first = llm.chat_requests()[0].body
+    assert [t["function"]["name"] for t in first["tools"]] == ["read_file"]
+    assert "/skill/references/rates.md" in first["messages"][0]["content"]
+
+
+def test_a_skill_whose_answer_needs_its_script_runs_it_in_the_sandbox(files_world):
+    import hashlib
+
+    agent, llm, _ = files_world
+    expected = "ZORBLAX " + hashlib.sha256(b"zorblax:hello world").hexdigest()[:16]
+    llm.add(tool_result_contains=expected, reply=f"The checksum is {expected.split()[1]}")
+    llm.add(
+        tool_result_contains="Updated file /scratch/input.txt",
+        tool_calls=[
+            {"name": "execute", "arguments": {"command": "python3 scripts/zorblax.py /scratch/input.txt"}}
+        ],
+    )
+    llm.add(
+        system_contains='name="zorblax-checksum"',
+        tool_calls=[
+            {"name": "write_file", "arguments": {"file_path": "/scratch/input.txt", "content": "hello world"}}
+        ],
+    )
+    result = agent.run(ZORBLAX_TASK)
+    assert result.skill == "zorblax-checksum" and result.answer.endswith(expected.split()[1])
+    assert result.tools == ("execute", "read_file", "write_file") and result.model_calls == 3
+    assert expected in tool_results(llm)[-1]  # the real script's output, from inside bubblewrap
+
+
+def test_the_served_skill_cannot_be_changed_by_the_agent(files_world):
+    agent, llm, root = files_world
+    live = root / "zorblax-checksum/scripts/zorblax.py"
+    before = live.read_bytes()
+    llm.add(tool_result_contains="hashlib", reply="done")
+    llm.add(
+        tool_result_contains="read-only",
+        tool_calls=[{"name": "read_file", "arguments": {"file_path": "/skill/scripts/zorblax.py"}}],
+    )
+    llm.add(
+        system_contains='name="zorblax-checksum"',
+        tool_calls=[
+            {
+                "name": "write_file",
+                "arguments": {"file_path": "/skill/scripts/zorblax.py", "content": "pwned"},
+            }
+        ],
+    )
+    result = agent.run(ZORBLAX_TASK)
+    assert result.answer == "done"
+    refused, reread = tool_results(llm)
+    assert "read-only" in refused and "hashlib" in reread and "pwned" not in reread
+    assert live.read_bytes() == before
+
+
+def test_without_a_sandbox_scripts_are_not_offered_and_the_prompt_says_why(files_world):
+    agent, llm, _ = files_world
+    agent.runner = None
+    llm.add(system_contains='name="zorblax-checksum"', reply="I could not run the script here.")
+    result = agent.run(ZORBLAX_TASK)
+    assert result.tools == ("read_file",)
+    system = llm.chat_requests()[0].body["messages"][0]["content"]
+    assert "cannot be run here (no sandbox is configured)" in system
+
+
+def test_a_run_stops_at_the_model_call_limit_and_says_so(files_world):
+    from agent.run import AgentLimits
+
+    agent, llm, _ = files_world
+    agent.limits = AgentLimits(model_calls=3)
+    llm.add(
+        system_contains='name="freedonia-vat"',
+        tool_calls=[{"name": "read_file", "arguments": {"file_path": "/skill/references/rates.md"}}],
+    )
+    result = agent.run(VAT_TASK)
+    assert len(llm.chat_requests()) == 3 and result.model_calls == 3
+    assert result.note == "stopped at the limit of 3 model calls per task"
+
+
+def test_a_trivial_routed_task_is_one_model_request(files_world):
+    agent, llm, _ = files_world
+    llm.add(system_contains='name="freedonia-vat"', reply="17.5%")
+    agent.run(VAT_TASK)
+    assert len(llm.chat_requests()) == 1
+
+
+def test_a_skill_edited_behind_the_servers_back_is_reloaded_and_served_whole(files_world):
+    agent, llm, root = files_world
+    # The server's index still has the old revision (no watcher in tests) and re-hashes every
+    # file it serves against it, so the agent's first copy fails; it asks for reload_skills,
+    # routes again and serves the new revision whole, never a mix of the two.
+    (root / "freedonia-vat/references/rates.md").write_text("| Sylvania | 0% |\n")
+    llm.add(tool_result_contains="| Sylvania |", reply="read")
+    llm.add(
+        system_contains='name="freedonia-vat"',
+        tool_calls=[{"name": "read_file", "arguments": {"file_path": "/skill/references/rates.md"}}],
+    )
+    result = agent.run(VAT_TASK)
+    on_disk = {
+        p.relative_to(root / "freedonia-vat").as_posix(): p.read_bytes()
+        for p in (root / "freedonia-vat").rglob("*")
+        if p.is_file()
+    }
+    assert result.revision == revision_of(on_disk)
+    (read,) = tool_results(llm)
+    assert "| Sylvania | 0% |" in read

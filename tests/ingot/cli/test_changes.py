@@ -71,3 +71,27 @@ def test_reject_needs_a_reason_and_propose_refuses_escaping_symlinks(tmp_path, l
     (candidate / "leak.txt").symlink_to(secret)
     refused = ingot("propose", "release-notes", "--from", str(candidate), "--skills", str(root), cwd=tmp_path)
     assert refused.returncode == 1 and "leaves the skill folder" in refused.stderr
+
+
+def test_status_shows_whether_the_sandbox_can_run_here(tmp_path):
+    from tests.fake_docker import fake_engine
+    from tests.optimize.conftest import require_bwrap
+
+    require_bwrap()
+    root, _ = setup(tmp_path)
+    args = ("status", "--skills", str(root))
+    ready = ingot(*args, cwd=tmp_path)
+    assert ready.returncode == 0 and "sandbox: bubblewrap ready: bubblewrap (" in ready.stdout
+    broken = ingot(
+        *args, cwd=tmp_path, env={"EXEC_SANDBOX": "docker", "DOCKER_HOST": f"unix://{tmp_path}/x.sock"}
+    )
+    assert broken.returncode == 0  # nothing drifted; the sandbox line says what is wrong
+    assert "sandbox: docker NOT READY (no Docker engine answers at unix://" in broken.stdout
+    with fake_engine(images=()) as engine:
+        pull = ingot(*args, cwd=tmp_path, env={"EXEC_SANDBOX": "docker", "DOCKER_HOST": engine.url})
+    assert (
+        "NOT READY (image python:3.11-slim is not on the engine: run `docker pull python:3.11-slim`)"
+        in pull.stdout
+    )
+    none = ingot(*args, cwd=tmp_path, env={"EXEC_SANDBOX": "none"})
+    assert "sandbox: none NOT READY (EXEC_SANDBOX=none)" in none.stdout

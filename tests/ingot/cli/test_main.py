@@ -26,9 +26,16 @@ def bundled(tmp_path: Path) -> Path:
     return root
 
 
-def ingot(*args: str, cwd: Path, timeout: float = 120, **env_vars: str) -> subprocess.CompletedProcess:
+def ingot(
+    *args: str, cwd: Path, timeout: float = 120, env: dict[str, str] | None = None, **env_vars: str
+) -> subprocess.CompletedProcess:
     """Run the CLI in `cwd`; its state goes to the state home of the roots it is given."""
-    env = {**{k: v for k, v in os.environ.items() if k != "INGOT_HOME"}, "HF_HUB_OFFLINE": "1", **env_vars}
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "INGOT_HOME"},
+        "HF_HUB_OFFLINE": "1",
+        **(env or {}),
+        **env_vars,
+    }
     return subprocess.run(
         [sys.executable, "-m", "ingot.cli", *args],
         cwd=cwd,

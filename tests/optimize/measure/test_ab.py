@@ -146,3 +146,36 @@ def test_each_arms_serving_cost_comes_from_the_price_table_or_stays_unknown(setu
     per_answer = (11 * 1.0 + 7 * 2.0) / 1e6  # the scripted server reports 11 in / 7 out
     assert ab["cases"][0]["challenger_usd"] == pytest.approx(per_answer)
     assert ab["champion_usd"] == pytest.approx(3 * per_answer) == ab["challenger_usd"]
+
+
+def test_each_arm_is_served_with_its_own_files_through_the_agent(tmp_path):
+    def files(body: str, reference: str) -> dict[str, bytes]:
+        front = "---\nname: notes\ndescription: Writes notes from a guide.\n---\n"
+        return {"SKILL.md": (front + body).encode(), "references/guide.md": reference.encode()}
+
+    old, new = (
+        files("# Notes\n\nFollow references/guide.md.\n", "OLD-REF"),
+        files("# Notes\n\nFollow references/guide.md closely.\n", "NEW-REF"),
+    )
+    with scripted_llm() as server:
+        server.add(tool_result_contains="NEW-REF", reply="strong answer")
+        server.add(tool_result_contains="OLD-REF", reply="weak answer")
+        server.add(
+            system_contains="/skill/references/guide.md",
+            model="agent-model",
+            tool_calls=[{"name": "read_file", "arguments": {"file_path": "/skill/references/guide.md"}}],
+        )
+        server.add(user_contains="strong answer", model="judge-model", reply=grade(0.9, True))
+        server.add(user_contains="weak answer", model="judge-model", reply=grade(0.2, False))
+        llm = server.client("agent", "judge")
+        runner = ABRunner(llm, Judge(llm, ("judge-model",), "teacher-model"), tmp_path / "cache")
+        tasks = parse_task_set("notes", {"train": ["t1"], "holdout": ["Notes 1", "Notes 2", "Notes 3"]})
+        ab = runner.run(
+            Arm("notes", "c" * 64, "# Notes\n\nFollow references/guide.md.\n", old),
+            Arm("notes", "d" * 64, "# Notes\n\nFollow references/guide.md closely.\n", new),
+            tasks,
+        )
+        served = [r.body for r in server.chat_requests() if r.body["model"] == "agent-model"]
+    assert ab["champion_mean"] == pytest.approx(0.2) and ab["challenger_mean"] == pytest.approx(0.9)
+    assert len(served) == 12  # 2 arms x 3 tasks x (read_file call + answer)
+    assert {tuple(t["function"]["name"] for t in b["tools"]) for b in served} == {("read_file",)}
