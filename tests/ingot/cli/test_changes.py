@@ -73,12 +73,12 @@ def test_reject_needs_a_reason_and_propose_refuses_escaping_symlinks(tmp_path, l
     assert refused.returncode == 1 and "leaves the skill folder" in refused.stderr
 
 
-def test_status_shows_whether_the_sandbox_can_run_here(tmp_path):
+def test_status_shows_whether_the_sandbox_can_run_here(tmp_path, library_factory):
     from tests.fake_docker import fake_engine
     from tests.optimize.conftest import require_bwrap
 
     require_bwrap()
-    root, _ = setup(tmp_path)
+    root, _ = setup(tmp_path, library_factory)
     args = ("status", "--skills", str(root))
     ready = ingot(*args, cwd=tmp_path)
     assert ready.returncode == 0 and "sandbox: bubblewrap ready: bubblewrap (" in ready.stdout
