@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -140,15 +142,42 @@ def llm_config(settings: Settings) -> LLMConfig:
     )
 
 
-def llm_client(settings: Settings, run_id: str, cassette_name: str = "default") -> LLMClient:
-    """A client for one run: its ledger (with the price table and cap) and the cassette mode."""
+def llm_client(
+    settings: Settings, run_id: str, cassette_name: str = "default", journal: Path | None = None
+) -> LLMClient:
+    """A client for one run: its ledger (with the price table and cap) and the cassette mode.
+
+    With CASSETTE_MODE off, a `journal` is the run's own cassette (record-missing): every call
+    it pays for is kept, so rerunning the same command after a failure replays them for free."""
     ledger = UsageLedger(run_id, load_prices(settings.prices_file), settings.max_run_usd)
     cassette = None
     if settings.cassette_mode != "off":
         cassette = Cassette(
             state_home(settings) / "cassettes" / f"{cassette_name}.jsonl", settings.cassette_mode
         )
+    elif journal is not None:
+        cassette = Cassette(journal, "record-missing")
     return LLMClient(llm_config(settings), ledger, cassette)
+
+
+@contextmanager
+def model_run(settings: Settings, purpose: str, journal: str | None = None) -> Iterator[LLMClient]:
+    """A client for one paid run. Its ledger is saved to `<home>/ledgers/<run id>.json` whether
+    the run succeeds or fails; with a `journal` name, its calls are kept in
+    `<home>/journals/<journal>.jsonl` until the run succeeds, so a rerun of a failed command
+    resumes from what was already paid for instead of paying again."""
+    home = state_home(settings)
+    path = home / "journals" / f"{journal}.jsonl" if journal else None
+    client = llm_client(settings, run_id(purpose), cassette_name=purpose, journal=path)
+    succeeded = False
+    try:
+        yield client
+        succeeded = True
+    finally:
+        if client.ledger is not None:
+            client.ledger.save(home / "ledgers")
+        if succeeded and path is not None:
+            path.unlink(missing_ok=True)
 
 
 def trace_store(settings: Settings, prune_expired: bool = False) -> TraceStore:

@@ -34,6 +34,8 @@ class Rule:
     error_status: int | None = None  # answer this status...
     error_times: int = 0  # ...this many times, then the reply
     error_body: dict[str, Any] | None = None
+    garbage: str | None = None  # answer 200 with this raw body (e.g. an HTML page)...
+    garbage_times: int = 0  # ...this many times (0: every time), then the reply
     prompt_tokens: int = 11
     completion_tokens: int = 7
     before_reply: Callable[[dict[str, Any]], None] | None = (
@@ -131,6 +133,10 @@ class ScriptedLLM:
                             rule.error_body or {"error": {"message": "scripted error"}},
                             None,
                         )
+                    if rule.garbage is not None and (
+                        not rule.garbage_times or rule.used <= rule.garbage_times
+                    ):
+                        return 200, {"__raw__": rule.garbage}, None
                     return 200, None, rule
         return 500, {"error": {"message": f"no scripted rule matches: {json.dumps(body)[:300]}"}}, None
 
@@ -191,6 +197,16 @@ def _handler(state: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": "not found"}})
                 return
             status, error, rule = state.respond(body)
+            if error is not None and "__raw__" in error:
+                raw = error["__raw__"].encode()
+                self.send_response(200)
+                self.send_header(
+                    "content-type", "text/html" if raw.lstrip().startswith(b"<") else "application/json"
+                )
+                self.send_header("content-length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+                return
             if rule is None:
                 self._send(status, error or {})
                 return

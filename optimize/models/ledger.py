@@ -129,6 +129,16 @@ class UsageLedger:
         with self._lock:
             return self._totals()
 
+    def save(self, folder: Path) -> Path:
+        """Write the totals to `<folder>/<run_id>.json` (atomically; also for a failed run, so
+        what it paid for is on record). Returns the path."""
+        from ingot.fsutil import write_atomic
+
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{self.run_id}.json"
+        write_atomic(path, json.dumps(self.totals(), indent=1, sort_keys=True).encode())
+        return path
+
     def _totals(self) -> dict[str, object]:
         return {
             "run_id": self.run_id,

@@ -7,7 +7,9 @@ Every request goes through here, so the rules are enforced once:
   model without such an endpoint fails loudly instead of silently falling back.
 - A remote URL without a key is a configuration error naming the setting; a local http:// URL
   needs no key.
-- Timeouts, retries with backoff on 429/5xx (the SDK's), and a concurrency limit.
+- Timeouts, retries with backoff on 429/5xx (the SDK's), and a concurrency limit. A 200 whose
+  body is not a chat completion (an HTML page, non-JSON, no `choices`) is retried the same way,
+  then ends in one clear error; each such reply is in the ledger as a call of unknown cost.
 - Cassettes (record/replay), the usage ledger and its MAX_RUN_USD cap.
 - `complete_json` parses and validates structured output, with one repair retry.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
@@ -65,6 +68,7 @@ class LLMConfig:
     timeout_s: float = 60.0
     max_retries: int = 3
     concurrency: int = 4
+    retry_backoff_s: float = 0.5  # first wait before retrying a malformed reply; doubles each time
 
     def endpoint(self, role: str) -> Endpoint:
         if role not in ROLES:
@@ -205,7 +209,7 @@ class LLMClient:
             if self.ledger is not None:
                 self.ledger.reserve(request["model"])
             try:
-                completion = self._call(endpoint, role, request, extra, stream)
+                completion = self._call_until_well_formed(endpoint, role, request, extra, stream)
                 if self.ledger is not None:
                     cost = self.ledger.record(
                         role,
@@ -221,6 +225,25 @@ class LLMClient:
             self.cassette.store(key, request, completion.as_json())
         return completion
 
+    def _call_until_well_formed(
+        self, endpoint: Endpoint, role: str, request: dict[str, Any], extra: dict | None, stream: bool
+    ) -> Completion:
+        """`_call`, retrying a malformed 200 like a 5xx; each malformed reply is ledgered."""
+        for attempt in range(self.config.max_retries + 1):
+            try:
+                return self._call(endpoint, role, request, extra, stream)
+            except _Malformed as exc:
+                if self.ledger is not None:
+                    self.ledger.record(role, request["model"], None, None)  # it may have been billed
+                if attempt == self.config.max_retries:
+                    raise LLMError(
+                        f"{endpoint.base_url} answered 200 with something that is not a chat completion "
+                        f"({exc}) for the {role} role, {attempt + 1} times; check BASE_URL points at an "
+                        "OpenAI-compatible /v1 endpoint"
+                    ) from None
+                time.sleep(self.config.retry_backoff_s * 2**attempt)
+        raise AssertionError("unreachable")
+
     def _call(
         self, endpoint: Endpoint, role: str, request: dict[str, Any], extra: dict | None, stream: bool
     ) -> Completion:
@@ -232,6 +255,10 @@ class LLMClient:
                 )
                 return _assemble(role, request["model"], chunks)
             response = client.chat.completions.create(**request, extra_body=extra)
+        except json.JSONDecodeError as exc:
+            raise _Malformed(f"a body that is not JSON: {exc}") from exc
+        except openai.APIResponseValidationError as exc:
+            raise _Malformed(f"a body the SDK cannot read: {exc.message}") from exc
         except openai.NotFoundError as exc:
             if extra is not None:
                 raise LLMError(
@@ -253,7 +280,7 @@ class LLMClient:
                 f"{endpoint.base_url} answered {exc.status_code} for the {role} role after "
                 f"{self.config.max_retries} retries: {exc.message}"
             ) from exc
-        choice = response.choices[0]
+        choice = _first_choice(response)
         calls = tuple(
             ToolCall(c.id, c.function.name, c.function.arguments)
             for c in (choice.message.tool_calls or [])
@@ -298,6 +325,23 @@ class LLMClient:
                     },
                 ]
         raise AssertionError("unreachable")
+
+
+class _Malformed(Exception):
+    """A 200 reply that is not a chat completion; retried, never shown as it is."""
+
+
+def _first_choice(response: Any) -> Any:
+    """The reply's first choice, or `_Malformed` saying what the body was instead."""
+    if isinstance(response, str):
+        kind = "an HTML page" if response.lstrip().lower().startswith(("<!doctype", "<html")) else "text"
+        raise _Malformed(f"{kind}: {response[:60]!r}")
+    choices = getattr(response, "choices", None)
+    if not choices:
+        raise _Malformed("JSON without `choices`")
+    if getattr(choices[0], "message", None) is None:
+        raise _Malformed("a choice without a `message`")
+    return choices[0]
 
 
 def _assemble(role: str, model: str, chunks: Any) -> Completion:

@@ -29,7 +29,8 @@ def client_for(server, base_url=None, **kwargs) -> LLMClient:
         role: make_endpoint(role, url, "sk-test-key", f"{role}-model")
         for role in ("agent", "strong", "teacher", "judge")
     }
-    return LLMClient(LLMConfig(endpoints, max_retries=kwargs.pop("max_retries", 2)), **kwargs)
+    config = LLMConfig(endpoints, max_retries=kwargs.pop("max_retries", 2), retry_backoff_s=0)
+    return LLMClient(config, **kwargs)
 
 
 def test_a_plain_completion_goes_to_the_roles_model_and_counts_usage(server):
@@ -206,3 +207,45 @@ def test_a_cap_with_an_unpriced_model_is_refused_before_sending(server):
 
 def test_endpoint_repr_hides_the_key():
     assert "sk-test-key" not in repr(make_endpoint("agent", "https://example.org/v1", "sk-test-key", "m"))
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "<!doctype html><html><body>Bad gateway</body></html>",
+        "not json at all",
+        '{"id": "x"}',
+        '{"choices": []}',
+    ],
+)
+def test_a_malformed_200_is_retried_then_one_clear_error(server, garbage):
+    server.add(user_contains="hello", garbage=garbage)
+    ledger = UsageLedger("run-g", {})
+    with pytest.raises(LLMError, match="not a chat completion") as failure:
+        client_for(server, ledger=ledger).complete("agent", [{"role": "user", "content": "hello"}])
+    assert "3 times" in str(failure.value) and "\n" not in str(failure.value)
+    assert len(server.chat_requests()) == 3  # the first try and max_retries=2 retries
+    assert ledger.totals()["total"]["calls"] == 3 and ledger.totals()["total"]["unknown_cost_calls"] == 3
+
+
+def test_a_malformed_200_that_recovers_is_just_a_retry(server):
+    server.add(user_contains="hello", garbage="<html>busy</html>", garbage_times=1, reply="fine")
+    assert client_for(server).complete("agent", [{"role": "user", "content": "hello"}]).text == "fine"
+    assert len(server.chat_requests()) == 2
+
+
+def test_a_journal_keeps_what_a_failed_run_paid_for(server, tmp_path):
+    server.add(user_contains="step 3", garbage="<html>down</html>")
+    server.add(reply="ok")
+    journal = tmp_path / "journal.jsonl"
+    first = client_for(server, cassette=Cassette(journal, "record-missing"))
+    for step in (1, 2):
+        first.complete("agent", [{"role": "user", "content": f"step {step}"}])
+    with pytest.raises(LLMError):
+        first.complete("agent", [{"role": "user", "content": "step 3"}])
+    paid = len(server.chat_requests())
+    server.rules[0].garbage, server.rules[0].reply = None, "ok"  # healthy again: rerun the same work
+    again = client_for(server, cassette=Cassette(journal, "record-missing"))
+    answers = [again.complete("agent", [{"role": "user", "content": f"step {s}"}]).text for s in (1, 2, 3)]
+    assert answers == ["ok", "ok", "ok"]
+    assert [r.body["messages"][0]["content"] for r in server.chat_requests()[paid:]] == ["step 3"]
