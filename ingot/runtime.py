@@ -26,6 +26,7 @@ from optimize.models.traces import LocalTraceStore, TraceStore
 
 if TYPE_CHECKING:
     from agent.run import AgentLimits
+    from optimize.measure.evaluate import Inputs as EvaluationInputs
     from optimize.measure.judge import Judge
     from optimize.measure.sandbox import Sandbox
     from optimize.search.research import Researcher
@@ -242,3 +243,60 @@ def agent_limits(settings: Settings) -> AgentLimits:
     from agent.run import AgentLimits
 
     return AgentLimits(model_calls=settings.agent_max_model_calls, tool_calls=settings.agent_max_tool_calls)
+
+
+def models_missing(settings: Settings) -> str | None:
+    """Why a held-out A/B cannot run with these settings (no agent or judge model), or None."""
+    config = llm_config(settings)
+    missing = [role for role in ("agent", "judge") if role not in config.endpoints]
+    if missing:
+        names = " and ".join(f"{r.upper()}_MODEL" for r in missing)
+        return f"no {' or '.join(missing)} model configured: set BASE_URL and {names} (see .env.example)"
+    return None
+
+
+def provenance(settings: Settings, llm: LLMClient | None) -> dict:
+    """The models and endpoints behind a measurement, for its evidence (never keys)."""
+    config = llm.config if llm is not None else llm_config(settings)
+    return {
+        "models": {
+            role: {"model": endpoint.model, "endpoint": endpoint.base_url}
+            for role, endpoint in sorted(config.endpoints.items())
+        },
+        "judges": list(settings.judge_models or ((settings.judge_model,) if settings.judge_model else ())),
+        "teacher": settings.teacher_model,
+        "judge_is_teacher": bool(settings.teacher_model)
+        and settings.teacher_model in (settings.judge_models or (settings.judge_model,)),
+    }
+
+
+def recent_traffic(settings: Settings, limit: int = 500) -> list[str]:
+    """The most recent distinct tasks the library routed to a skill (redacted on write)."""
+    from optimize.models.redaction import redact
+
+    records = [r for r in trace_store(settings).read().records if r.route in ("match", "related") and r.task]
+    records.sort(key=lambda r: r.time, reverse=True)
+    return list(dict.fromkeys(redact(r.task) for r in records))[:limit]
+
+
+def evaluation_inputs(settings: Settings, library: Library, llm: LLMClient | None) -> EvaluationInputs:
+    """What `ingot evaluate` measures with: the library, every task set, recent traffic, and an
+    A/B runner when models are configured (else the A/B cell says what to set)."""
+    from ingot.seal import Seal
+    from optimize.measure.ab import ABRunner
+    from optimize.measure.evaluate import Inputs
+
+    home = state_home(settings)
+    missing = models_missing(settings)
+    runner = None
+    if llm is not None and missing is None:
+        runner = ABRunner(
+            llm,
+            judge(settings, llm),
+            home / "cache" / "ab",
+            sandbox(settings),
+            embed=library.embed,
+            seal=Seal(home / "seal.key"),
+            min_samples=settings.promote_min_samples,
+        )
+    return Inputs(library, settings.tasks_dir, recent_traffic(settings), runner, missing or "")

@@ -39,6 +39,15 @@ RESCAN_S = 30.0  # full rescan interval, a safety net under the file watch
 
 
 @dataclass(frozen=True)
+class Similarity:
+    """How close a would-be description is to every served skill's: as routed (with the name) and
+    as text alone (a verbatim copy under another name scores 1.0 here)."""
+
+    named: Mapping[str, float]
+    alone: Mapping[str, float]
+
+
+@dataclass(frozen=True)
 class LibraryStatus:
     """What is being served right now."""
 
@@ -122,6 +131,10 @@ class Library:
         router.update({**self._router.served(), **overrides})
         return router
 
+    def model_digest(self) -> str:
+        """The embedding model's digest: what routing decisions were computed with."""
+        return self._router.embedder.model_digest
+
     def embed(self, texts: list[str]) -> np.ndarray:
         """Unit vectors for `texts` with the served model (for clustering traffic, not routing)."""
         return self._router.embedder.embed(texts)
@@ -134,6 +147,17 @@ class Library:
 
     def similar_descriptions(self, name: str, description: str) -> dict[str, float]:
         return self._router.similar_descriptions(name, description)
+
+    def similarity(self, name: str, description: str) -> Similarity:
+        """`description` against every served skill's, with names (as the router sees it) and
+        alone (served descriptions come from the vector cache; only the new text is embedded)."""
+        served = dict(self._router.served())
+        alone: dict[str, float] = {}
+        if served:
+            names = sorted(served)
+            vectors = self._router.embedder.embed([description, *(served[n].description for n in names)])
+            alone = {n: float(vectors[0] @ v) for n, v in zip(names, vectors[1:], strict=True)}
+        return Similarity(self.similar_descriptions(name, description), alone)
 
     def suggest(self, task: str, k: int = 5, context: CallerContext | None = None) -> list[Candidate]:
         return self._router.suggest(task, k, context)

@@ -265,7 +265,7 @@ def _add_create_skill(mcp: FastMCP, library: Library, control: ChangeControl, li
                     f"not queued: {waiting} agent-proposed changes already wait for review (the limit is "
                     f"{limits.create_max_pending}); ask the operator to review them, then retry"
                 )
-            change, _ = agent_candidate(quick, name, description, body, library.similar_descriptions)
+            change, _ = agent_candidate(quick, name, description, body, library.similarity)
         except PromotionConflict as exc:
             raise ToolError("not queued: Ingot is busy changing skills; retry in a few seconds") from exc
         except IngotError as exc:

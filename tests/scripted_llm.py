@@ -105,6 +105,7 @@ class ScriptedLLM:
         `rewrite`; an agent serving a body that says NEW-MARK answers "strong answer", any other
         agent call "weak answer"; the judge grades those `strong` and `weak`. Add rules that
         must win (a specific task, say) before calling this: the first matching rule answers."""
+        self.script_pairwise("strong answer")
         self.add(model="judge-model", user_contains="strong answer", reply=grade_json(strong))
         self.add(model="judge-model", user_contains="weak answer", reply=grade_json(weak))
         self.add(
@@ -116,6 +117,13 @@ class ScriptedLLM:
             )
         self.add(system_contains="NEW-MARK", reply="strong answer")
         self.add(model="agent-model", reply="weak answer")
+
+    def script_pairwise(self, better: str, model: str = "judge-model") -> None:
+        """The pairwise judge prefers the answer that is `better` (in either position); a tie when
+        neither is. Add it before grade rules that would also match the answers' text."""
+        self.add(model=model, user_contains=f"FIRST ANSWER:\n{better}", reply=pairwise_json("first"))
+        self.add(model=model, user_contains=f"SECOND ANSWER:\n{better}", reply=pairwise_json("second"))
+        self.add(model=model, user_contains="SECOND ANSWER:", reply=pairwise_json("tie"))
 
     def chat_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
@@ -261,3 +269,8 @@ def grade_json(score: float, passed: bool | None = None, weak: str | None = None
     if weak:
         dims[weak] = 0.1
     return json.dumps({"scores": dims, "pass": score >= 0.5 if passed is None else passed, "rationale": "r"})
+
+
+def pairwise_json(winner: str) -> str:
+    """A pairwise judge reply: "first", "second" or "tie"."""
+    return json.dumps({"winner": winner, "rationale": f"{winner} is better"})

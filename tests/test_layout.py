@@ -59,7 +59,9 @@ RULES: list[tuple[str, tuple[str, ...]]] = [
             "ui",
         ),
     ),
+    ("ingot.seal", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
     ("ingot.runtime", FRONT_ENDS),
+    ("ingot.evaluation", FRONT_ENDS),
     ("ingot.bench", ("ingot.cli",)),
     ("mcp_server", ("optimize", "agent", "ui", "ingot.cli", "ingot.bench", "ingot.runtime")),
     (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ingot.cli.options import settings_for, setup_logging, skills_option
+from ingot.cli.options import print_evaluation, settings_for, setup_logging, skills_option
 
 
 def _control(skills: tuple[Path, ...]):
@@ -31,19 +31,31 @@ def _control(skills: tuple[Path, ...]):
     help="Folder holding the candidate SKILL.md and its files.",
 )
 @click.option("--note", default=None, help="Why you propose it (shown to the reviewer).")
-def propose(skills: tuple[Path, ...], skill: str, source_dir: Path, note: str | None) -> None:
-    """Quarantine a hand-made candidate for SKILL (operator source; never served until approved)."""
-    from ingot.runtime import open_library
+@click.option(
+    "--no-evaluate",
+    is_flag=True,
+    help="Only queue it; measure later with `ingot evaluate` (by default every cell that can run does).",
+)
+def propose(
+    skills: tuple[Path, ...], skill: str, source_dir: Path, note: str | None, no_evaluate: bool
+) -> None:
+    """Quarantine a hand-made candidate for SKILL (operator source; never served until approved),
+    then evaluate it: routing impact always, the held-out A/B when models and a task set exist."""
+    from ingot.evaluation import evaluate_change
+    from ingot.runtime import change_control, open_library
     from optimize.control.quarantine import admit, read_candidate
 
-    control, _ = _control(skills)
+    settings = settings_for(skills)
+    setup_logging("WARNING")
+    library = open_library(settings)
+    control = change_control(settings, library=library)
     files, description = read_candidate(source_dir, skill, control)
-    library = open_library(settings_for(skills))
-    similar = library.similar_descriptions(skill, description)
-    change, displaced = admit(control, skill, files, "operator", similar, note)
+    change, displaced = admit(control, skill, files, "operator", library.similarity(skill, description), note)
     click.echo(f"pending {change.id}: {change.kind} of {skill} -> {change.candidate_revision[:12]}")
     if displaced:
         click.echo(f"displaced the previous candidate to {displaced}")
+    if not no_evaluate:
+        print_evaluation(evaluate_change(settings, library, control, skill, change.id))
 
 
 @click.command(name="pending")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ingot.cli.options import settings_for, setup_logging, skills_option
+from ingot.cli.options import print_evaluation, settings_for, setup_logging, skills_option
 from ingot.errors import ConfigError
 
 
@@ -25,59 +25,82 @@ from ingot.errors import ConfigError
     help="Optimise the description for routing instead of the body.",
 )
 def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, description_pass: bool) -> None:
-    """Search for a better body (or description) for SKILL and queue it, with evidence, for review."""
-    from ingot.runtime import change_control, llm_client, open_library, researcher, run_id, sandbox
+    """Search for a better body (or description) for SKILL and queue it, with evidence, for review.
+
+    Every paid call is journaled until the run succeeds: rerunning after a failure resumes."""
+    from ingot.runtime import change_control, model_run, open_library, provenance, recent_traffic, researcher
     from ingot.runtime import judge as make_judge
+    from ingot.runtime import sandbox as make_sandbox
+    from optimize.measure.taskset import draft_task_set, load_task_set
+    from optimize.search.describe import propose_description
     from optimize.search.pipeline import optimize_body
 
     settings = settings_for(skills)
     setup_logging("WARNING")
     library = open_library(settings)
     control = change_control(settings, library=library)
-    llm = llm_client(settings, run_id(f"optimize-{skill}"), cassette_name=f"optimize-{skill}")
-    if description_pass:
-        from optimize.measure.taskset import load_task_set
-        from optimize.search.describe import propose_description
-
-        cases = load_task_set(settings.tasks_dir, skill).routing
-        change_id, reason = propose_description(
+    champion = library.get(skill)
+    kind = "description" if description_pass else "body"
+    with model_run(
+        settings, f"optimize-{kind}-{skill}", journal=f"optimize-{kind}-{skill}-{champion.short_revision}"
+    ) as llm:
+        if description_pass:
+            change_id, reason = propose_description(
+                skill,
+                library,
+                control,
+                llm,
+                load_task_set(settings.tasks_dir, skill).routing,
+                candidates or settings.optimize_candidates,
+                researcher(settings),
+                settings.tasks_dir,
+                recent_traffic(settings),
+            )
+            click.echo(reason)
+            if change_id:
+                click.echo(f"queued {change_id} for review; see `ingot pending`")
+            return
+        if not (settings.tasks_dir / f"{skill}.yaml").exists():
+            path = draft_task_set(llm, champion, settings.tasks_dir)
+            click.echo(
+                f"no task set for {skill}: the teacher drafted {path}. Review it (its holdout will be "
+                "sealed into the evidence), then run `ingot optimize` again"
+            )
+            return
+        outcome = optimize_body(
             skill,
-            library,
             control,
+            library,
             llm,
-            cases,
+            make_judge(settings, llm),
+            settings.tasks_dir,
             candidates or settings.optimize_candidates,
-            researcher(settings),
+            sandbox=make_sandbox(settings),
+            research=researcher(settings),
+            provenance=provenance(settings, llm),
         )
-        click.echo(reason)
-        if change_id:
-            click.echo(f"queued {change_id} for review; see `ingot pending`")
-        return
-    if not (settings.tasks_dir / f"{skill}.yaml").exists():
-        from optimize.measure.taskset import draft_task_set
+        click.echo(outcome.reason)
+        if outcome.proposed:
+            click.echo(f"queued {outcome.proposed} for review (gate: {outcome.verdict}); see `ingot pending`")
+        click.echo(f"usage: {llm.ledger.totals()['total'] if llm.ledger else 'unknown'}")
 
-        path = draft_task_set(llm, library.get(skill), settings.tasks_dir)
-        click.echo(
-            f"no task set for {skill}: the teacher drafted {path}. Review it (its holdout will be "
-            "sealed into the evidence), then run `ingot optimize` again"
-        )
-        return
-    judge = make_judge(settings, llm)
-    outcome = optimize_body(
-        skill,
-        control,
-        library,
-        llm,
-        judge,
-        settings.tasks_dir,
-        candidates or settings.optimize_candidates,
-        sandbox=sandbox(settings),
-        research=researcher(settings),
-    )
-    click.echo(outcome.reason)
-    if outcome.proposed:
-        click.echo(f"queued {outcome.proposed} for review (gate: {outcome.verdict}); see `ingot pending`")
-    click.echo(f"usage: {llm.ledger.totals()['total'] if llm.ledger else 'unknown'}")
+
+@click.command()
+@skills_option
+@click.argument("skill")
+@click.option("--change", "change_id", required=True, help="The pending change to measure (`ingot pending`).")
+def evaluate(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
+    """Measure SKILL's pending change, whoever proposed it: every evidence cell that applies (checks,
+    routing impact, held-out A/B, sandbox checks), attached as a new bundle; a rerun after a failure
+    resumes from the calls already paid for."""
+    from ingot.evaluation import evaluate_change
+    from ingot.runtime import change_control, open_library
+
+    settings = settings_for(skills)
+    setup_logging("WARNING")
+    library = open_library(settings)
+    control = change_control(settings, library=library)
+    print_evaluation(evaluate_change(settings, library, control, skill, change_id))
 
 
 @click.command()
@@ -86,20 +109,20 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
 def mine(skills: tuple[Path, ...], skill: str) -> None:
     """How SKILL does on recorded traffic: mean score, failing dimensions, weakest tasks."""
     from ingot.runtime import judge as make_judge
-    from ingot.runtime import llm_client, open_library, run_id, state_home, trace_store
+    from ingot.runtime import model_run, open_library, state_home, trace_store
     from optimize.measure.mining import mine as run_mining
 
     settings = settings_for(skills)
     setup_logging("WARNING")
     library = open_library(settings)
-    llm = llm_client(settings, run_id(f"mine-{skill}"))
-    report = run_mining(
-        skill,
-        trace_store(settings, prune_expired=True),
-        library,
-        make_judge(settings, llm),
-        state_home(settings) / "cache" / "verdicts.jsonl",
-    )
+    with model_run(settings, f"mine-{skill}") as llm:
+        report = run_mining(
+            skill,
+            trace_store(settings, prune_expired=True),
+            library,
+            make_judge(settings, llm),
+            state_home(settings) / "cache" / "verdicts.jsonl",
+        )
     click.echo(
         f"{skill}: {report.traces} traces ({report.by_tag} tagged, {report.by_routing} by routing), "
         f"{report.clusters} clusters, {report.judged} newly judged"
@@ -118,15 +141,7 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
 @click.argument("targets", nargs=-1)
 def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
     """Mine every skill with a task set (or TARGETS) and optimize the unhealthy ones (quarantined)."""
-    from ingot.runtime import (
-        change_control,
-        llm_client,
-        open_library,
-        researcher,
-        run_id,
-        sandbox,
-        trace_store,
-    )
+    from ingot.runtime import change_control, model_run, open_library, researcher, sandbox, trace_store
     from ingot.runtime import judge as make_judge
     from optimize.search.loop import run_loop
 
@@ -134,22 +149,22 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
     setup_logging("WARNING")
     library = open_library(settings)
     control = change_control(settings, library=library)
-    llm = llm_client(settings, run_id("loop"))
-    entries = run_loop(
-        targets,
-        library,
-        control,
-        llm,
-        make_judge(settings, llm),
-        trace_store(settings, prune_expired=True),
-        settings.tasks_dir,
-        settings.loop_health_threshold,
-        settings.loop_passes,
-        settings.optimize_candidates,
-        progress=lambda message: click.echo(f"... {message}", err=True),
-        sandbox=sandbox(settings),
-        research=researcher(settings),
-    )
+    with model_run(settings, "loop") as llm:
+        entries = run_loop(
+            targets,
+            library,
+            control,
+            llm,
+            make_judge(settings, llm),
+            trace_store(settings, prune_expired=True),
+            settings.tasks_dir,
+            settings.loop_health_threshold,
+            settings.loop_passes,
+            settings.optimize_candidates,
+            progress=lambda message: click.echo(f"... {message}", err=True),
+            sandbox=sandbox(settings),
+            research=researcher(settings),
+        )
     for entry in entries:
         score = "-" if entry.mean_score is None else f"{entry.mean_score:.2f}"
         click.echo(f"{entry.skill}  {score}  {entry.action}: {entry.detail}")
@@ -235,4 +250,4 @@ def proxy(upstream: str, port: int | None, harness: str | None) -> None:
     uvicorn.run(app, host=settings.bind_host, port=settings.proxy_port, log_level=settings.log_level.lower())
 
 
-COMMANDS = (optimize, mine, loop_command, agent_command, proxy)
+COMMANDS = (optimize, evaluate, mine, loop_command, agent_command, proxy)

@@ -9,10 +9,14 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ingot.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from ingot.evaluation import Evaluated
 
 
 def settings_for(skills: tuple[Path, ...] = (), **overrides: object) -> Settings:
@@ -40,3 +44,13 @@ skills_option = click.option(
     type=click.Path(path_type=Path),
     help="A skills root (repeatable; the first wins on duplicate names).",
 )
+
+
+def print_evaluation(result: Evaluated) -> None:
+    """What `ingot evaluate` (and `ingot propose`) report: the verdict, each cell, the bundle."""
+    click.echo(f"evaluated {result.change_id}: gate {result.verdict}")
+    for reason in result.reasons:
+        click.echo(f"  {reason}")
+    for name, status in result.cells.items():
+        click.echo(f"  {name}: {status}")
+    click.echo(f"evidence: {result.evidence.path}" + (f"; ledger {result.ledger}" if result.ledger else ""))

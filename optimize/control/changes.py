@@ -18,14 +18,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ingot.errors import IngotError, SkillChanged
+from ingot.seal import Seal
+from mcp_server.library import Similarity
 from mcp_server.registry import Limits, parse_skill_md
 from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditEntry, AuditError, AuditLog
-from optimize.control.gate import Thresholds, evaluate
+from optimize.control.gate import Thresholds, Verdict, evaluate
 from optimize.control.lock import PromotionConflict, change_lock
 from optimize.control.pending import PendingChange, PendingQueue, new_change
 from optimize.control.promote import Outcome, Promoter, check_skill_name, tree_revision
 from optimize.control.status import Status, report
+from optimize.measure.cache import SealedCache
 from optimize.measure.checks import collision_check, injection_check
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,19 @@ log = logging.getLogger(__name__)
 
 class ApprovalRefused(IngotError):
     """Approval re-verification failed; the reason names the check."""
+
+
+@dataclass(frozen=True)
+class Proposed:
+    """What `propose` did: the change, where a candidate it displaced went, and, when it was
+    archived at once instead of queued (a passing change waits), why. Unpacks as (change, displaced)."""
+
+    change: PendingChange
+    displaced: Path | None = None
+    withheld: str | None = None
+
+    def __iter__(self):  # noqa: ANN204 - lets callers write `change, displaced = control.propose(...)`
+        return iter((self.change, self.displaced))
 
 
 class WriteFailed(IngotError):
@@ -43,8 +59,8 @@ class WriteFailed(IngotError):
 class Neighbours(Protocol):
     """What approval asks the served library, as it is at approval time."""
 
-    def similar_descriptions(self, name: str, description: str) -> Mapping[str, float]:
-        """Cosine of `description` against every served skill's, by skill name."""
+    def similarity(self, name: str, description: str) -> Similarity:
+        """`description` against every served skill's, with names and as text alone."""
         ...
 
 
@@ -97,6 +113,16 @@ class ChangeControl:
     def status(self) -> Status:
         """What is served, what Ingot last put live, what waits, and the audit chain's state."""
         return report(self.roots, self.limits, self.audit, self.queue, self.root_of)
+
+    def verdict(self, change: PendingChange) -> Verdict | None:
+        """The gate's verdict on `change`'s current evidence under today's thresholds (None:
+        no readable bundle). Read-only."""
+        if not change.evidence_path:
+            return None
+        try:
+            return evaluate(evidence_mod.load(self.runs_dir / change.evidence_path).data, self.thresholds)
+        except evidence_mod.EvidenceError:
+            return None
 
     def refusal(self, change: PendingChange) -> str | None:
         """Why approving `change` would be refused right now, or None if it would go ahead.
@@ -161,7 +187,8 @@ class ChangeControl:
         note: str | None = None,
         cost: Mapping[str, Any] | None = None,
         measured_against: str | None = None,
-    ) -> tuple[PendingChange, Path | None]:
+        provenance: Mapping[str, Any] | None = None,
+    ) -> Proposed:
         """Quarantine a candidate with its evidence; returns it and where a displaced one went.
 
         `measured_against` is the champion revision the measurements were taken on: if the live
@@ -187,6 +214,8 @@ class ChangeControl:
                 self.thresholds,
                 cost,
                 source,
+                changes=what_changes(self.champion_files(skill), files, skill),
+                provenance=provenance,
             )
             change = new_change(
                 skill,
@@ -198,6 +227,9 @@ class ChangeControl:
                 bundle.digest,
                 note,
             )
+            withheld = self._withheld(skill, bundle)
+            if withheld:
+                return self._propose_withheld(change, bundle, withheld, source)
             try:
                 displaced = self.queue.submit(change)
             except OSError as exc:
@@ -223,7 +255,110 @@ class ChangeControl:
             except IngotError:
                 self.queue.withdraw(change, displaced)  # unaudited means unqueued
                 raise
-            return change, displaced
+            return Proposed(change, displaced)
+
+    def _withheld(self, skill: str, bundle: evidence_mod.Evidence) -> str | None:
+        """Why a new candidate must not take the slot: a change that passes its gate waits there
+        and this one does not pass. Nothing passing is ever displaced by something that is not."""
+        try:
+            waiting = self.queue.get(skill)
+        except IngotError:
+            return None  # an unreadable record is displaced into the archive, as before
+        if waiting is None:
+            return None
+        new = evaluate(bundle.data, self.thresholds)
+        if new.approvable:
+            return None
+        try:
+            old = evaluate(
+                evidence_mod.load(self.runs_dir / (waiting.evidence_path or "")).data, self.thresholds
+            )
+        except evidence_mod.EvidenceError:
+            return None
+        if not old.approvable:
+            return None
+        return (
+            f"{waiting.id} passes its gate ({old.status}) and waits for review; this candidate is "
+            f"{new.status} ({(new.reasons or ('',))[0]}), so it was archived instead of taking its slot"
+        )
+
+    def _propose_withheld(
+        self, change: PendingChange, bundle: evidence_mod.Evidence, why: str, source: str
+    ) -> Proposed:
+        path = self.queue.archive_new(change, why)
+        self.audit.append(
+            action="propose",
+            skill=change.skill,
+            from_revision=change.champion_revision,
+            to_revision=change.candidate_revision,
+            evidence_digest=bundle.digest,
+            actor=source,
+            change_id=change.id,
+            archive=str(path.relative_to(self.runs_dir)),
+            reason=f"withheld: {why}",
+        )
+        return Proposed(change, None, why)
+
+    def champion_files(self, skill: str) -> dict[str, bytes] | None:
+        """The live files of `skill` (read through the safe reader), or None if it has none."""
+        root = self.root_of(skill)
+        return self.promoter.read_tree(root / skill, skill) if root is not None else None
+
+    def attach_evidence(
+        self,
+        skill: str,
+        change_id: str,
+        measurements: Mapping[str, Any],
+        actor: str,
+        cost: Mapping[str, Any] | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        measured_against: str | None = None,
+    ) -> tuple[PendingChange, evidence_mod.Evidence]:
+        """Rest a pending change on fresh evidence (`ingot evaluate`): a new bundle with a new id,
+        the earlier one kept where it was and listed in the record, and an `evidence` line in the
+        chain that approval then checks instead of the `propose` line."""
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            self._recover()
+            change = self._reviewed(skill, change_id)
+            live = self.live_revision(skill)
+            if live != change.champion_revision or (
+                measured_against is not None and live != measured_against
+            ):
+                made_against = (change.champion_revision or "nothing")[:12]
+                raise SkillChanged(
+                    f"{skill!r} is live at {(live or 'nothing')[:12]}, not the {made_against} this change "
+                    "was made against; re-propose it against the current revision"
+                )
+            bundle = evidence_mod.write_bundle(
+                self.runs_dir,
+                skill,
+                change.kind,
+                change.champion_revision,
+                change.candidate_revision,
+                measurements,
+                self.thresholds,
+                cost,
+                change.source,
+                changes=what_changes(self.champion_files(skill), change.files, skill),
+                provenance=provenance,
+            )
+            updated = self.queue.replace_evidence(
+                change, str(bundle.path.relative_to(self.runs_dir)), bundle.digest
+            )
+            try:
+                self.audit.append(
+                    action="evidence",
+                    skill=skill,
+                    from_revision=change.champion_revision,
+                    to_revision=change.candidate_revision,
+                    evidence_digest=bundle.digest,
+                    actor=actor,
+                    change_id=change.id,
+                )
+            except IngotError:
+                self.queue.restore(change)  # the record rests only on what the chain records
+                raise
+            return updated, bundle
 
     def approve(self, skill: str, actor: str, change_id: str) -> Outcome:
         """Re-verify everything from disk, then promote; see the module docstring.
@@ -294,6 +429,7 @@ class ChangeControl:
         if bundle.data.get("skill") != change.skill or bundle.data.get("kind") != change.kind:
             raise ApprovalRefused("the evidence is for a different skill or kind of change")
         self._check_proposed(change)
+        self._check_caches(bundle.data)
         live = self.live_revision(change.skill)
         if live != bundle.champion_revision or live != change.champion_revision:
             raise ApprovalRefused(
@@ -309,7 +445,7 @@ class ChangeControl:
                 f"{bundle.candidate_revision[:12]} (edited after the evidence)"
             )
         verdict = evaluate(bundle.data, self.thresholds)
-        if not verdict.passed:
+        if not verdict.approvable:
             raise ApprovalRefused(f"the gate does not pass ({verdict.status}): {'; '.join(verdict.reasons)}")
         root = self.root_of(change.skill) or self.roots[0]
         return bundle, root
@@ -346,6 +482,19 @@ class ChangeControl:
             raise ApprovalRefused(
                 f"change {change.id} differs from its audited proposal (line {lines[-1].seq}) in "
                 f"{', '.join(wrong)}: edited after it was queued; reject it"
+            )
+
+    def _check_caches(self, evidence: Mapping[str, Any]) -> None:
+        """The cached champion results an A/B rests on must still be the sealed bytes it used."""
+        ab = evidence.get("measurements", {}).get("ab") or {}
+        cache = ab.get("champion_cache") if isinstance(ab, Mapping) else None
+        if not isinstance(cache, Mapping):
+            return
+        entries = SealedCache(self.runs_dir / "cache" / "ab", Seal(self.runs_dir / "seal.key"))
+        problem = entries.still_valid(str(cache.get("file")), str(cache.get("digest")))
+        if problem:
+            raise ApprovalRefused(
+                f"the held-out A/B's champion results cannot be trusted: {problem}; re-evaluate it"
             )
 
     def _check_kind(self, change: PendingChange, live: str | None) -> None:
@@ -395,9 +544,8 @@ class ChangeControl:
                 "approval re-checks the description against the served library, and this process has "
                 "none; approve from `ingot approve` or the UI"
             )
-        collision = collision_check(
-            self.neighbours().similar_descriptions(change.skill, description), change.skill
-        )
+        similarity = self.neighbours().similarity(change.skill, description)
+        collision = collision_check(similarity.named, change.skill, similarity.alone)
         if not collision.passed:
             raise ApprovalRefused(f"collision with the library as it is now: {collision.detail}")
 
@@ -478,3 +626,37 @@ class ChangeControl:
 def _os_reason(exc: OSError) -> str:
     where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
     return f"{exc.strerror or exc}{where}"
+
+
+def what_changes(
+    champion: Mapping[str, bytes] | None, candidate: Mapping[str, bytes], skill: str
+) -> dict[str, Any]:
+    """What a candidate changes relative to the live files: its description, its body, which
+    other files (added, removed or edited). A new skill changes everything."""
+    if champion is None:
+        return {
+            "description": True,
+            "body": True,
+            "files": sorted(p for p in candidate if p != "SKILL.md"),
+            "new": True,
+        }
+
+    def parts(files: Mapping[str, bytes]) -> tuple[str, str] | None:
+        try:
+            _, description, body, _ = parse_skill_md(files["SKILL.md"].decode("utf-8"), skill)
+        except (KeyError, UnicodeDecodeError, IngotError):
+            return None
+        return description, body
+
+    before, after = parts(champion), parts(candidate)
+    others = sorted(
+        path
+        for path in set(champion) | set(candidate)
+        if path != "SKILL.md" and champion.get(path) != candidate.get(path)
+    )
+    return {
+        "description": before is None or after is None or before[0] != after[0],
+        "body": before is None or after is None or before[1] != after[1],
+        "files": others,
+        "new": False,
+    }

@@ -1,10 +1,14 @@
-"""Evidence bundles: `runs/evidence/<skill>/<id>/evidence.json` and a human-readable EVIDENCE.md.
+"""Evidence bundles: `<home>/evidence/<skill>/<id>/evidence.json` and a readable EVIDENCE.md.
 
-evidence.json (schema_version 1) holds the champion and candidate revisions, every measurement
-with its status ("measured" with sample counts and per-case results, or "not_measured" with why),
-the gate inputs and verdict, and cost ("unknown" when it is). Nothing unmeasured gets a default
-value. The file's SHA-256 is its digest: a pending change records it, and approval refuses a
-bundle whose bytes changed since. Bundles are written once (temp file + rename) and never edited.
+evidence.json (schema_version 1) holds the champion and candidate revisions, what the change
+touches (description, body, other files), every measurement cell with its status ("measured"
+with its numbers and the inputs that produced them, or "not_measured" with why), the gate's
+verdict with every rule applied and each significance test as fields, the provenance (models and
+endpoints of every role, never keys; the task set's origin and hash), and cost with the run's
+ledger ("unknown" when it is). Nothing unmeasured gets a default value. The file's SHA-256 is
+its digest: a pending change records it, and approval refuses a bundle whose bytes changed
+since. Bundles are written once (temp file + rename) and never edited: re-evaluating a change
+writes a new bundle and the old one stays where it was.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ def write_bundle(
     cost: Mapping[str, Any] | None = None,
     source: str = "operator",
     now: dt.datetime | None = None,
+    changes: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
 ) -> Evidence:
     """Compute the verdict, write evidence.json + EVIDENCE.md, return the stored bundle."""
     created = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")
@@ -80,7 +86,9 @@ def write_bundle(
         "created": created,
         "champion_revision": champion_revision,
         "candidate_revision": candidate_revision,
+        "changes": dict(changes) if changes else {"status": "unknown"},
         "measurements": dict(measurements),
+        "provenance": dict(provenance) if provenance else {"status": "not recorded"},
         "cost": dict(cost) if cost else {"status": "unknown", "usd": None},
     }
     verdict = evaluate(data, thresholds)
@@ -89,6 +97,8 @@ def write_bundle(
         "verdict": verdict.status,
         "reasons": list(verdict.reasons),
         "warnings": list(verdict.warnings),
+        "statistics": [dict(s) for s in verdict.statistics],
+        "rules": list(verdict.rules),
     }
     folder = runs_dir / "evidence" / skill / bundle_id
     folder.mkdir(parents=True, exist_ok=False)
@@ -113,33 +123,122 @@ def load(path: Path) -> Evidence:
 
 
 def render_markdown(data: Mapping[str, Any], verdict: Verdict) -> str:
+    """EVIDENCE.md: the numbers the verdict rests on, for every kind of change."""
     lines = [
         f"# Evidence for `{data['skill']}` ({data['kind']})",
         "",
         f"- champion: `{data.get('champion_revision') or 'none (new skill)'}`",
         f"- candidate: `{data['candidate_revision']}`",
         f"- source: {data.get('source')}; created {data['created']}",
+        f"- changes: {_changes(data.get('changes', {}))}",
         f"- verdict: **{verdict.status}**",
         "",
     ]
     lines += [f"  - {r}" for r in verdict.reasons] + [f"  - warning: {w}" for w in verdict.warnings]
+    if verdict.statistics:
+        lines += ["", "## Significance", ""]
+        lines += [
+            f"- {s['test']}: n={s['n']}, statistic {s['statistic']}, p={_fmt_p(s['p'])}"
+            + (f" ({s['note']})" if s.get("note") else "")
+            for s in verdict.statistics
+        ]
     lines += ["", "## Measurements", ""]
     for name, block in data["measurements"].items():
-        if block.get("status") != "measured":
-            lines.append(f"- {name}: **not measured** ({block.get('why', 'no reason given')})")
+        if not isinstance(block, Mapping) or block.get("status") != "measured":
+            why = block.get("why", "no reason given") if isinstance(block, Mapping) else "malformed"
+            lines.append(f"- {name}: **not measured** ({why})")
             continue
-        lines.append(f"- {name}: measured")
-        for case in block.get("cases", []):
-            lines.append(
-                f"  - {case.get('id')}: champion {case.get('champion')} -> challenger "
-                f"{case.get('challenger')}"
-            )
-        for check, result in block.get("results", {}).items():
-            lines.append(
-                f"  - {check}: {'passed' if result.get('passed') else 'FAILED'} "
-                f"{result.get('detail', '')}".rstrip()
-            )
+        lines += _cell(name, block)
+    if verdict.rules:
+        lines += ["", "## Rules applied", ""] + [f"- {rule}" for rule in verdict.rules]
+    lines += ["", "## Provenance", ""] + _provenance(data.get("provenance", {}))
     cost = data.get("cost", {})
     usd = cost.get("usd")
-    lines += ["", f"Cost: {'unknown' if usd is None else f'${usd:.4f}'}", ""]
+    ledger = cost.get("ledger")
+    lines += [
+        "",
+        f"Cost: {'unknown' if usd is None else f'${usd:.4f}'}"
+        + (f" over {cost.get('calls')} calls" if cost.get("calls") is not None else "")
+        + (f"; ledger `{ledger}`" if ledger else ""),
+        "",
+    ]
     return "\n".join(lines)
+
+
+def _fmt_p(p: Any) -> str:
+    if p is None:
+        return "undefined"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _changes(changes: Mapping[str, Any]) -> str:
+    if changes.get("status") == "unknown":
+        return "not recorded"
+    touched = [part for part in ("description", "body") if changes.get(part)]
+    files = changes.get("files") or []
+    return ", ".join(touched + ([f"files {', '.join(files)}"] if files else [])) or "nothing"
+
+
+def _cell(name: str, block: Mapping[str, Any]) -> list[str]:
+    """One measured cell as the lines a reviewer needs."""
+    if name == "ab":
+        judges = ", ".join(block.get("judges", []))
+        origin = "from cache" if block.get("champion_from_cache") else "measured now"
+        out = [
+            f"- held-out A/B: champion mean {block.get('champion_mean')} -> challenger mean "
+            f"{block.get('challenger_mean')} over n={block.get('samples')} distinct cases; holdout hash "
+            f"`{str(block.get('holdout_hash'))[:16]}`; serving model {block.get('serving_model')}; judges "
+            f"{judges}; champion {origin}"
+        ]
+        sampling = block.get("sampling") or {}
+        if sampling:
+            merged = f"; merged {sampling.get('merged')}" if sampling.get("merged") else ""
+            items, distinct = sampling.get("holdout_items"), sampling.get("distinct")
+            out.append(f"  - samples: {items} holdout items, {distinct} distinct{merged}")
+        pairwise = block.get("pairwise") or {}
+        if pairwise.get("status") == "measured":
+            out.append(
+                f"  - pairwise (both orders, a flip is a tie): challenger wins {pairwise.get('wins')}, ties "
+                f"{pairwise.get('ties')}, loses {pairwise.get('losses')}"
+            )
+        for case in block.get("cases", []):
+            pair = f" (pairwise: {case['pairwise']})" if case.get("pairwise") else ""
+            out.append(f"  - {case.get('id')}: {case.get('champion')} -> {case.get('challenger')}{pair}")
+        return out
+    if name == "routing_impact":
+        metrics = block.get("metrics", {})
+        before, after, counts = (
+            metrics.get("champion", {}),
+            metrics.get("challenger", {}),
+            metrics.get("n", {}),
+        )
+        out = [
+            f"- routing impact over {block.get('cases', {}).get('total')} routing cases and "
+            f"{block.get('cases', {}).get('traffic', 0)} recent real tasks:"
+        ]
+        out += [f"  - {m}: {before.get(m)} -> {after.get(m)} (n={counts.get(m, 0)})" for m in before]
+        for skill, moved in (block.get("by_skill") or {}).items():
+            out.append(
+                f"  - {skill}: gains {len(moved.get('gained', []))}, loses {len(moved.get('lost', []))}"
+            )
+        for case in block.get("shadowed", []):
+            out.append(f"  - SHADOWS {case.get('expected')}: {case.get('task')!r}")
+        return out
+    out = [f"- {name}: measured"]
+    for check, result in (block.get("results") or {}).items():
+        if isinstance(result, Mapping):
+            outcome = "passed" if result.get("passed") else "FAILED"
+            out.append(f"  - {check}: {outcome} {result.get('detail', '')}".rstrip())
+    return out
+
+
+def _provenance(provenance: Mapping[str, Any]) -> list[str]:
+    if not provenance or provenance.get("status") == "not recorded":
+        return ["- not recorded"]
+    out = []
+    for role, model in (provenance.get("models") or {}).items():
+        out.append(f"- {role}: {model.get('model')} at {model.get('endpoint')}")
+    task_set = provenance.get("task_set")
+    if task_set:
+        out.append(f"- task set: {task_set.get('origin')}, sha256 `{str(task_set.get('sha256'))[:16]}`")
+    return out or ["- not recorded"]

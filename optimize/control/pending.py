@@ -11,6 +11,7 @@ approvals, with their reason. Writes happen under the change-control lock.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -48,6 +49,7 @@ class PendingChange:
     evidence_digest: str | None
     created: str
     note: str | None = None
+    evidence_history: tuple[Mapping[str, str], ...] = ()  # earlier bundles, oldest first (kept on disk)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +64,7 @@ class PendingChange:
                 {"path": p, "base64": base64.b64encode(d).decode()} for p, d in sorted(self.files.items())
             ],
             "evidence": {"path": self.evidence_path, "digest": self.evidence_digest},
+            "evidence_history": [dict(e) for e in self.evidence_history],
             "created": self.created,
             "note": self.note,
         }
@@ -123,6 +126,10 @@ def parse(data: Any, where: Path, slot_skill: str | None = None) -> PendingChang
             evidence_digest=evidence.get("digest"),
             created=str(data["created"]),
             note=data.get("note"),
+            evidence_history=tuple(
+                {"path": str(e["path"]), "digest": str(e["digest"])}
+                for e in data.get("evidence_history") or []
+            ),
         )
     except PendingError:
         raise
@@ -185,6 +192,23 @@ class PendingQueue:
         self._write(existing, change.to_json())
         return displaced
 
+    def replace_evidence(self, change: PendingChange, path: str, digest: str) -> PendingChange:
+        """`change` re-measured: its record now rests on the bundle at `path`; the one it rested on
+        before is listed in `evidence_history` (the bundle itself stays where it was)."""
+        history = (
+            *change.evidence_history,
+            {"path": change.evidence_path or "", "digest": change.evidence_digest or ""},
+        )
+        updated = dataclasses.replace(
+            change, evidence_path=path, evidence_digest=digest, evidence_history=history
+        )
+        self._write(self.slot(change.skill), updated.to_json())
+        return updated
+
+    def restore(self, change: PendingChange) -> None:
+        """Put `change`'s record back as it was (an audit line for its update could not be written)."""
+        self._write(self.slot(change.skill), change.to_json())
+
     def withdraw(self, change: PendingChange, displaced: Path | None) -> None:
         """Undo `submit` (its audit line could not be written): drop `change` and put back the
         candidate it displaced, so the queue holds only what the chain records."""
@@ -196,6 +220,20 @@ class PendingQueue:
                 data.pop(key, None)
             self._write(slot, data)
             displaced.unlink()
+
+    def archive_new(self, change: PendingChange, reason: str, status: str = "withheld") -> Path:
+        """Write `change` straight into the archive (never queued), with why; returns the path."""
+        target = self.archive_folder / check_skill_name(change.skill) / f"{change.id}.json"
+        data = {
+            **change.to_json(),
+            "archived_status": status,
+            "archived_reason": reason,
+            "archived_by": "ingot",
+            "archived_at": dt.datetime.now(dt.UTC).isoformat(timespec="microseconds"),
+            "decision_seq": None,
+        }
+        self._write(target, data)
+        return target
 
     def archive(
         self, skill: str, reason: str, status: str, actor: str, decision_seq: int | None = None

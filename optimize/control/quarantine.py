@@ -16,10 +16,10 @@ from pathlib import Path
 import yaml
 
 from ingot.errors import IngotError, SkillInvalid
+from mcp_server.library import Similarity
 from mcp_server.registry import MAX_DESCRIPTION, MAX_NAME, parse_skill_md, read_skill_files
-from optimize.control.changes import ChangeControl
+from optimize.control.changes import ChangeControl, Proposed
 from optimize.control.evidence import not_measured
-from optimize.control.pending import PendingChange
 from optimize.measure.checks import CheckResult, collision_check, injection_check
 
 MAX_BODY_BYTES = 64 * 1024
@@ -75,9 +75,9 @@ def admit(
     name: str,
     files: Mapping[str, bytes],
     source: str,
-    similar: Mapping[str, float],
+    similarity: Similarity,
     note: str | None,
-) -> tuple[PendingChange, Path | None]:
+) -> Proposed:
     """Run the checks on a complete candidate tree and queue it as a pending create or rewrite."""
     try:
         text = files["SKILL.md"].decode("utf-8")
@@ -88,7 +88,7 @@ def admit(
     injection = injection_check(f"{description}\n{body}")
     if not injection.passed:
         raise CandidateRefused(injection.detail)
-    collision = collision_check(similar, name)
+    collision = collision_check(similarity.named, name, similarity.alone)
     if not collision.passed:
         raise CandidateRefused(collision.detail)
     kind = "rewrite" if control.live_revision(name) is not None else "create"
@@ -103,7 +103,7 @@ def admit(
         }
     }
     if kind == "rewrite":
-        measurements["ab"] = not_measured("no held-out A/B has been run; `ingot optimize` measures one")
+        measurements["ab"] = not_measured("no held-out A/B has been run yet: `ingot evaluate` measures one")
     return control.propose(name, kind, source, files, measurements, note)
 
 
@@ -121,8 +121,8 @@ def agent_candidate(
     name: str,
     description: str,
     body: str,
-    similar_to: Callable[[str, str], Mapping[str, float]],
-) -> tuple[PendingChange, Path | None]:
+    similar_to: Callable[[str, str], Similarity],
+) -> Proposed:
     """`create_skill`: sanitise, render, check, and queue a new skill; never overwrite one."""
     slug = slugify(name)
     if control.live_revision(slug) is not None:

@@ -1,44 +1,70 @@
 """Held-out A/B: champion vs challenger served through the reference agent's path, then judged.
 
-Each holdout task is served twice with AGENT_MODEL (no mutation tools): once with the champion,
-once with the challenger, exactly as a live `match` would be: through the reference agent's
-`serve`, with the arm's files readable and its scripts runnable in the sandbox when the arm
-carries its files. Both answers are graded
-by the judge. The result is the `ab` measurement of an evidence bundle: per-case scores and
-pass/fail, deltas, the first line where the two answers diverge, tokens per task, and the
-holdout hash it was measured on. Champion results are cached by (champion revision, holdout
-hash, serving model, judge models) under `runs/cache/ab/`: a repeat run against an unchanged
-champion makes no champion-side model calls.
+Each distinct holdout task is served twice with AGENT_MODEL (no mutation tools): once with the
+champion, once with the challenger, exactly as a live `match` would be: through the reference
+agent's `serve`, with the arm's files readable and its scripts runnable in the sandbox. A new
+skill's champion is *no skill at all* (the novel path), so its quality is measured too. Both
+answers are graded on the rubric (per dimension, with rationales) and compared pairwise in both
+orders (a flip is a tie). Before any model call, near-duplicate holdout items are merged
+(samples.py) and near-copies of train items flagged as leakage; too few distinct items is
+refused (`ABRefused`), with nothing paid.
+
+The result is the `ab` cell of an evidence bundle: per-case scores, pass/fail, pairwise
+verdicts, divergence, tokens and cost, the sampling report, the conditions, and the champion
+cache entry's digest. Champion results are cached (cache.py) under everything that conditions
+them: revision, holdout hash, serving model and endpoint, sandbox mode, prompt templates, judges.
+A repeat run against an unchanged champion makes no champion-side model calls.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import rfc8785
+import numpy as np
 from tqdm import tqdm
 
 from agent.run import serve, skill_system_prompt
 from agent.workspace import SkillSnapshot
+from ingot.errors import IngotError
+from ingot.seal import Seal
+from optimize.measure.cache import SealedCache
 from optimize.measure.execcheck import Sandbox, run_check
 from optimize.measure.judge import Judge
-from optimize.measure.taskset import TaskSet
+from optimize.measure.samples import SampleReport, distinct_items
+from optimize.measure.taskset import Task, TaskSet
 from optimize.models.llm import LLMClient
+from optimize.models.prompting import render, templates_digest
+
+NO_SKILL = "no-skill"  # the champion of a new skill: the agent with no skill at all
+SERVING_PROMPTS = (
+    "agent_match",
+    "agent_novel",
+    "agent_workspace",
+    "agent_workspace_no_scripts",
+    "agent_workspace_scripts",
+)
+JUDGE_PROMPTS = ("judge_grade", "judge_pairwise")
+
+
+class ABRefused(IngotError):
+    """The holdout cannot give a verdict (too few distinct items); no model was called."""
 
 
 @dataclass(frozen=True)
 class Arm:
-    """One side of the comparison: a revision of the skill, its body and (when known) its files."""
+    """One side: a revision of the skill, its body and (when known) its files; or no skill."""
 
     name: str  # the skill's name
-    revision: str
-    body: str
+    revision: str | None  # None: no skill (the baseline for a new skill)
+    body: str | None
     files: Mapping[str, bytes] | None = field(default=None, repr=False)  # SKILL.md, references/, scripts/...
+
+    @property
+    def label(self) -> str:
+        return self.revision or NO_SKILL
 
 
 def first_divergence(a: str, b: str) -> dict[str, Any] | None:
@@ -58,25 +84,73 @@ def first_divergence(a: str, b: str) -> dict[str, Any] | None:
 
 
 class ABRunner:
-    def __init__(self, llm: LLMClient, judge: Judge, cache_dir: Path, sandbox: Sandbox | None = None) -> None:
-        self.llm, self.judge, self.cache_dir, self.sandbox = llm, judge, cache_dir, sandbox
+    def __init__(
+        self,
+        llm: LLMClient,
+        judge: Judge,
+        cache_dir: Path,
+        sandbox: Sandbox | None = None,
+        *,
+        embed: Callable[[list[str]], np.ndarray] | None = None,
+        seal: Seal | None = None,
+        min_samples: int = 3,
+    ) -> None:
+        self.llm, self.judge, self.sandbox = llm, judge, sandbox
+        self.cache = SealedCache(cache_dir, seal)
+        self.embed, self.min_samples = embed, min_samples
 
-    def _cache_path(self, champion: Arm, tasks: TaskSet) -> Path:
-        key = {
-            "champion": champion.revision,
-            "holdout": tasks.holdout_hash,
-            "model": self.llm.config.endpoint("agent").model,
+    def conditions(self, champion: Arm, tasks: Sequence[Task], holdout_hash: str) -> dict[str, Any]:
+        """Everything that conditions the champion's answers and grades: the cache key."""
+        agent = self.llm.config.endpoint("agent")
+        judge = self.llm.config.endpoint("judge")
+        return {
+            "champion": champion.label,
+            "holdout": holdout_hash,
+            "tasks": [t.as_json() for t in tasks],
+            "agent_model": agent.model,
+            "agent_base_url": agent.base_url,
             "judges": list(self.judge.models),
+            "judge_base_url": judge.base_url,
+            "sandbox": getattr(self.sandbox, "name", None) or "none",
+            "serving_prompts": templates_digest(*SERVING_PROMPTS),
+            "judge_prompts": templates_digest(*JUDGE_PROMPTS),
         }
-        return self.cache_dir / f"{hashlib.sha256(rfc8785.dumps(key)).hexdigest()}.json"
 
-    def _run_arm(self, arm: Arm, tasks: TaskSet) -> list[dict[str, Any]]:
-        system = skill_system_prompt("match", arm.name, arm.revision, arm.body)
-        skill = SkillSnapshot.of(arm.name, arm.files) if arm.files else None
+    def sampling(self, tasks: TaskSet) -> SampleReport:
+        return distinct_items([t.prompt for t in tasks.holdout], [t.prompt for t in tasks.train], self.embed)
+
+    def precheck(self, tasks: TaskSet) -> str | None:
+        """Why this task set cannot give an A/B verdict (leakage, too few distinct items), found
+        without calling any model; None when it can."""
+        report = self.sampling(tasks)
+        leaks = self._leaks(tasks, report)
+        if leaks:
+            return "the task set leaks: " + "; ".join(leaks)
+        if report.distinct < self.min_samples:
+            return (
+                f"the holdout has {report.distinct} distinct item(s) ({len(tasks.holdout)} listed); at "
+                f"least {self.min_samples} are needed for a verdict. Add distinct holdout tasks; no model "
+                "was called"
+            )
+        return None
+
+    @staticmethod
+    def _leaks(tasks: TaskSet, report: SampleReport) -> list[str]:
+        return list(tasks.leakage) + [
+            f"holdout {tasks.holdout[h].prompt[:60]!r} near-copies train {tasks.train[tr].prompt[:60]!r}"
+            for h, tr in report.leaks
+        ]
+
+    def _system(self, arm: Arm) -> str:
+        if arm.revision is None:
+            return render("agent_novel", create_hint="")
+        return skill_system_prompt("match", arm.name, arm.revision, arm.body or "")
+
+    def _run_arm(self, arm: Arm, tasks: Sequence[Task]) -> list[dict[str, Any]]:
+        system = self._system(arm)
+        skill = SkillSnapshot.of(arm.name, arm.files) if arm.files and arm.revision else None
         results = []
-        for task in tqdm(
-            tasks.holdout, desc=f"A/B {arm.revision[:12]}", unit="task", leave=False, disable=None
-        ):
+        for task in tqdm(tasks, desc=f"A/B {arm.label[:12]}", unit="task", leave=False, disable=None):
             served = serve(
                 self.llm,
                 "agent",
@@ -100,6 +174,7 @@ class ABRunner:
                     "tokens": served.tokens_in + served.tokens_out,
                     "usd": self._serving_cost(served.tokens_in, served.tokens_out),
                     "dimensions": dict(grade.dimensions),
+                    "rationales": list(grade.rationales),
                     "check": None if check is None else {"status": check.status, "reason": check.reason},
                 }
             )
@@ -111,43 +186,62 @@ class ABRunner:
         cost = ledger.cost(self.llm.config.endpoint("agent").model, tokens_in, tokens_out) if ledger else None
         return None if cost is None else round(cost, 8)
 
-    def champion_results(self, champion: Arm, tasks: TaskSet) -> tuple[list[dict[str, Any]], bool]:
-        """(results, from_cache)."""
-        path = self._cache_path(champion, tasks)
-        if path.exists():
-            return json.loads(path.read_text()), True
-        results = self._run_arm(champion, tasks)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results))
-        return results, False
+    def champion_results(self, champion: Arm, tasks: Sequence[Task], holdout_hash: str):
+        """The champion's results and their cache entry (read, or computed and written)."""
+        conditions = self.conditions(champion, tasks, holdout_hash)
+        entry = self.cache.get(conditions)
+        if entry is None or len(entry.results) != len(tasks):
+            entry = self.cache.put(conditions, self._run_arm(champion, tasks))
+        return entry
 
     def run(self, champion: Arm, challenger: Arm, tasks: TaskSet) -> dict[str, Any]:
-        """The `ab` measurement for an evidence bundle."""
-        if tasks.leakage:
+        """The `ab` cell for an evidence bundle; `ABRefused` (before any call) if it cannot be."""
+        report = self.sampling(tasks)
+        sampling = report.as_json([t.prompt for t in tasks.holdout], [t.prompt for t in tasks.train])
+        leaks = self._leaks(tasks, report)
+        if leaks:
             return {
                 "status": "measured",
                 "leakage": True,
-                "why": list(tasks.leakage),
+                "why": leaks,
                 "cases": [],
                 "samples": 0,
+                "sampling": sampling,
                 "holdout_hash": tasks.holdout_hash,
             }
-        old, cached = self.champion_results(champion, tasks)
-        new = self._run_arm(challenger, tasks)
-        cases = []
-        for i, (task, a, b) in enumerate(zip(tasks.holdout, old, new, strict=True)):
+        if report.distinct < self.min_samples:
+            raise ABRefused(
+                f"the holdout has {report.distinct} distinct item(s) ({len(tasks.holdout)} listed); at "
+                f"least {self.min_samples} are needed for a verdict. Add distinct holdout tasks; no model "
+                "was called"
+            )
+        distinct = [tasks.holdout[i] for i in report.kept]
+        entry = self.champion_results(champion, distinct, tasks.holdout_hash)
+        old, new = entry.results, self._run_arm(challenger, distinct)
+        cases, tally = [], {"win": 0, "tie": 0, "loss": 0}
+        for i, (task, a, b) in enumerate(zip(distinct, old, new, strict=True)):
+            preference = self.judge.compare(task.prompt, a["answer"], b["answer"])
+            verdict = {"b": "win", "a": "loss", "tie": "tie"}[preference.winner]
+            tally[verdict] += 1
             cases.append(
                 {
-                    "id": f"holdout-{i + 1}",
+                    "id": f"holdout-{report.kept[i] + 1}",
                     "task": task.prompt[:200],
                     "champion": a["score"],
                     "challenger": b["score"],
                     "champion_pass": a["pass"],
                     "challenger_pass": b["pass"],
                     "delta": round(b["score"] - a["score"], 6),
+                    "champion_dimensions": a.get("dimensions"),
+                    "challenger_dimensions": b.get("dimensions"),
+                    "champion_rationales": a.get("rationales", []),
+                    "challenger_rationales": b.get("rationales", []),
+                    "pairwise": verdict,
+                    "pairwise_consistent": preference.consistent,
+                    "pairwise_rationales": list(preference.rationales),
                     "champion_tokens": a["tokens"],
                     "challenger_tokens": b["tokens"],
-                    "champion_usd": a.get("usd"),  # absent from caches written before it existed
+                    "champion_usd": a.get("usd"),
                     "challenger_usd": b.get("usd"),
                     "divergence": first_divergence(a["answer"], b["answer"]),
                     "champion_check": a.get("check"),
@@ -157,16 +251,27 @@ class ABRunner:
         return {
             "status": "measured",
             "samples": len(cases),
+            "sampling": sampling,
             "cases": cases,
+            "pairwise": {
+                "status": "measured",
+                "wins": tally["win"],
+                "ties": tally["tie"],
+                "losses": tally["loss"],
+                "judge": self.judge.models[0],
+                "rule": "each case asked in both orders; a verdict that flips with the order is a tie",
+            },
             "champion_mean": _mean([c["champion"] for c in cases]),
             "challenger_mean": _mean([c["challenger"] for c in cases]),
             "champion_usd": _total([c["champion_usd"] for c in cases]),
             "challenger_usd": _total([c["challenger_usd"] for c in cases]),
-            "retention": round(_retention(champion.body, challenger.body), 4),
+            "retention": round(_retention(champion.body or "", challenger.body or ""), 4),
             "holdout_hash": tasks.holdout_hash,
             "serving_model": self.llm.config.endpoint("agent").model,
             "judges": list(self.judge.models),
-            "champion_from_cache": cached,
+            "conditions": self.conditions(champion, distinct, tasks.holdout_hash),
+            "champion_cache": entry.as_json(),
+            "champion_from_cache": entry.hit,
         }
 
 

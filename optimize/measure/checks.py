@@ -14,6 +14,9 @@ from dataclasses import dataclass
 # Above every pair of distinct skills in the 70-skill shared corpus (max 0.826, pytest-skill vs
 # unittest-skill), below a paraphrase of an existing description.
 COLLISION_COSINE = 0.88
+# On the description text alone: above the 70-skill corpus's closest pair (0.837) and the 99.9th
+# percentile of the 828 tool descriptions (0.771); a verbatim copy under another name is 1.0.
+COPY_COSINE = 0.95
 INJECTION_PATTERNS = tuple(
     re.compile(p, re.IGNORECASE)
     for p in (
@@ -48,7 +51,17 @@ def injection_check(text: str) -> CheckResult:
     return CheckResult(True, f"{len(INJECTION_PATTERNS)} phrase patterns, none found")
 
 
-def collision_check(similar: Mapping[str, float], own_name: str) -> CheckResult:
+def collision_check(
+    similar: Mapping[str, float], own_name: str, alone: Mapping[str, float] | None = None
+) -> CheckResult:
+    """Refuse a description that would shadow another skill's route (`similar`: with names), or
+    that near-copies another skill's description text (`alone`: without names)."""
+    copies = sorted(
+        ((n, s) for n, s in (alone or {}).items() if n != own_name and s >= COPY_COSINE), key=lambda x: -x[1]
+    )
+    if copies:
+        listed = ", ".join(f"{n} (cosine {s:.2f})" for n, s in copies[:3])
+        return CheckResult(False, f"the description near-copies {listed}; say what only this skill does")
     clashes = sorted(
         ((n, s) for n, s in similar.items() if n != own_name and s >= COLLISION_COSINE),
         key=lambda item: -item[1],
@@ -59,6 +72,9 @@ def collision_check(similar: Mapping[str, float], own_name: str) -> CheckResult:
             False, f"the description would shadow {listed}; make it specific to what only this skill does"
         )
     nearest = max(((s, n) for n, s in similar.items() if n != own_name), default=(0.0, "none"))
+    copy = max(((s, n) for n, s in (alone or {}).items() if n != own_name), default=(0.0, "none"))
     return CheckResult(
-        True, f"nearest existing description: {nearest[1]} (cosine {nearest[0]:.2f} < {COLLISION_COSINE})"
+        True,
+        f"nearest existing description: {nearest[1]} (cosine {nearest[0]:.2f} < {COLLISION_COSINE} with names"
+        + (f"; {copy[1]} {copy[0]:.2f} < {COPY_COSINE} as text alone)" if alone is not None else ")"),
     )

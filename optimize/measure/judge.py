@@ -58,6 +58,7 @@ class Preference:
     winner: Literal["a", "b", "tie"]
     consistent: bool  # False: the verdict flipped with the order (position bias), so a tie
     calls: tuple[Completion, ...]
+    rationales: tuple[str, ...] = ()  # the judge's one sentence per order asked
 
 
 class Judge:
@@ -110,6 +111,7 @@ class Judge:
     def compare(self, task: str, answer_a: str, answer_b: str) -> Preference:
         """Which answer is better, asked in both orders with the first judge model."""
         calls: list[Completion] = []
+        rationales: list[str] = []
 
         def ask(first: str, second: str) -> str:
             prompt = render("judge_pairwise", task=task, first=first, second=second)
@@ -121,10 +123,11 @@ class Judge:
                 temperature=0,
             )
             calls.extend(made)
+            rationales.append(reply.rationale)
             return reply.winner
 
         forward = {"first": "a", "second": "b", "tie": "tie"}[ask(answer_a, answer_b)]
         backward = {"first": "b", "second": "a", "tie": "tie"}[ask(answer_b, answer_a)]
         if forward == backward:
-            return Preference(forward, True, tuple(calls))
-        return Preference("tie", False, tuple(calls))
+            return Preference(forward, True, tuple(calls), tuple(rationales))
+        return Preference("tie", False, tuple(calls), tuple(rationales))

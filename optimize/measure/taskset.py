@@ -180,8 +180,35 @@ def draft_task_set(
             f"the teacher's draft is unusable: {'; '.join(parsed.leakage)}; write the set by hand"
         )
     folder.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
     path.write_text(
-        "# Drafted by the teacher model: review before optimizing (the holdout is sealed into evidence).\n"
-        + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+        f"{DRAFT_MARK} (sha256 of the draft below: {hashlib.sha256(text.encode()).hexdigest()}).\n"
+        "# Review it before optimizing: its holdout is sealed into every evidence bundle.\n" + text
     )
     return path
+
+
+DRAFT_MARK = "# Drafted by the teacher model"
+_DRAFT_LINE = re.compile(r"^# Drafted by the teacher model \(sha256 of the draft below: ([0-9a-f]{64})\)\.$")
+
+
+def origin(folder: Path, skill: str) -> dict[str, Any]:
+    """Who wrote `<skill>.yaml` and its hash: "human", "teacher-drafted", or "teacher-drafted,
+    edited" when the draft's recorded hash no longer matches its content."""
+    path = folder / f"{skill}.yaml"
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return {"origin": "none", "sha256": None, "path": str(path)}
+    lines = raw.decode("utf-8", "replace").splitlines(keepends=True)
+    found = _DRAFT_LINE.match(lines[0].rstrip("\n")) if lines else None
+    if found is None:
+        who = "teacher-drafted (hash not recorded)" if lines and lines[0].startswith(DRAFT_MARK) else "human"
+    else:
+        body = "".join(line for line in lines[1:] if not line.startswith("# Review it before optimizing"))
+        who = (
+            "teacher-drafted"
+            if hashlib.sha256(body.encode()).hexdigest() == found.group(1)
+            else "teacher-drafted, edited"
+        )
+    return {"origin": who, "sha256": hashlib.sha256(raw).hexdigest(), "path": str(path)}

@@ -1,6 +1,7 @@
 """Candidate search: diagnose the seed, author N rewrites from different angles, race them.
 
-1. The seed body is rolled out on every train task through the agent's serving path and judged.
+1. The seed body is rolled out on every train task through the agent's serving path and judged
+   (cached and sealed like the A/B champion, cache.py: a repeat run pays only for new candidates).
 2. The teacher diagnoses which sections caused which failures (missing / insufficient / incorrect).
 3. N candidates (OPTIMIZE_CANDIDATES) are authored in parallel, each from a different angle; the
    first is always a minimal additive edit.
@@ -20,10 +21,11 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from agent.run import serve, skill_system_prompt
+from optimize.measure.cache import SealedCache
 from optimize.measure.judge import Judge
 from optimize.measure.taskset import Task
 from optimize.models.llm import LLMClient
-from optimize.models.prompting import render
+from optimize.models.prompting import render, templates_digest
 from optimize.search.research import OFF, Brief
 
 ANGLES = (
@@ -66,9 +68,12 @@ class SearchResult:
 
 
 class CandidateSearch:
-    def __init__(self, llm: LLMClient, judge: Judge, n: int = 5, brief: Brief = OFF) -> None:
+    def __init__(
+        self, llm: LLMClient, judge: Judge, n: int = 5, brief: Brief = OFF, cache: SealedCache | None = None
+    ) -> None:
         self.llm, self.judge, self.n = llm, judge, max(1, min(n, len(ANGLES)))
         self.brief = brief  # web research for the authors only; the judge never sees it
+        self.cache = cache  # the seed's train rollout, keyed by everything that conditions it
 
     def _score(self, name: str, revision: str, body: str, task: Task) -> tuple[float, str, str]:
         served = serve(self.llm, "agent", skill_system_prompt("match", name, revision, body), task.prompt)
@@ -76,10 +81,7 @@ class CandidateSearch:
         return grade.score, served.answer, "; ".join(grade.rationales)
 
     def search(self, name: str, revision: str, seed: str, train: tuple[Task, ...]) -> SearchResult:
-        rollout = [
-            self._score(name, revision, seed, task)
-            for task in tqdm(train, desc="seed rollout", unit="task", leave=False, disable=None)
-        ]
+        rollout = self._seed_rollout(name, revision, seed, train)
         seed_mean = sum(s for s, _, _ in rollout) / len(rollout)
         failures = "\n\n".join(
             f"TASK: {t.prompt}\nSCORE: {s:.2f}\nJUDGE: {why}"
@@ -127,6 +129,32 @@ class CandidateSearch:
             tuple(diagnosis.issues),
             f"{best.id} ({best.angle.split(':')[0]}) {best.mean:.3f} vs seed {baseline:.3f}",
         )
+
+    def _seed_rollout(
+        self, name: str, revision: str, seed: str, train: tuple[Task, ...]
+    ) -> list[tuple[float, str, str]]:
+        def run() -> list[tuple[float, str, str]]:
+            return [
+                self._score(name, revision, seed, task)
+                for task in tqdm(train, desc="seed rollout", unit="task", leave=False, disable=None)
+            ]
+
+        if self.cache is None:
+            return run()
+        agent, judge = self.llm.config.endpoint("agent"), self.llm.config.endpoint("judge")
+        conditions = {
+            "seed": revision,
+            "train": [t.as_json() for t in train],
+            "agent_model": agent.model,
+            "agent_base_url": agent.base_url,
+            "judges": list(self.judge.models),
+            "judge_base_url": judge.base_url,
+            "prompts": templates_digest("agent_match", "judge_grade"),
+        }
+        entry = self.cache.get(conditions)
+        if entry is None or len(entry.results) != len(train):
+            entry = self.cache.put(conditions, [list(r) for r in run()])
+        return [(float(s), str(a), str(w)) for s, a, w in entry.results]
 
     def _author(self, seed: str, diagnosis: _Diagnosis, angle: str) -> str:
         prompt = render("optimize_author", angle=angle, body=seed, diagnosis=json.dumps(diagnosis.issues))

@@ -3,10 +3,12 @@
 The teacher proposes descriptions from the routing cases the current one gets wrong (the only
 model calls). Each candidate is scored by the live router over the whole library with the
 skill's description replaced in memory: top-1 and recall@3 on cases that expect a skill, and
-no-route precision (the skill does not take cases meant for nothing or for others). The routing
-cases are split by a hash of their text: candidates are *selected* on one half and *gated* on
-the other, so the cases that pick a candidate are not the ones that judge it. A candidate whose
-description would shadow another skill's (embedding cosine ≥ 0.88) is never chosen.
+no-route precision (the skill does not take cases meant for nothing or for others). The skill's
+routing cases are split by a hash of their text and candidates are *selected* on one half only.
+The evidence for the chosen one is the routing-impact cell (measure/impact.py) over *every*
+routing case of every task set, the select half included, and recent traffic: no metric may
+regress (each on enough cases), one must improve, and no other skill's case may be taken. A
+candidate whose description would shadow or copy another skill's is never chosen.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -24,6 +27,7 @@ from mcp_server.library import Library
 from mcp_server.router import Router
 from mcp_server.skillfiles import read_served_files
 from optimize.measure.checks import collision_check
+from optimize.measure.evaluate import Candidate, Inputs, checks_cell, impact_cell, not_applicable
 from optimize.measure.taskset import RoutingCase
 from optimize.models.llm import LLMClient
 from optimize.models.prompting import render
@@ -110,7 +114,8 @@ def optimize_description(
         if len(text) > 1024:
             refused.append("over 1024 characters")
             continue
-        collision = collision_check(library.similar_descriptions(skill, text), skill)
+        similarity = library.similarity(skill, text)
+        collision = collision_check(similarity.named, skill, similarity.alone)
         if not collision.passed:
             refused.append(collision.detail)
             continue
@@ -143,6 +148,27 @@ def description_files(library: Library, skill: str, description: str) -> Mapping
     return files
 
 
+def description_evidence(
+    skill: str,
+    library: Library,
+    files: Mapping[str, bytes],
+    tasks_dir: Path,
+    traffic: Sequence[str],
+    selection: dict,
+) -> dict[str, Any]:
+    """The cells a description change rests on: admission checks and routing impact over every
+    routing case and recent traffic; the A/B does not apply (the body is unchanged)."""
+    champion = library.get(skill)
+    candidate = Candidate(skill, "description", "candidate", files, champion.revision, None)
+    inputs = Inputs(library, tasks_dir, traffic)
+    return {
+        "checks": checks_cell(candidate, library),
+        "routing_impact": impact_cell(candidate, inputs),
+        "ab": not_applicable("a description change leaves the body unchanged: routing impact measures it"),
+        "selection": {"status": "measured", **selection},
+    }
+
+
 def propose_description(
     skill: str,
     library: Library,
@@ -151,6 +177,8 @@ def propose_description(
     cases: Sequence[RoutingCase],
     candidates: int = 5,
     research: Researcher | None = None,
+    tasks_dir: Path | None = None,
+    traffic: Sequence[str] = (),
 ) -> tuple[str | None, str]:
     """Run the description pass and queue its winner: (change id or None, what happened)."""
     champion = library.get(skill)
@@ -158,14 +186,19 @@ def propose_description(
     found = optimize_description(skill, library, llm, cases, candidates, brief)
     if found.chosen is None or found.measurements is None:
         return None, found.reason
-    cost = llm.ledger.totals()["total"] if llm.ledger else None
-    change, _ = control.propose(
+    files = description_files(library, skill, found.chosen)
+    measurements = description_evidence(
         skill,
-        "description",
-        "optimizer",
-        description_files(library, skill, found.chosen),
-        found.measurements,
-        cost=cost,
-        measured_against=champion.revision,
+        library,
+        files,
+        tasks_dir or Path("optimize/tasks"),
+        traffic,
+        dict(found.measurements["routing"]),
     )
-    return change.id, found.reason
+    cost = llm.ledger.totals()["total"] if llm.ledger else None
+    proposed = control.propose(
+        skill, "description", "optimizer", files, measurements, cost=cost, measured_against=champion.revision
+    )
+    if proposed.withheld:
+        return None, f"{found.reason}; not queued: {proposed.withheld}"
+    return proposed.change.id, found.reason

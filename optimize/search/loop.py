@@ -4,6 +4,11 @@ For every skill with an eval task set (or the ones named), mine its recorded tra
 whose mean score is under LOOP_HEALTH_THRESHOLD gets the passes in LOOP_PASSES (body,
 description). Everything it produces is quarantined for a human: the loop never promotes.
 Skills with no scored traffic are reported and left alone (no evidence of a problem).
+
+The two passes never displace each other. When the body pass queued a change that passes its
+gate, the description pass *composes*: its description on that change's files, measured anew as
+one rewrite (checks, routing impact, A/B). Passing, it replaces the body change (archived as
+displaced, still visible); not passing, it is archived and the body change keeps its slot.
 """
 
 from __future__ import annotations
@@ -11,19 +16,24 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ingot.errors import IngotError
+from ingot.seal import Seal
 from mcp_server.library import Library
 from optimize.control.changes import ChangeControl
+from optimize.measure.ab import ABRunner
+from optimize.measure.evaluate import Candidate, Inputs
+from optimize.measure.evaluate import evaluate as measure
 from optimize.measure.execcheck import Sandbox
 from optimize.measure.judge import Judge
 from optimize.measure.mining import mine
 from optimize.measure.taskset import load_task_set
 from optimize.models.llm import LLMClient
 from optimize.models.traces import TraceStore
-from optimize.search.describe import propose_description
+from optimize.search.describe import optimize_description, propose_description, with_description
 from optimize.search.pipeline import optimize_body
-from optimize.search.research import Researcher
+from optimize.search.research import OFF, Researcher
 
 
 @dataclass(frozen=True)
@@ -80,12 +90,77 @@ def run_loop(
                 details.append(f"body: {outcome.proposed or outcome.reason}")
             if "description" in passes:
                 progress(f"description pass for {skill}")
-                cases = load_task_set(tasks_dir, skill).routing
-                change_id, reason = propose_description(
-                    skill, library, control, llm, cases, candidates, research
+                details.append(
+                    "description: "
+                    + _description_pass(
+                        skill, library, control, llm, judge, store, tasks_dir, candidates, sandbox, research
+                    )
                 )
-                details.append(f"description: {change_id or reason}")
             entries.append(LoopEntry(skill, report.mean_score, "optimized", "; ".join(details)))
         except IngotError as exc:  # one skill's problem must not stop the loop for the others
             entries.append(LoopEntry(skill, None, "error", str(exc)))
     return entries
+
+
+def _passing_body_change(control: ChangeControl, skill: str) -> Any:
+    """The skill's pending change if the loop's body pass queued it and it passes its gate."""
+    change = control.queue.get(skill)
+    if change is None or change.source != "optimizer" or change.kind != "rewrite":
+        return None
+    verdict = control.verdict(change)
+    return change if verdict is not None and verdict.approvable else None
+
+
+def _description_pass(
+    skill: str,
+    library: Library,
+    control: ChangeControl,
+    llm: LLMClient,
+    judge: Judge,
+    store: TraceStore,
+    tasks_dir: Path,
+    candidates: int,
+    sandbox: Sandbox | None,
+    research: Researcher | None,
+) -> str:
+    """Queue the description pass's result, composed with a passing body change when there is one."""
+    cases = load_task_set(tasks_dir, skill).routing
+    traffic = [r.task for r in store.read().records if r.route in ("match", "related") and r.task]
+    body_change = _passing_body_change(control, skill)
+    if body_change is None:
+        change_id, reason = propose_description(
+            skill, library, control, llm, cases, candidates, research, tasks_dir, traffic
+        )
+        return change_id or reason
+    brief = research.brief(skill, library.get(skill).description) if research else OFF
+    found = optimize_description(skill, library, llm, cases, candidates, brief)
+    if found.chosen is None:
+        return found.reason
+    files = dict(body_change.files)
+    files["SKILL.md"] = with_description(files["SKILL.md"].decode("utf-8"), found.chosen).encode()
+    runner = ABRunner(
+        llm,
+        judge,
+        control.runs_dir / "cache" / "ab",
+        sandbox,
+        embed=library.embed,
+        seal=Seal(control.runs_dir / "seal.key"),
+        min_samples=control.thresholds.min_samples,
+    )
+    composed = Candidate(
+        skill, "rewrite", "composed", files, body_change.champion_revision, control.champion_files(skill)
+    )
+    measurements = measure(composed, Inputs(library, tasks_dir, traffic, runner))
+    proposed = control.propose(
+        skill,
+        "rewrite",
+        "optimizer",
+        files,
+        measurements,
+        note=f"composed: the body of {body_change.id} with the description pass's winner",
+        cost=llm.ledger.totals()["total"] if llm.ledger else None,
+        measured_against=body_change.champion_revision,
+    )
+    if proposed.withheld:
+        return f"composed with {body_change.id} but not queued: {proposed.withheld}"
+    return f"{proposed.change.id} (composed with {body_change.id}, which it displaced)"

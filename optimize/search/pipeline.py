@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingot.errors import IngotError
+from ingot.seal import Seal
 from mcp_server.library import Library
 from mcp_server.skillfiles import read_served_files
 from optimize.control.changes import ChangeControl
-from optimize.measure.ab import ABRunner, Arm
+from optimize.measure.ab import ABRefused, ABRunner, Arm
+from optimize.measure.cache import SealedCache
 from optimize.measure.execcheck import Sandbox
 from optimize.measure.judge import Judge
-from optimize.measure.taskset import load_task_set
+from optimize.measure.taskset import load_task_set, origin
 from optimize.models.llm import LLMClient
 from optimize.search.bestofn import CandidateSearch
 from optimize.search.research import OFF, Researcher
@@ -49,21 +51,36 @@ def optimize_body(
     candidates: int = 5,
     sandbox: Sandbox | None = None,
     research: Researcher | None = None,
+    provenance: dict | None = None,
 ) -> Outcome:
     tasks = load_task_set(tasks_dir, skill)
     if tasks.leakage:
         raise IngotError(f"the task set for {skill!r} can never promote: {'; '.join(tasks.leakage)}")
+    seal = Seal(control.runs_dir / "seal.key")
+    runner = ABRunner(
+        llm,
+        judge,
+        control.runs_dir / "cache" / "ab",
+        sandbox,
+        embed=library.embed,
+        seal=seal,
+        min_samples=control.thresholds.min_samples,
+    )
+    problem = runner.precheck(tasks)  # before paying for a search whose A/B could not give a verdict
+    if problem:
+        raise ABRefused(f"{skill}: {problem}")
     champion = library.get(skill)
     champion_files = read_served_files(champion)  # read now: the search can take minutes
     brief = research.brief(skill, champion.description) if research else OFF
-    search = CandidateSearch(llm, judge, candidates, brief).search(
+    rollouts = SealedCache(control.runs_dir / "cache" / "rollout", seal)
+    search = CandidateSearch(llm, judge, candidates, brief, rollouts).search(
         skill, champion.revision, champion.body, tasks.train
     )
     if search.winner is None:
         return Outcome(skill, None, None, search.reason)
     files = dict(champion_files)
     files["SKILL.md"] = with_body(files["SKILL.md"].decode("utf-8"), search.winner.body).encode()
-    ab = ABRunner(llm, judge, control.runs_dir / "cache" / "ab", sandbox).run(
+    ab = runner.run(
         Arm(skill, champion.revision, champion.body, champion_files),
         Arm(skill, search.winner.id, search.winner.body, files),
         tasks,
@@ -82,7 +99,8 @@ def optimize_body(
         },
     }
     cost = llm.ledger.totals()["total"] if llm.ledger else None
-    change, _ = control.propose(
+    ab["task_set"] = origin(tasks_dir, skill)
+    proposed = control.propose(
         skill,
         "rewrite",
         "optimizer",
@@ -91,8 +109,12 @@ def optimize_body(
         note=search.reason,
         cost=cost,
         measured_against=champion.revision,
+        provenance={**(provenance or {}), "task_set": ab["task_set"]},
     )
-    return Outcome(skill, change.id, _verdict(control, change.evidence_path), search.reason, ab)
+    verdict = _verdict(control, proposed.change.evidence_path)
+    if proposed.withheld:
+        return Outcome(skill, None, verdict, f"{search.reason}; not queued: {proposed.withheld}", ab)
+    return Outcome(skill, proposed.change.id, verdict, search.reason, ab)
 
 
 def _verdict(control: ChangeControl, evidence_path: str | None) -> str | None:

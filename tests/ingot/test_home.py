@@ -16,7 +16,7 @@ from ingot.home import claim_path, default_home, establish, locate
 from optimize.control.changes import ChangeControl
 from tests.conftest import BUNDLED_SKILLS
 from tests.ingot.cli.test_main import ingot
-from tests.optimize.conftest import ab, skill_md
+from tests.optimize.conftest import ab, body_rewrite
 
 
 @pytest.fixture
@@ -29,11 +29,9 @@ def library(tmp_path):
 def proposed(root) -> tuple[ChangeControl, str]:
     home = establish((root,))
     control = ChangeControl(home.path, home.roots)
-    files = {
-        "SKILL.md": skill_md("release-notes", "Writes release notes from merged PRs.", "Group by theme.")
-    }
+    files = body_rewrite(root, "release-notes")
     change, _ = control.propose(
-        "release-notes", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1], [0.9, 0.8, 0.9])
+        "release-notes", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1, 0.2], [0.9, 0.8, 0.9, 0.8])
     )
     return control, change.id
 

@@ -22,6 +22,14 @@ def skill_md(name: str, description: str, body: str) -> bytes:
     return f"---\nname: {name}\ndescription: {description}\n---\n# {name}\n\n{body}\n".encode()
 
 
+def body_rewrite(root, skill: str, marker: str = "NEW-RULE") -> dict[str, bytes]:
+    """The live skill's files with a line appended to its body: a body-only rewrite."""
+    folder = root / skill
+    files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    files["SKILL.md"] += f"\n{marker}: check every entry against the merged pull request.\n".encode()
+    return files
+
+
 def checks(passed: bool = True) -> dict:
     result = {"passed": passed, "detail": "test"}
     return {
@@ -43,7 +51,14 @@ def ab(champion: list[float], challenger: list[float], fail_case: int | None = N
         }
         for i, (a, b) in enumerate(zip(champion, challenger, strict=True))
     ]
-    return {"ab": {"status": "measured", "samples": len(cases), "cases": cases}}
+    pairs = list(zip(champion, challenger, strict=True))
+    pairwise = {
+        "status": "measured",
+        "wins": sum(b > a for a, b in pairs),
+        "ties": sum(b == a for a, b in pairs),
+        "losses": sum(b < a for a, b in pairs),
+    }
+    return {"ab": {"status": "measured", "samples": len(cases), "cases": cases, "pairwise": pairwise}}
 
 
 @pytest.fixture
@@ -56,7 +71,7 @@ def control(tmp_path, library_factory) -> ChangeControl:
 STALE = "# Release notes\n\nSEED-MARK: list every commit verbatim.\n"
 TASKS = """\
 train: [Notes for 1.0, Notes for 1.1, Notes for 1.2, Notes for 1.3]
-holdout: [Notes for 2.0, Notes for 2.1, Notes for 2.2]
+holdout: [Notes for 2.0, Notes for 2.1, Notes for 2.2, Notes for 2.3]
 """
 
 

@@ -14,6 +14,7 @@ import pytest
 from ingot.cli.serve import UIOptions, serve, ui_app
 from ingot.errors import ConfigError
 from tests.conftest import running_asgi
+from tests.optimize.conftest import ab
 from tests.ui.conftest import BLOCKED, GOOD, rewrite
 
 TOKEN = "a-long-enough-test-token-0123456789"
@@ -92,7 +93,8 @@ def test_approve_or_rollback_while_another_process_is_mid_change_gets_409(world)
 
 def test_approving_a_change_that_was_displaced_is_a_conflict(world):
     old = world.change(GOOD)
-    world.control.propose(GOOD, "rewrite", "optimizer", rewrite(world.root, GOOD, "NEWER"), {})
+    passing = ab([0.2, 0.3, 0.25, 0.29], [0.9, 0.85, 0.95, 0.9])  # a passing change may displace one
+    world.control.propose(GOOD, "rewrite", "optimizer", rewrite(world.root, GOOD, "NEWER"), passing)
     response = post(world, f"/changes/{GOOD}/approve", {"change_id": old.id})
     assert response.status_code == 409 and "review the new one" in response.text
     response = post(world, f"/changes/{GOOD}/reject", {"change_id": old.id, "reason": "stale"})
@@ -118,10 +120,11 @@ def test_a_change_gone_stale_shows_why_and_approval_is_refused(world):
 
 
 def test_evidence_that_was_not_measured_is_shown_as_missing(world):
-    world.control.propose(GOOD, "rewrite", "operator", rewrite(world.root, GOOD, "BARE"), {})
+    bare = "git-commit-messages"
+    world.control.propose(bare, "rewrite", "operator", rewrite(world.root, bare, "BARE"), {})
     html = httpx.get(f"{world.ui}/review").text
-    card = html.split(f'data-skill="{GOOD}"')[1].split("</article>")[0]
-    assert "held-out A/B was not measured" in card
+    card = html.split(f'data-skill="{bare}"')[1].split("</article>")[0]
+    assert "held-out A/B not measured" in card
     assert card.count('class="missing"') >= 5  # A/B, both means, tokens, samples, retention, cost
     assert "0.000" not in card
 
@@ -235,7 +238,7 @@ def test_a_rollback_pins_the_live_revision_the_page_showed(world):
     change = world.change(GOOD)
     world.control.approve(GOOD, "tester", change.id)  # live: candidate; snapshot: champion
     seen = world.control.live_revision(GOOD)
-    newer = world.control.propose(GOOD, "rewrite", "optimizer", rewrite(world.root, GOOD, "NEWER"), {})[0]
+    newer = world.control.propose(GOOD, "rewrite", "optimizer", rewrite(world.root, GOOD, "NEWER"), {}).change
     world.control.promoter.switch(  # someone else puts another revision live meanwhile
         GOOD, world.root, newer.files, expected_from=seen, action="promote", actor="other"
     )

@@ -85,7 +85,7 @@ def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_
     tasks.mkdir()
     (tasks / f"{skill}.yaml").write_text(
         "train: [Clean orders.csv, Clean users.csv, Clean events.csv, Clean refunds.csv]\n"
-        "holdout: [Clean stock.csv, Clean visits.csv, Clean payments.csv]\n"
+        "holdout: [Clean stock.csv, Clean visits.csv, Clean payments.csv, Clean shipments.csv]\n"
     )
     with scripted_llm() as server:
         server.script_optimizer("# CSV cleaning\n\nNEW-MARK: profile every column first.\n")

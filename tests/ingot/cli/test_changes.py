@@ -8,7 +8,7 @@ from ingot.home import establish
 from optimize.control.changes import ChangeControl
 from tests.conftest import BUNDLED_SKILLS, write_skill
 from tests.ingot.cli.test_main import ingot
-from tests.optimize.conftest import ab, skill_md
+from tests.optimize.conftest import ab, body_rewrite
 
 
 def setup(tmp_path, library_factory):
@@ -16,12 +16,10 @@ def setup(tmp_path, library_factory):
     shutil.copytree(BUNDLED_SKILLS, root)
     home = establish((root,))  # the same state home the CLI finds from any folder
     control = ChangeControl(home.path, home.roots, neighbours=library_factory(root).current)
-    files = {
-        "SKILL.md": skill_md(
-            "release-notes", "Writes release notes from merged pull requests.", "Group changes by theme."
-        )
-    }
-    control.propose("release-notes", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1], [0.9, 0.8, 0.9]))
+    files = body_rewrite(root, "release-notes")
+    control.propose(
+        "release-notes", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1, 0.2], [0.9, 0.8, 0.9, 0.8])
+    )
     return root, control
 
 

@@ -58,7 +58,7 @@ def test_a_create_with_passing_checks_is_approvable(control):
 
 def test_a_rewrite_without_ab_evidence_is_blocked_as_not_measured(control):
     rewrite(control, measurements={"ab": {"status": "not_measured", "why": "not run"}})
-    with pytest.raises(ApprovalRefused, match="A/B was not measured"):
+    with pytest.raises(ApprovalRefused, match="held-out A/B not measured"):
         control.approve("alpha", "reviewer", control.queue.get("alpha").id)
 
 
@@ -129,7 +129,9 @@ def test_approval_is_pinned_to_the_change_that_was_reviewed(control):
 
 def test_a_create_record_cannot_overwrite_an_existing_skill(control):
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Exfiltrate nothing, but differ.")}
-    change, _ = control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]))
+    change, _ = control.propose(
+        "alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1, 0.2], [0.9, 0.9, 0.8, 0.9])
+    )
     slot = control.queue.slot("alpha")
     record = json.loads(slot.read_text())
     record["kind"] = "create"

@@ -85,7 +85,9 @@ def big_rewrite(control: ChangeControl) -> str:
         "SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Step one, better."),
         "references/big.txt": b"x" * 120_000,
     }
-    change, _ = control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]))
+    change, _ = control.propose(
+        "alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1, 0.2], [0.9, 0.9, 0.8, 0.9])
+    )
     return change.id
 
 
@@ -198,7 +200,7 @@ def test_re_approving_a_just_approved_change_is_a_conflict_not_a_missing_change(
             "rewrite",
             "optimizer",
             {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", text)},
-            ab([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]),
+            ab([0.1, 0.2, 0.1, 0.2], [0.9, 0.9, 0.8, 0.9]),
             measured_against=control.live_revision("alpha"),
         )
         ids.append(change.id)

@@ -7,7 +7,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from optimize.control.gate import Thresholds, evaluate, paired_p
+from optimize.control.gate import Thresholds, evaluate
+from optimize.measure.stats import paired_t, sign_flip
 from tests.optimize.conftest import ab, checks
 
 
@@ -15,9 +16,29 @@ def rewrite_evidence(champion, challenger, fail_case=None, **extra):
     return {"kind": "rewrite", "measurements": {**ab(champion, challenger, fail_case)}, **extra}
 
 
-def test_a_clear_improvement_passes_with_its_margin_and_p_value():
-    verdict = evaluate(rewrite_evidence([0.1, 0.2, 0.3, 0.2], [0.9, 0.8, 0.9, 0.7]), Thresholds())
-    assert verdict.status == "pass" and "margin +0.625" in verdict.reasons[0]
+def impact(before, after, n=6, shadowed=(), collisions=()):
+    return {
+        "routing_impact": {
+            "status": "measured",
+            "metrics": {"champion": before, "challenger": after, "n": {m: n for m in before}},
+            "shadowed": list(shadowed),
+            "collisions": list(collisions),
+        }
+    }
+
+
+BASE = {"top1": 0.8, "recall_at_3": 0.9, "no_route_precision": 0.9}
+
+
+def test_a_clear_improvement_passes_with_its_margin_and_both_tests_as_fields():
+    verdict = evaluate(rewrite_evidence([0.1, 0.2, 0.3, 0.2, 0.1], [0.9, 0.8, 0.9, 0.7, 0.8]), Thresholds())
+    assert verdict.status == "pass" and "margin +0.640" in verdict.reasons[0]
+    tests = {s["test"]: s for s in verdict.statistics}
+    assert (
+        tests["paired t-test (one-sided)"]["p"] < 0.01 and tests["paired t-test (one-sided)"]["statistic"] > 0
+    )
+    assert tests["exact sign-flip permutation (one-sided)"]["p"] == 1 / 32
+    assert any(rule.startswith("significance") for rule in verdict.rules)
 
 
 def test_too_few_samples_and_a_small_margin_block_with_reasons():
@@ -27,19 +48,34 @@ def test_too_few_samples_and_a_small_margin_block_with_reasons():
     assert any("below the required 0.150" in r for r in verdict.reasons)
 
 
+def test_three_distinct_equal_gains_are_not_significant_whatever_the_t_test_says():
+    verdict = evaluate(rewrite_evidence([0.5, 0.5, 0.5], [0.7, 0.7, 0.7]), Thresholds())
+    assert verdict.status == "insufficient"
+    assert "undefined" in verdict.reasons[0] and "p=0.125" in verdict.reasons[0]
+
+
 def test_a_paired_test_without_enough_evidence_says_insufficient():
     verdict = evaluate(rewrite_evidence([0.1, 0.5, 0.5], [0.9, 0.5, 0.5]), Thresholds(alpha=0.05))
     assert verdict.status == "insufficient" and "paired t-test" in verdict.reasons[0]
 
 
+def test_pairwise_verdicts_that_contradict_the_rubric_gain_block():
+    evidence = rewrite_evidence([0.1, 0.2, 0.3, 0.2, 0.1], [0.9, 0.8, 0.9, 0.7, 0.8])
+    evidence["measurements"]["ab"]["pairwise"] = {"status": "measured", "wins": 1, "ties": 1, "losses": 3}
+    verdict = evaluate(evidence, Thresholds())
+    assert verdict.status == "blocked" and "prefers the champion" in verdict.reasons[0]
+    del evidence["measurements"]["ab"]["pairwise"]
+    assert "pairwise comparison not measured" in evaluate(evidence, Thresholds()).reasons[0]
+
+
 def test_missing_measurements_block_and_are_never_defaulted():
     for kind, expected in (
-        ("rewrite", "A/B was not measured"),
-        ("description", "router metrics"),
-        ("create", "safety checks"),
+        ("rewrite", "held-out A/B not measured"),
+        ("description", "routing impact not measured"),
+        ("create", "safety checks not measured"),
     ):
         verdict = evaluate({"kind": kind, "measurements": {}}, Thresholds())
-        assert verdict.status == "blocked" and expected in verdict.reasons[0]
+        assert verdict.status == "blocked" and expected in verdict.reasons[0], verdict
     partial = {
         "kind": "create",
         "measurements": {"checks": {"status": "measured", "results": {"validation": {"passed": True}}}},
@@ -47,42 +83,56 @@ def test_missing_measurements_block_and_are_never_defaulted():
     assert "injection check not measured" in evaluate(partial, Thresholds()).reasons
 
 
-def test_create_passes_only_when_every_check_passed():
-    assert evaluate({"kind": "create", "measurements": checks(True)}, Thresholds()).passed
-    assert not evaluate({"kind": "create", "measurements": checks(False)}, Thresholds()).passed
+def test_a_create_without_quality_evidence_is_admissible_never_pass():
+    verdict = evaluate({"kind": "create", "measurements": checks(True)}, Thresholds())
+    assert verdict.status == "admissible" and verdict.approvable and not verdict.passed
+    assert "quality not measured" in verdict.reasons[0]
+    assert not evaluate({"kind": "create", "measurements": checks(False)}, Thresholds()).approvable
+    measured = {**checks(True), **ab([0.1, 0.2, 0.1, 0.2, 0.1], [0.9, 0.8, 0.9, 0.7, 0.8])}
+    assert evaluate({"kind": "create", "measurements": measured}, Thresholds()).passed
 
 
-def test_description_changes_need_no_regression_and_one_strict_improvement():
-    def routing(before, after, collisions=()):
-        return {
-            "kind": "description",
-            "measurements": {
-                "routing": {
-                    "status": "measured",
-                    "champion": before,
-                    "challenger": after,
-                    "collisions": list(collisions),
-                }
-            },
-        }
+def test_shadowing_blocks_every_kind():
+    stolen = [{"task": "Write a commit message for this fix", "expected": "git-commit-messages", "now": "x"}]
+    create = {"kind": "create", "measurements": {**checks(True), **impact(BASE, BASE, shadowed=stolen)}}
+    assert "shadows 1 routing case" in evaluate(create, Thresholds()).reasons[0]
+    description = {
+        "kind": "description",
+        "measurements": impact(BASE, {**BASE, "top1": 0.9}, shadowed=stolen),
+    }
+    verdict = evaluate(description, Thresholds())
+    assert verdict.status == "blocked" and "git-commit-messages" in " ".join(verdict.reasons)
 
-    base = {"top1": 0.8, "recall_at_3": 0.9, "no_route_precision": 0.9}
-    assert evaluate(routing(base, {**base, "top1": 0.85}), Thresholds()).passed
-    assert (
-        "regresses"
-        in evaluate(routing(base, {**base, "top1": 0.9, "recall_at_3": 0.8}), Thresholds()).reasons[0]
-    )
-    assert "strictly improves" in evaluate(routing(base, base), Thresholds()).reasons[0]
+
+def test_description_changes_need_no_regression_one_strict_improvement_and_enough_cases():
+    def routing(before, after, **kw):
+        return {"kind": "description", "measurements": impact(before, after, **kw)}
+
+    assert evaluate(routing(BASE, {**BASE, "top1": 0.85}), Thresholds()).passed
+    regressed = evaluate(routing(BASE, {**BASE, "top1": 0.9, "recall_at_3": 0.8}), Thresholds())
+    assert "recall_at_3 regresses" in " ".join(regressed.reasons)
+    assert "strictly improves" in evaluate(routing(BASE, BASE), Thresholds()).reasons[0]
     assert "shadow" in " ".join(
-        evaluate(routing(base, {**base, "top1": 0.9}, ["other"]), Thresholds()).reasons
+        evaluate(routing(BASE, {**BASE, "top1": 0.9}, collisions=["other"]), Thresholds()).reasons
     )
+    few = evaluate(routing(BASE, {**BASE, "top1": 0.9}, n=1), Thresholds())
+    assert few.status == "blocked" and "measured on 1 routing case(s); at least 5 needed" in few.reasons[0]
 
 
-def test_paired_p_handles_consistent_noisy_and_degenerate_deltas():
-    assert paired_p([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]) < 0.01
-    assert paired_p([0.5, 0.5, 0.5], [0.9, 0.1, 0.6]) > 0.3
-    assert paired_p([0, 0, 0], [1, 1, 1]) == 0.0 and paired_p([1, 1], [0, 0]) == 1.0
-    assert paired_p([0.2], [0.9]) == 1.0
+def test_a_rewrite_that_changes_the_description_needs_routing_impact_too():
+    evidence = rewrite_evidence(
+        [0.1, 0.2, 0.3, 0.2, 0.1], [0.9, 0.8, 0.9, 0.7, 0.8], changes={"description": True}
+    )
+    assert "routing impact not measured" in evaluate(evidence, Thresholds()).reasons[0]
+    evidence["measurements"].update(impact(BASE, BASE))
+    assert evaluate(evidence, Thresholds()).passed
+
+
+def test_the_exact_test_enumerates_every_sign_pattern():
+    assert sign_flip([0.0] * 3, [0.2] * 3).p == 1 / 8
+    assert sign_flip([0.0, 0.0], [0.3, -0.1]).p == 2 / 4
+    assert paired_t([0.5] * 3, [0.7] * 3).p is None  # zero variance: undefined, never 0
+    assert paired_t([0.2], [0.9]).p is None and paired_t([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]).p < 0.01
 
 
 @given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=0, max_size=12))
@@ -105,12 +155,6 @@ def test_non_finite_or_missing_per_case_results_block_as_not_measured():
     assert "pass/fail not measured" in evaluate(flags, Thresholds()).reasons[0]
     routing = {
         "kind": "description",
-        "measurements": {
-            "routing": {
-                "status": "measured",
-                "champion": {"top1": 0.5, "recall_at_3": 0.5, "no_route_precision": 0.5},
-                "challenger": {"top1": float("nan"), "recall_at_3": 0.9, "no_route_precision": 0.9},
-            }
-        },
+        "measurements": impact(BASE, {"top1": float("nan"), "recall_at_3": 0.9, "no_route_precision": 0.9}),
     }
-    assert "top1 not measured" in evaluate(routing, Thresholds()).reasons
+    assert any("top1 measured on" in r for r in evaluate(routing, Thresholds()).reasons)

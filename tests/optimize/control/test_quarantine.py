@@ -76,12 +76,25 @@ def test_injection_phrases_are_refused_with_a_readable_reason(served, body):
     assert control.pending() == []
 
 
-def test_a_description_that_would_shadow_an_existing_skill_is_refused(served):
+def test_a_description_copied_from_an_existing_skill_is_refused_whatever_the_name(served):
     url, library, control, _ = served
-    shadow = library.get("release-notes").description
-    result = create(url, name="my-release-notes", description=shadow, body="# Notes\n\nWrite them.\n")
-    assert result.is_error and "shadow release-notes" in result.content[0].text
+    copied = library.get("release-notes").description
+    for name in ("my-release-notes", "quarterly-digest"):  # the junk near-copy an agent might write
+        result = create(url, name=name, description=copied, body="# x\n\nDo it.\n")
+        assert result.is_error and "near-copies release-notes (cosine 1.00)" in result.content[0].text
     assert control.pending() == []
+
+
+def test_a_description_that_would_shadow_an_existing_skills_route_is_refused(served):
+    from mcp_server.library import Similarity
+    from optimize.control.quarantine import CandidateRefused, admit
+    from optimize.measure.checks import COLLISION_COSINE
+
+    url, library, control, _ = served
+    near = Similarity({"release-notes": COLLISION_COSINE + 0.01}, {"release-notes": 0.5})
+    files = {"SKILL.md": b"---\nname: notes-two\ndescription: Writes notes.\n---\n# N\n\nWrite.\n"}
+    with pytest.raises(CandidateRefused, match="would shadow release-notes"):
+        admit(control, "notes-two", files, "agent", near, None)
 
 
 def test_limits_and_sanitising():

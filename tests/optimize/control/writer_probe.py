@@ -118,11 +118,11 @@ def exercise(work: Path, root: Path) -> None:
     asyncio.run(mcp_calls())
     control.approve("gamma-reports", "probe", created["change_id"])  # a create, promoted
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Better step one.")}
-    control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]))
+    control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1, 0.2], [0.9, 0.9, 0.8, 0.9]))
     original = control.live_revision("alpha")
     control.approve("alpha", "probe", control.queue.get("alpha").id)
     control.rollback("alpha", original, "probe", "probe")
-    control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1], [0.9, 0.9, 0.8]))
+    control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1, 0.2], [0.9, 0.9, 0.8, 0.9]))
     control.reject("alpha", "probe", "probe")
     control.recover()
     control.status()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from optimize.measure.taskset import RoutingCase
-from optimize.search.describe import description_files, optimize_description, router_with, split
+from optimize.search.describe import optimize_description, propose_description, router_with, split
 from tests.scripted_llm import scripted_llm
 
 SKILL = "incident-postmortem"
@@ -33,6 +33,25 @@ def llm_with(reply: str):
     return server_cm, server.client("teacher")
 
 
+def write_routing_cases(folder, cases=CASES):
+    import yaml
+
+    folder.mkdir(parents=True, exist_ok=True)
+    routing = [{"task": c.task, "expected": c.expected} for c in cases]
+    (folder / f"{SKILL}.yaml").write_text(
+        yaml.safe_dump({"train": ["t"], "holdout": ["h"], "routing": routing})
+    )
+    return folder
+
+
+def evidence_of(control, change_id):
+    from optimize.control import evidence
+
+    change = control.queue.get(SKILL)
+    assert change is not None and change.id == change_id
+    return evidence.load(control.runs_dir / change.evidence_path).data
+
+
 def test_the_split_keeps_selection_and_gating_cases_apart():
     select, gate = split(CASES)
     assert select and gate and not {c.task for c in select} & {c.task for c in gate}
@@ -51,10 +70,21 @@ def test_a_better_description_fixes_a_misrouted_symptom_and_passes_the_gate(tmp_
     assert router_with(library, SKILL, BETTER).route(symptom).skill.name == SKILL
     routing = outcome.measurements["routing"]
     assert routing["gate_cases"] and routing["select_cases"]
-    change, _ = control.propose(
-        SKILL, "description", "optimizer", description_files(library, SKILL, BETTER), outcome.measurements
-    )
-    control.approve(SKILL, "reviewer", change.id)  # gate passed and only the description changed
+    others = [
+        RoutingCase("Shrink and harden our Dockerfile for production", "dockerfile-hardening"),
+        RoutingCase("Recommend three novels like Dune", None),
+    ]
+    tasks = write_routing_cases(tmp_path / "tasks", CASES + others)
+    cm, llm = llm_with(BETTER)
+    try:
+        change_id, _ = propose_description(SKILL, library, control, llm, CASES, 1, None, tasks)
+    finally:
+        cm.__exit__(None, None, None)
+    impact = evidence_of(control, change_id)["measurements"]["routing_impact"]
+    assert impact["cases"]["total"] == len(CASES) + 2  # every routing case, the select half included
+    assert impact["metrics"]["n"] == {"top1": 8, "recall_at_3": 8, "no_route_precision": 5}
+    assert impact["shadowed"] == []
+    control.approve(SKILL, "reviewer", change_id)  # gate passed and only the description changed
     library.reload()
     assert library.get(SKILL).description == BETTER
 
@@ -66,7 +96,7 @@ def test_a_description_that_would_shadow_another_skill_is_refused(served_copy):
         outcome = optimize_description(SKILL, library, llm, CASES)
     finally:
         cm.__exit__(None, None, None)
-    assert outcome.chosen is None and "would shadow release-notes" in outcome.reason
+    assert outcome.chosen is None and "near-copies release-notes" in outcome.reason  # a verbatim copy
 
 
 def test_ingot_optimize_description_command_queues_the_change(served_copy, tmp_path):

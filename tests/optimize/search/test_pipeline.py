@@ -117,6 +117,7 @@ def test_a_challenger_that_regresses_a_holdout_task_is_queued_blocked_and_cannot
         # Specific rules first: on one holdout task the champion is fine and the challenger breaks it.
         server.add(system_contains="SEED-MARK", user_contains="Notes for 2.1", reply="solid answer")
         server.add(system_contains="NEW-MARK", user_contains="Notes for 2.1", reply="broken answer")
+        server.script_pairwise("solid answer")  # pairwise prompts hold both answers: they must match first
         server.add(model="judge-model", user_contains="solid answer", reply=grade(0.8, True))
         server.add(model="judge-model", user_contains="broken answer", reply=grade(0.1, False))
         server.script_optimizer("# Release notes\n\nNEW-MARK: group by theme.\n", strong=0.95)

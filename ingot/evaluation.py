@@ -1,0 +1,91 @@
+"""Evaluate a pending change end to end: measure every evidence cell, attach the new bundle.
+
+One function for every way a change gets evaluated: `ingot evaluate SKILL --change ID`, the
+automatic run after `ingot propose` and after an agent's `create_skill` when models are
+configured, and the UI's Evaluate action (which runs the command). Settings become objects here
+(like runtime.py); measuring is optimize/measure/evaluate.py's job and attaching the bundle is
+change control's. A failed run keeps what it paid for (runtime.model_run's journal): rerunning
+the same command resumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ingot.errors import IngotError
+from ingot.runtime import actor, evaluation_inputs, model_run, models_missing, provenance
+from ingot.settings import Settings
+from mcp_server.library import Library
+from optimize.control.changes import ChangeControl
+from optimize.control.evidence import Evidence
+from optimize.control.gate import evaluate as gate
+from optimize.measure.evaluate import Candidate
+from optimize.measure.evaluate import evaluate as measure
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    change_id: str
+    evidence: Evidence
+    verdict: str
+    reasons: tuple[str, ...]
+    cells: dict[str, str]  # cell -> "measured" | "not measured: why" | ...
+    ledger: str | None  # where the run's ledger was written
+
+
+def evaluate_change(
+    settings: Settings,
+    library: Library,
+    control: ChangeControl,
+    skill: str,
+    change_id: str,
+    by: str | None = None,
+) -> Evaluated:
+    """Measure the pending `change_id` of `skill` and rest it on the new bundle."""
+    change = control.queue.get(skill)
+    if change is None or change.id != change_id:
+        current = f"; the pending change is {change.id}" if change else ""
+        raise IngotError(
+            f"{change_id} is not the pending change for {skill!r}{current} (`ingot pending` lists them)"
+        )
+    candidate = Candidate(
+        skill,
+        change.kind,
+        change.candidate_revision,
+        change.files,
+        change.champion_revision,
+        control.champion_files(skill) if change.champion_revision else None,
+    )
+    with model_run(settings, f"evaluate-{skill}", journal=f"evaluate-{skill}-{change_id}") as llm:
+        inputs = evaluation_inputs(settings, library, llm if models_missing(settings) is None else None)
+        measurements = measure(candidate, inputs)
+        totals = llm.ledger.totals() if llm.ledger else None
+        cost = (
+            {**totals["total"], "run_id": totals["run_id"], "ledger": f"ledgers/{totals['run_id']}.json"}
+            if totals
+            else None
+        )
+        ab = measurements.get("ab", {})
+        record = {
+            **provenance(settings, llm),
+            "task_set": ab.get("task_set") if isinstance(ab, dict) else None,
+        }
+        _, bundle = control.attach_evidence(
+            skill,
+            change_id,
+            measurements,
+            by or actor(settings),
+            cost=cost,
+            provenance=record,
+            measured_against=change.champion_revision,
+        )
+    verdict = gate(bundle.data, control.thresholds)
+    cells = {
+        name: cell.get("status", "?")
+        if cell.get("status") == "measured"
+        else f"{cell.get('status')}: {cell.get('why')}"
+        for name, cell in measurements.items()
+    }
+    return Evaluated(
+        change_id, bundle, verdict.status, verdict.reasons, cells, cost.get("ledger") if cost else None
+    )

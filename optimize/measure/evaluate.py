@@ -1,0 +1,186 @@
+"""Measure one proposed change, whatever made it: every evidence cell that applies, or why not.
+
+`ingot evaluate SKILL --change ID` (and the UI's Evaluate, and the automatic run after a
+proposal) land here with the change's files and the live champion's. Cells:
+- `checks`: Agent Skills validation, injection phrases, collision (with names, and as text alone);
+- `routing_impact`: the whole library's routing cases and recent traffic, with and without it;
+- `ab`: held-out A/B when the skill has a task set (a new skill against *no skill at all*);
+  not applicable to a description change (the body is unchanged);
+- `sandbox_checks`: what the task set's `check:` specs found, per arm;
+- and the cells later issues add (replay). A cell that cannot run says why, never a default.
+Measures and never decides: the verdict is the gate's (control/gate.py) when control attaches the
+bundle. Imports no control or search (tests/test_layout.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ingot.errors import IngotError, SkillInvalid
+from mcp_server.library import Library
+from mcp_server.registry import Skill, parse_skill_md
+from optimize.measure.ab import ABRefused, ABRunner, Arm
+from optimize.measure.checks import CheckResult, collision_check, injection_check
+from optimize.measure.impact import LabelledCase, routing_impact
+from optimize.measure.taskset import TaskSetError, load_task_set, origin, parse_task_set
+
+
+def not_measured(why: str) -> dict[str, str]:
+    return {"status": "not_measured", "why": why}
+
+
+def not_applicable(why: str) -> dict[str, str]:
+    return {"status": "not_applicable", "why": why}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The change under test: the skill, its kind, and both sides' files (no champion: a create)."""
+
+    skill: str
+    kind: str  # "create" | "rewrite" | "description"
+    candidate_revision: str
+    candidate_files: Mapping[str, bytes] = field(repr=False)
+    champion_revision: str | None = None
+    champion_files: Mapping[str, bytes] | None = field(default=None, repr=False)
+
+
+@dataclass
+class Inputs:
+    """What the cells need; `runner` is None when no models are configured (the A/B then says so)."""
+
+    library: Library
+    tasks_dir: Path
+    traffic: Sequence[str] = ()
+    runner: ABRunner | None = None
+    no_models: str = "no models configured: set BASE_URL, AGENT_MODEL and JUDGE_MODEL (see .env.example)"
+    extra_cells: Mapping[str, Callable[[Candidate], dict[str, Any]]] = field(default_factory=dict)
+
+
+def _parse(skill: str, files: Mapping[str, bytes]) -> tuple[str, str, dict]:
+    text = files["SKILL.md"].decode("utf-8")
+    _, description, body, meta = parse_skill_md(text, skill)
+    return description, body, meta
+
+
+def as_skill(name: str, files: Mapping[str, bytes], revision: str = "candidate") -> Skill:
+    """A candidate as the router sees a skill (text in memory, nothing on disk)."""
+    description, body, meta = _parse(name, files)
+    return Skill(
+        name, description, body, Path("."), Path("."), revision, (), meta, meta.get("metadata") or {}
+    )
+
+
+def checks_cell(change: Candidate, library: Library) -> dict[str, Any]:
+    try:
+        description, body, _ = _parse(change.skill, change.candidate_files)
+        validation = CheckResult(True, "Agent Skills frontmatter, name, description and body are valid")
+    except (KeyError, UnicodeDecodeError, SkillInvalid) as exc:
+        failed = CheckResult(False, f"not a valid skill: {exc}")
+        return {"status": "measured", "results": {"validation": failed.as_json()}}
+    similarity = library.similarity(change.skill, description)
+    return {
+        "status": "measured",
+        "results": {
+            "validation": validation.as_json(),
+            "injection": injection_check(f"{description}\n{body}").as_json(),
+            "collision": collision_check(similarity.named, change.skill, similarity.alone).as_json(),
+        },
+    }
+
+
+def labelled_cases(tasks_dir: Path) -> tuple[list[LabelledCase], list[str]]:
+    """Every routing case of every task set, and the problems of sets that could not be read."""
+    cases, problems = [], []
+    for path in sorted(tasks_dir.glob("*.yaml")) if tasks_dir.exists() else []:
+        try:
+            parsed = parse_task_set(path.stem, yaml.safe_load(path.read_text()), str(path))
+        except (TaskSetError, yaml.YAMLError, OSError) as exc:
+            problems.append(f"{path.name}: {str(exc).splitlines()[0]}")
+            continue
+        cases += [LabelledCase(c.task, c.expected, f"task set {path.stem}") for c in parsed.routing]
+    return cases, problems
+
+
+def impact_cell(change: Candidate, inputs: Inputs) -> dict[str, Any]:
+    cases, problems = labelled_cases(inputs.tasks_dir)
+    if not cases and not inputs.traffic:
+        return not_measured(
+            "no routing cases in any task set and no recorded traffic: add `routing:` cases to a task set"
+        )
+    candidate = as_skill(change.skill, change.candidate_files)
+    champion_router = inputs.library.router_with({})
+    candidate_router = inputs.library.router_with({change.skill: candidate})
+    collision = checks_cell(change, inputs.library)["results"].get("collision", {})
+    cell = routing_impact(
+        change.skill,
+        champion_router,
+        candidate_router,
+        cases,
+        inputs.traffic,
+        {"unreadable_task_sets": problems, "embedding_model": inputs.library.model_digest()},
+    )
+    cell["collisions"] = [] if collision.get("passed", True) else [collision.get("detail", "collision")]
+    return cell
+
+
+def ab_cell(change: Candidate, inputs: Inputs) -> dict[str, Any]:
+    if change.kind == "description":
+        return not_applicable("a description change leaves the body unchanged: routing impact measures it")
+    if inputs.runner is None:
+        return not_measured(inputs.no_models)
+    try:
+        tasks = load_task_set(inputs.tasks_dir, change.skill)
+    except TaskSetError as exc:
+        return not_measured(str(exc))
+    _, body, _ = _parse(change.skill, change.candidate_files)
+    if change.champion_files is None:
+        champion = Arm(change.skill, None, None)
+    else:
+        champion = Arm(
+            change.skill,
+            change.champion_revision,
+            _parse(change.skill, change.champion_files)[1],
+            change.champion_files,
+        )
+    challenger = Arm(change.skill, change.candidate_revision, body, change.candidate_files)
+    try:
+        cell = inputs.runner.run(champion, challenger, tasks)
+    except ABRefused as exc:
+        return not_measured(str(exc))
+    cell["task_set"] = origin(inputs.tasks_dir, change.skill)
+    return cell
+
+
+def sandbox_cell(ab: Mapping[str, Any]) -> dict[str, Any]:
+    """What the task set's `check:` specs found when the A/B ran the answers' code."""
+    if ab.get("status") != "measured":
+        return not_measured("the held-out A/B did not run, so no `check:` spec ran")
+    found = {"champion": {}, "challenger": {}}
+    for case in ab.get("cases", []):
+        for side in found:
+            check = case.get(f"{side}_check")
+            if check:
+                found[side][check["status"]] = found[side].get(check["status"], 0) + 1
+    if not any(found.values()):
+        return not_measured("the task set has no `check:` specs (a fixture and an assert script)")
+    return {"status": "measured", **found}
+
+
+def evaluate(change: Candidate, inputs: Inputs) -> dict[str, dict[str, Any]]:
+    """The measurements for an evidence bundle: every cell, measured or saying why not."""
+    cells: dict[str, dict[str, Any]] = {"checks": checks_cell(change, inputs.library)}
+    try:
+        cells["routing_impact"] = impact_cell(change, inputs)
+    except (IngotError, KeyError, UnicodeDecodeError) as exc:
+        cells["routing_impact"] = not_measured(f"the candidate could not be routed: {exc}")
+    cells["ab"] = ab_cell(change, inputs)
+    cells["sandbox_checks"] = sandbox_cell(cells["ab"])
+    for name, cell in inputs.extra_cells.items():
+        cells[name] = cell(change)
+    return cells
