@@ -59,7 +59,9 @@ def _bm25(documents: list[list[str]]) -> bm25s.BM25:
 
 @dataclass(frozen=True)
 class Scores:
-    """Raw per-skill component scores for one query, aligned with `Index.names`."""
+    """Raw per-skill component scores, aligned with `Index.names` (last axis).
+
+    One query gives 1-d rows; `Index.score_many` gives (queries x skills) matrices."""
 
     dense_description: np.ndarray
     dense_body: np.ndarray
@@ -79,6 +81,7 @@ class Index:
         self._rows: dict[str, int] = {}  # text digest -> row of _matrix
         self._tokens: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
         self._vocabularies: dict[str, frozenset[str]] = {}
+        self._library_vocabulary: frozenset[str] | None = None
         self.skills = {name: skills[name] for name in self.names}
         ordered = [self.skills[n] for n in self.names]
         dim = embedder.dim
@@ -147,16 +150,48 @@ class Index:
         scores = self._desc @ vector if len(self.names) else np.zeros(0)
         return {name: float(score) for name, score in zip(self.names, scores, strict=True)}
 
+    def library_vocabulary(self) -> frozenset[str]:
+        """Every BM25 term of every skill (cached per snapshot)."""
+        if self._library_vocabulary is None:
+            known = self._bm25_desc.vocab_dict if self._bm25_desc is not None else {}
+            body = self._bm25_body.vocab_dict if self._bm25_body is not None else {}
+            self._library_vocabulary = frozenset(known) | frozenset(body)
+        return self._library_vocabulary
+
     def unknown_share(self, query_terms: list[str]) -> float:
         """Share of the task's terms that appear nowhere in the library (1.0 for an empty task)."""
         if not query_terms:
             return 1.0
-        known = self._bm25_desc.vocab_dict if self._bm25_desc is not None else {}
-        body = self._bm25_body.vocab_dict if self._bm25_body is not None else {}
-        return sum(t not in known and t not in body for t in query_terms) / len(query_terms)
+        known = self.library_vocabulary()
+        return sum(t not in known for t in query_terms) / len(query_terms)
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def body_terms(self, name: str) -> int:
+        """How many BM25 terms of the skill's body its name and description do not already have.
+
+        A body that only repeats its description (or is a bare heading) carries no evidence of
+        its own; the router treats such a skill as body-less and scores it on what it has."""
+        skill = self.skills[name]
+        description, body = self._tokens[(skill.name, skill.revision)]
+        known = set(description)
+        return sum(1 for t in body if t not in known)
+
+    def score_many(self, query_vectors: np.ndarray, query_terms: list[list[str]]) -> Scores:
+        """`score` for many queries at once: every component as a (queries x skills) matrix."""
+        n, q = len(self.names), len(query_terms)
+        if n == 0 or q == 0:
+            empty = np.zeros((q, n), dtype=np.float32)
+            return Scores(empty, empty, empty, empty, empty)
+        sentence = np.maximum.reduceat(query_vectors @ self._sent.T, self._sent_starts, axis=1)
+        return Scores(
+            dense_description=query_vectors @ self._desc.T,
+            dense_body=query_vectors @ self._body.T,
+            dense_sentence=sentence,
+            bm25_description=np.vstack([self._lexical(self._bm25_desc, t, n) for t in query_terms]),
+            bm25_body=np.vstack([self._lexical(self._bm25_body, t, n) for t in query_terms]),
+        )
 
     def score(self, query_vector: np.ndarray, query_terms: list[str]) -> Scores:
         n = len(self.names)

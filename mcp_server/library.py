@@ -30,7 +30,8 @@ from mcp_server.registry import (
     Skill,
     parse_skill_md,
 )
-from mcp_server.router import Calibration, Candidate, Router, RouteResult
+from mcp_server.calibration import LibraryCalibration, Procedure
+from mcp_server.router import Candidate, Router, RouteResult
 from mcp_server.skillfiles import read_served_file
 
 log = logging.getLogger(__name__)
@@ -56,11 +57,11 @@ class Library:
         roots: tuple[Path, ...],
         embedder: CachedEmbedder,
         limits: Limits | None = None,
-        calibration: Calibration | None = None,
+        procedure: Procedure | None = None,
     ) -> None:
         self.roots = tuple(Path(r).expanduser().absolute() for r in roots)
         self._registry = Registry(self.roots, limits or Limits())
-        self._router = Router(embedder, calibration or Calibration())
+        self._router = Router(embedder, procedure or Procedure())
         self._reload_lock = threading.Lock()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -107,12 +108,18 @@ class Library:
         """One file of the served revision, verified against its manifest entry."""
         return read_served_file(self.get(name), path)
 
-    def route(self, task: str, context: CallerContext | None = None, k: int = 5) -> RouteResult:
-        return self._router.route(task, context, k)
+    def route(
+        self, task: str, context: CallerContext | None = None, k: int = 5, min_score: float | None = None
+    ) -> RouteResult:
+        return self._router.route(task, context, k, min_score)
+
+    def calibration(self) -> LibraryCalibration | None:
+        """The decision rule derived for the served snapshot (None while the library is empty)."""
+        return self._router.calibration
 
     def router_with(self, overrides: Mapping[str, Skill]) -> Router:
         """A private router over the served skills with some replaced in memory (what-if scoring)."""
-        router = Router(self._router.embedder, self._router.calibration)
+        router = Router(self._router.embedder, self._router.procedure)
         router.update({**self._router.served(), **overrides})
         return router
 

@@ -55,7 +55,7 @@ def test_route_and_load_returns_the_match_with_its_body_and_revision(served):
     assert data["revision"] == skill.revision and data["skill_body"] == skill.body
     assert data["root"] == str(skill.root)
     assert {"dense_description", "bm25_description", "fused", "confidence"} <= set(data["components"])
-    assert all(set(alt) == {"name", "score", "related"} for alt in data["alternatives"])
+    assert all(set(alt) == {"name", "score", "fit"} for alt in data["alternatives"])
     other_bodies = [s.body for n, s in library.skills().items() if n != "release-notes"]
     assert not any(body in str(result.content) for body in other_bodies)  # one body at most
 

@@ -1,0 +1,239 @@
+"""Derive each library's decision rule from the library itself: no labels, no per-library constants.
+
+Every index snapshot is scored against two sets of pseudo-queries:
+- background tasks (`data/background_tasks.txt`): generic requests from everyday domains, written
+  for Ingot. Their median confidence is the library's "nothing fits" anchor A0.
+- own pseudo-queries: description sentences of up to `max_pseudo_skills` skills (a deterministic
+  sample). Routed with their skill present, their median confidence is the "this fits" anchor A1;
+  routed with it removed they are near-domain "nothing fits" requests (reported, not used).
+A decision's confidence is then read on the library's own scale, `calibrated = (confidence - A0) /
+(A1 - A0)`, and compared with the procedure's `tau_related` / `tau_match`, which are the same for
+every library and model (fitted once, leave-one-library-out; see ARCHITECTURE.md). Two anchors
+absorb any shift and stretch of the score scale (another embedding model, skills without bodies,
+BM25 ranges that depend on document lengths), which one absolute threshold cannot.
+Labelled cases are not needed; `ingot calibrate --cases` only reports how the rule does on them.
+Guarantee: a pure function of the snapshot, the model and the procedure (deterministic).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import asdict, dataclass
+from importlib import resources
+
+import numpy as np
+
+from mcp_server.index import Index, Scores, terms
+
+BODY_MIN_TERMS = 10  # new terms a body needs before it counts as evidence of its own
+COMPONENTS = ("dense_description", "dense_body", "dense_sentence", "bm25_description", "bm25_body")
+
+
+@dataclass(frozen=True)
+class Procedure:
+    """The calibration procedure's own hyper-parameters: one set for every library and model.
+
+    Chosen by `scripts/tune_procedure.py` leave-one-library-out on the two dev libraries."""
+
+    w_dense_description: float = 0.2
+    w_dense_body: float = 0.1
+    w_dense_sentence: float = 0.0
+    w_bm25_description: float = 0.2
+    w_bm25_body: float = 0.0
+    bm25_half: float = 0.5  # BM25 saturates as s / (s + bm25_half x the library's own BM25 scale)
+    w_margin: float = 0.0
+    w_coverage: float = 0.1
+    w_unknown: float = 0.0
+    tau_related: float = 0.35  # calibrated confidence at which a skill is loaded
+    tau_match: float = 0.55  # ... and at which it is a direct match
+    tau_lead: float = 0.35  # a loaded skill this far ahead of every other is a direct match too
+    max_pseudo_skills: int = 256
+
+    @property
+    def weights(self) -> np.ndarray:
+        return np.array([getattr(self, f"w_{c}") for c in COMPONENTS], dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class LibraryCalibration:
+    """What the procedure derived for one library snapshot (shown by `ingot calibrate`)."""
+
+    background_anchor: float  # A0: median confidence of the background tasks
+    own_anchor: float  # A1: median confidence of the own-description pseudo-queries
+    bm25_scale_description: float
+    bm25_scale_body: float
+    tau_related: float
+    tau_match: float
+    background_tasks: int
+    pseudo_queries: int
+    body_less_skills: int
+    no_route_background: float  # share of background tasks left unrouted by this rule
+    no_route_near_domain: float  # share of pseudo-queries unrouted with their own skill removed
+    route_own: float  # share of pseudo-queries routed to their own skill
+
+    @property
+    def related_threshold(self) -> float:
+        """`tau_related` in raw confidence units for this library."""
+        return self.raw(self.tau_related)
+
+    @property
+    def match_threshold(self) -> float:
+        return self.raw(self.tau_match)
+
+    def calibrated(self, confidence: float | np.ndarray) -> float | np.ndarray:
+        return (confidence - self.background_anchor) / self.spread
+
+    def raw(self, calibrated: float) -> float:
+        return self.background_anchor + calibrated * self.spread
+
+    @property
+    def spread(self) -> float:
+        return max(self.own_anchor - self.background_anchor, 1e-6)
+
+    def summary(self) -> dict[str, float | int]:
+        data = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        data["related_threshold"] = round(self.related_threshold, 4)
+        data["match_threshold"] = round(self.match_threshold, 4)
+        return data
+
+
+@functools.cache
+def background_tasks() -> tuple[str, ...]:
+    """The shipped generic tasks (comments and blank lines skipped)."""
+    text = resources.files("mcp_server").joinpath("data/background_tasks.txt").read_text("utf-8")
+    return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How raw component scores become one fused score per skill, for one snapshot."""
+
+    procedure: Procedure
+    present: np.ndarray  # (5 x skills) which components each skill has
+    bm25_scale: tuple[float, float]
+
+    @classmethod
+    def for_index(cls, index: Index, procedure: Procedure, bm25_scale: tuple[float, float]) -> Scoring:
+        present = np.ones((len(COMPONENTS), len(index)), dtype=bool)
+        has_body = np.array([index.body_terms(n) >= BODY_MIN_TERMS for n in index.names], dtype=bool)
+        present[1] = present[4] = has_body
+        return cls(procedure, present, bm25_scale)
+
+    def fuse(self, raw: Scores) -> np.ndarray:
+        """Weighted mean of the components each skill has (renormalised over what is present)."""
+        p = self.procedure
+        half_d, half_b = (p.bm25_half * s for s in self.bm25_scale)
+        parts = (
+            raw.dense_description,
+            raw.dense_body,
+            raw.dense_sentence,
+            raw.bm25_description / (raw.bm25_description + half_d),
+            raw.bm25_body / (raw.bm25_body + half_b),
+        )
+        weights = p.weights[:, None] * self.present
+        total = np.zeros(np.shape(parts[0]), dtype=np.float64)
+        for part, w in zip(parts, weights, strict=True):
+            total += part * w
+        return total / np.clip(weights.sum(axis=0), 1e-9, None)
+
+    def confidence(self, top: float, runner_up: float, coverage: float, unknown: float) -> float:
+        p = self.procedure
+        return top + p.w_margin * (top - runner_up) + p.w_coverage * coverage - p.w_unknown * unknown
+
+
+def coverage(index: Index, name: str, query_terms: list[str]) -> float:
+    """Share of the task's terms found anywhere in the skill's text."""
+    if not query_terms:
+        return 0.0
+    vocabulary = index.vocabulary(name)
+    return sum(t in vocabulary for t in query_terms) / len(query_terms)
+
+
+def _sentences(description: str) -> list[str]:
+    from mcp_server.index import _SENTENCE_SPLIT
+
+    parts = [p.strip() for p in _SENTENCE_SPLIT.split(description) if len(p.strip()) > 3]
+    return parts or [description.strip()]
+
+
+def _sample(names: tuple[str, ...], limit: int) -> list[int]:
+    """Up to `limit` rows, chosen by a hash of the name: stable as other skills come and go."""
+    order = sorted(range(len(names)), key=lambda i: hashlib.sha256(names[i].encode()).digest())
+    return sorted(order[:limit])
+
+
+def _bm25_scale(raw: Scores, owners: np.ndarray) -> tuple[float, float]:
+    """The library's own BM25 scale: median score of a pseudo-query against its own skill."""
+    rows = np.arange(len(owners))
+    scales = []
+    for matrix in (raw.bm25_description, raw.bm25_body):
+        own = matrix[rows, owners]
+        own = own[own > 0]
+        scales.append(float(np.median(own)) if len(own) else 1.0)
+    return scales[0], scales[1]
+
+
+def _confidences(
+    index: Index, scoring: Scoring, raw: Scores, query_terms: list[list[str]], exclude: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(confidence, top row) per query, with the row in `exclude` removed from each query's ranking."""
+    fused = scoring.fuse(raw)
+    if exclude is not None:
+        fused[np.arange(len(fused)), exclude] = -np.inf
+    library_vocabulary = index.library_vocabulary()
+    tops = np.empty(len(fused), dtype=np.int64)
+    conf = np.empty(len(fused), dtype=np.float64)
+    for q, row in enumerate(fused):
+        if len(row) > 1:
+            two = np.argpartition(-row, 1)[:2]
+            first, second = (two[0], two[1]) if row[two[0]] >= row[two[1]] else (two[1], two[0])
+            runner_up = float(row[second]) if np.isfinite(row[second]) else 0.0
+        else:
+            first, runner_up = 0, 0.0
+        t = query_terms[q]
+        unknown = sum(w not in library_vocabulary for w in t) / len(t) if t else 1.0
+        tops[q] = first
+        conf[q] = scoring.confidence(
+            float(row[first]), runner_up, coverage(index, index.names[first], t), unknown
+        )
+    return conf, tops
+
+
+def calibrate(
+    index: Index, background_vectors: np.ndarray, embed, procedure: Procedure
+) -> tuple[Scoring, LibraryCalibration]:
+    """Derive the scoring and the decision rule for `index` (needs at least one skill).
+
+    `embed(texts)` returns unit vectors for the pseudo-queries (the cached embedder's `embed`)."""
+    rows = _sample(index.names, procedure.max_pseudo_skills)
+    texts: list[str] = []
+    owners: list[int] = []
+    for i in rows:
+        for sentence in _sentences(index.skills[index.names[i]].description):
+            texts.append(sentence)
+            owners.append(i)
+    owner_rows = np.asarray(owners, dtype=np.int64)
+    own_terms = [terms(t) for t in texts]
+    own_raw = index.score_many(embed(texts), own_terms)
+    scoring = Scoring.for_index(index, procedure, _bm25_scale(own_raw, owner_rows))
+    bg_terms = [terms(t) for t in background_tasks()]
+    bg_conf, _ = _confidences(index, scoring, index.score_many(background_vectors, bg_terms), bg_terms, None)
+    own_conf, own_top = _confidences(index, scoring, own_raw, own_terms, None)
+    near_conf, _ = (
+        _confidences(index, scoring, own_raw, own_terms, owner_rows) if len(index) > 1 else (own_conf, None)
+    )
+    a0, a1 = float(np.median(bg_conf)), float(np.median(own_conf))
+    provisional = LibraryCalibration(
+        a0, a1, *scoring.bm25_scale, procedure.tau_related, procedure.tau_match,
+        len(bg_conf), len(texts), int((~scoring.present[1]).sum()), 0.0, 0.0, 0.0,
+    )  # fmt: skip
+    related = provisional.related_threshold
+    return scoring, LibraryCalibration(
+        **{
+            **asdict(provisional),
+            "no_route_background": float(np.mean(bg_conf < related)),
+            "no_route_near_domain": float(np.mean(near_conf < related)) if len(index) > 1 else 1.0,
+            "route_own": float(np.mean((own_conf >= related) & (own_top == owner_rows))),
+        }
+    )
