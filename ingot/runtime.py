@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 from ingot.errors import ConfigError
 from ingot.settings import Settings
+from mcp_server.calibration import Procedure
 from mcp_server.embedding import load_embedder
 from mcp_server.library import Library
 from mcp_server.registry import Limits
-from mcp_server.calibration import Procedure
 from optimize.control.changes import ChangeControl
 from optimize.control.gate import Thresholds
 from optimize.models.cassette import Cassette
@@ -57,6 +57,8 @@ def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> L
         settings.embed_model_sha256,
         settings.vector_cache_path,
         threads=settings.embed_threads,
+        backend=settings.embed_backend,
+        model=settings.embed_model,
     )
     limits = skill_limits(settings)
     library = Library(roots or settings.skills_dirs, embedder, limits, procedure_from(settings))

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ingot.errors import SkillNotFound
+from mcp_server.calibration import LibraryCalibration, Procedure
 from mcp_server.embedding import CachedEmbedder
 from mcp_server.index import body_text, description_text, sentence_texts
 from mcp_server.policy import CallerContext
@@ -30,7 +31,6 @@ from mcp_server.registry import (
     Skill,
     parse_skill_md,
 )
-from mcp_server.calibration import LibraryCalibration, Procedure
 from mcp_server.router import Candidate, Router, RouteResult
 from mcp_server.skillfiles import read_served_file
 

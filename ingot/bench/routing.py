@@ -74,7 +74,7 @@ def load_cases(path: Path) -> list[Case]:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConfigError(
                 f"{path}:{number}: not a routing case ({exc}); see `ingot bench routing --help`"
-            )
+            ) from None
     if not cases:
         raise ConfigError(f"{path} holds no routing cases")
     return cases

@@ -23,12 +23,12 @@ def bench() -> None:
 @click.option("--cases", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
 @click.option("--details", is_flag=True, help="Also list every miss.")
 def bench_routing(skills: tuple[Path, ...], cases: Path, details: bool) -> None:
-    """Routing quality and in-process latency on labelled cases."""
+    """Routing quality over MCP (an `ingot serve` child) on labelled cases."""
     from ingot.bench.routing import run
 
     settings = settings_for(skills)
     setup_logging("WARNING")
-    print_json(run(settings, cases, details))
+    print_json(run(settings.skills_dirs, (settings.runs_dir / "bench").absolute(), cases, details))
 
 
 @bench.command(name="latency")
