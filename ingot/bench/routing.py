@@ -152,6 +152,7 @@ def run(skills: tuple[Path, ...], runs_dir: Path, cases_path: Path, details: boo
         calibration = asyncio.run(_calibration(server.url))
     return {
         "skills_roots": [str(s) for s in skills],
+        "skills": calibration.pop("candidates_considered"),
         **score(cases, decisions, details),
         "calibration": calibration,
         "mcp_route_and_load_ms": _percentiles(round_trip),
@@ -163,5 +164,5 @@ def run(skills: tuple[Path, ...], runs_dir: Path, cases_path: Path, details: boo
 async def _calibration(url: str) -> dict:
     async with Client(url) as client:
         data = (await client.call_tool("route_and_load", {"task": "calibration probe"})).structured_content
-    keys = ("background_anchor", "own_anchor", "related_at", "match_at")
+    keys = ("candidates_considered", "background_anchor", "own_anchor", "related_at", "match_at")
     return {k: data["components"].get(k) for k in keys}
