@@ -54,6 +54,11 @@ class Procedure:
     def weights(self) -> np.ndarray:
         return np.array([getattr(self, f"w_{c}") for c in COMPONENTS], dtype=np.float64)
 
+    @property
+    def used(self) -> frozenset[str]:
+        """The components with a weight (the others need not be computed)."""
+        return frozenset(c for c, w in zip(COMPONENTS, self.weights, strict=True) if w > 0)
+
 
 @dataclass(frozen=True)
 class LibraryCalibration:
@@ -71,6 +76,7 @@ class LibraryCalibration:
     no_route_background: float  # share of background tasks left unrouted by this rule
     no_route_near_domain: float  # share of pseudo-queries unrouted with their own skill removed
     route_own: float  # share of pseudo-queries routed to their own skill
+    components: tuple[str, ...] = COMPONENTS  # the components the procedure weighs
 
     @property
     def related_threshold(self) -> float:
@@ -91,8 +97,15 @@ class LibraryCalibration:
     def spread(self) -> float:
         return max(self.own_anchor - self.background_anchor, 1e-6)
 
-    def summary(self) -> dict[str, float | int]:
-        data = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+    def summary(self) -> dict[str, object]:
+        data: dict[str, object] = {
+            k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()
+        }
+        data["components"] = list(self.components)
+        for field_name, component in (("bm25_scale_description", "bm25_description"),
+                                      ("bm25_scale_body", "bm25_body")):  # fmt: skip
+            if component not in self.components:
+                data[field_name] = None  # not weighed, so not measured
         data["related_threshold"] = round(self.related_threshold, 4)
         data["match_threshold"] = round(self.match_threshold, 4)
         return data
@@ -215,10 +228,11 @@ def calibrate(
             owners.append(i)
     owner_rows = np.asarray(owners, dtype=np.int64)
     own_terms = [terms(t) for t in texts]
-    own_raw = index.score_many(embed(texts), own_terms)
+    own_raw = index.score_many(embed(texts), own_terms, procedure.used)
     scoring = Scoring.for_index(index, procedure, _bm25_scale(own_raw, owner_rows))
     bg_terms = [terms(t) for t in background_tasks()]
-    bg_conf, _ = _confidences(index, scoring, index.score_many(background_vectors, bg_terms), bg_terms, None)
+    bg_raw = index.score_many(background_vectors, bg_terms, procedure.used)
+    bg_conf, _ = _confidences(index, scoring, bg_raw, bg_terms, None)
     own_conf, own_top = _confidences(index, scoring, own_raw, own_terms, None)
     near_conf, _ = (
         _confidences(index, scoring, own_raw, own_terms, owner_rows) if len(index) > 1 else (own_conf, None)
@@ -227,6 +241,7 @@ def calibrate(
     provisional = LibraryCalibration(
         a0, a1, *scoring.bm25_scale, procedure.tau_related, procedure.tau_match,
         len(bg_conf), len(texts), int((~scoring.present[1]).sum()), 0.0, 0.0, 0.0,
+        tuple(c for c in COMPONENTS if c in procedure.used),
     )  # fmt: skip
     related = provisional.related_threshold
     return scoring, LibraryCalibration(

@@ -10,9 +10,10 @@ unknown-term weights, and the calibrated threshold tau. They must not be tuned t
 This script samples configurations, derives every library's anchors label-free exactly as the
 router does (shipped background tasks; sampled own-description pseudo-queries), and scores each
 configuration on each library's labelled cases: J = top1 + no-route + recall@3 - 3 x shortfall of
-no-route below 0.92, averaged over the library as it is and the same library with its bodies ignored (so a
-pick must also serve body-less libraries). Then, for every library, it picks on the others and
-reports on it (leave-one-library-out), and prints the pick over all libraries (what ships in
+no-route below 0.92, averaged over the library as it is, with all its bodies ignored and with
+every other skill's body ignored (a pick must also serve body-less and mixed libraries). Then,
+for every library, it picks on the others and reports on it (leave-one-library-out), and prints
+the pick over all libraries next to what ships in
 `Procedure`). Labels are used only here, to choose the procedure, never by the router.
 """
 
@@ -133,10 +134,18 @@ def load_library(spec: str, embedder, procedure: Procedure) -> Library:
     )
 
 
-def _confidence(qs: QuerySet, lib: Library, config: dict, body_less: bool) -> tuple[np.ndarray, np.ndarray]:
+VARIANTS = ("as_is", "bodies_ignored", "half_bodies_ignored")
+
+
+def _confidence(qs: QuerySet, lib: Library, config: dict, variant: str) -> tuple[np.ndarray, np.ndarray]:
     present = lib.present.copy()
-    if body_less:
-        present[1] = present[4] = False
+    ignored = np.zeros(present.shape[1], dtype=bool)
+    if variant == "bodies_ignored":
+        ignored[:] = True
+    elif variant == "half_bodies_ignored":  # a mixed library: every other skill without its body
+        ignored[::2] = True
+    present[1] &= ~ignored
+    present[4] &= ~ignored
     c = qs.components
     parts = [c[:, 0], c[:, 1], c[:, 2]]
     for k, scale in zip((3, 4), lib.bm25_scale, strict=True):
@@ -147,15 +156,16 @@ def _confidence(qs: QuerySet, lib: Library, config: dict, body_less: bool) -> tu
     order = np.take_along_axis(top3, np.argsort(-np.take_along_axis(fused, top3, 1), 1), 1)
     r = np.arange(len(fused))
     first, second = fused[r, order[:, 0]], fused[r, order[:, 1]]
-    cover = (qs.coverage_description if body_less else qs.coverage)[r, order[:, 0]]
+    top = order[:, 0]
+    cover = np.where(ignored[top], qs.coverage_description[r, top], qs.coverage[r, top])
     conf = first + config["wm"] * (first - second) + config["wc"] * cover - config["wu"] * qs.unknown
     return order, conf
 
 
-def evaluate(lib: Library, config: dict, body_less: bool) -> dict[float, dict[str, float]]:
-    order, conf = _confidence(lib.cases, lib, config, body_less)
-    _, bg = _confidence(lib.background, lib, config, body_less)
-    _, own = _confidence(lib.own, lib, config, body_less)
+def evaluate(lib: Library, config: dict, variant: str) -> dict[float, dict[str, float]]:
+    order, conf = _confidence(lib.cases, lib, config, variant)
+    _, bg = _confidence(lib.background, lib, config, variant)
+    _, own = _confidence(lib.own, lib, config, variant)
     a0, a1 = np.median(bg), np.median(own)
     r = np.arange(len(order))
     top_right = lib.right[r, order[:, 0]]
@@ -208,7 +218,7 @@ def main() -> None:
     ]
 
     def family_score(row: dict, names: list[str], tau: float) -> float:
-        return float(np.mean([objective(row[n][v][tau]) for n in names for v in (0, 1)]))
+        return float(np.mean([objective(row[n][v][tau]) for n in names for v in VARIANTS]))
 
     def pick(names: list[str]) -> tuple[int, float]:
         return max(
@@ -219,8 +229,8 @@ def main() -> None:
     def show(i: int, tau: float) -> dict:
         return {
             lib.name: {
-                kind: {k: round(v, 4) for k, v in table[i][lib.name][variant][tau].items()}
-                for variant, kind in ((0, "as_is"), (1, "bodies_ignored"))
+                variant: {k: round(v, 4) for k, v in table[i][lib.name][variant][tau].items()}
+                for variant in VARIANTS
             }
             for lib in libraries
         }
