@@ -150,7 +150,7 @@ class Scoring:
             total += part * w
         return total / np.clip(weights.sum(axis=0), 1e-9, None)
 
-    def confidence(self, top: float, runner_up: float, coverage: float, unknown: float) -> float:
+    def confidence(self, top, runner_up, coverage, unknown):  # floats, or arrays of them
         p = self.procedure
         return top + p.w_margin * (top - runner_up) + p.w_coverage * coverage - p.w_unknown * unknown
 
@@ -188,29 +188,33 @@ def _bm25_scale(raw: Scores, owners: np.ndarray) -> tuple[float, float]:
 
 
 def _confidences(
-    index: Index, scoring: Scoring, raw: Scores, query_terms: list[list[str]], exclude: np.ndarray | None
+    index: Index,
+    scoring: Scoring,
+    fused: np.ndarray,
+    query_terms: list[list[str]],
+    exclude: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(confidence, top row) per query, with the row in `exclude` removed from each query's ranking."""
-    fused = scoring.fuse(raw)
     if exclude is not None:
+        fused = fused.copy()
         fused[np.arange(len(fused)), exclude] = -np.inf
+    rows = np.arange(len(fused))
+    if fused.shape[1] > 1:
+        two = np.argpartition(-fused, 1, axis=1)[:, :2]
+        swap = fused[rows, two[:, 0]] < fused[rows, two[:, 1]]
+        first = np.where(swap, two[:, 1], two[:, 0])
+        second = np.where(swap, two[:, 0], two[:, 1])
+        runner_up = fused[rows, second]
+        runner_up = np.where(np.isfinite(runner_up), runner_up, 0.0)
+    else:
+        first, runner_up = np.zeros(len(fused), dtype=np.int64), np.zeros(len(fused))
     library_vocabulary = index.library_vocabulary()
-    tops = np.empty(len(fused), dtype=np.int64)
-    conf = np.empty(len(fused), dtype=np.float64)
-    for q, row in enumerate(fused):
-        if len(row) > 1:
-            two = np.argpartition(-row, 1)[:2]
-            first, second = (two[0], two[1]) if row[two[0]] >= row[two[1]] else (two[1], two[0])
-            runner_up = float(row[second]) if np.isfinite(row[second]) else 0.0
-        else:
-            first, runner_up = 0, 0.0
-        t = query_terms[q]
-        unknown = sum(w not in library_vocabulary for w in t) / len(t) if t else 1.0
-        tops[q] = first
-        conf[q] = scoring.confidence(
-            float(row[first]), runner_up, coverage(index, index.names[first], t), unknown
-        )
-    return conf, tops
+    covered = np.array([coverage(index, index.names[f], t) for f, t in zip(first, query_terms, strict=True)])
+    unknown = np.array(
+        [sum(w not in library_vocabulary for w in t) / len(t) if t else 1.0 for t in query_terms]
+    )
+    conf = scoring.confidence(fused[rows, first], runner_up, covered, unknown)
+    return np.asarray(conf, dtype=np.float64), first
 
 
 def calibrate(
@@ -232,10 +236,11 @@ def calibrate(
     scoring = Scoring.for_index(index, procedure, _bm25_scale(own_raw, owner_rows))
     bg_terms = [terms(t) for t in background_tasks()]
     bg_raw = index.score_many(background_vectors, bg_terms, procedure.used)
-    bg_conf, _ = _confidences(index, scoring, bg_raw, bg_terms, None)
-    own_conf, own_top = _confidences(index, scoring, own_raw, own_terms, None)
+    bg_conf, _ = _confidences(index, scoring, scoring.fuse(bg_raw), bg_terms, None)
+    own_fused = scoring.fuse(own_raw)
+    own_conf, own_top = _confidences(index, scoring, own_fused, own_terms, None)
     near_conf, _ = (
-        _confidences(index, scoring, own_raw, own_terms, owner_rows) if len(index) > 1 else (own_conf, None)
+        _confidences(index, scoring, own_fused, own_terms, owner_rows) if len(index) > 1 else (own_conf, None)
     )
     a0, a1 = float(np.median(bg_conf)), float(np.median(own_conf))
     provisional = LibraryCalibration(

@@ -57,6 +57,31 @@ def _bm25(documents: list[list[str]]) -> bm25s.BM25:
     return index
 
 
+COMPONENTS = frozenset(("dense_description", "dense_body", "dense_sentence", "bm25_description", "bm25_body"))
+
+
+def _lexical_many(index: bm25s.BM25 | None, queries: list[list[str]], n: int) -> np.ndarray:
+    """BM25 scores of many queries in one sparse product (the same sums `get_scores` makes)."""
+    from scipy import sparse
+
+    if index is None:
+        return np.zeros((len(queries), n), dtype=np.float32)
+    vocab, matrix = index.vocab_dict, index.scores
+    tokens = len(matrix["indptr"]) - 1
+    rows, cols = [], []
+    for row, query in enumerate(queries):
+        for term in query:
+            column = vocab.get(term)
+            if column is not None and column < tokens:
+                rows.append(row)
+                cols.append(column)
+    counts = sparse.csr_matrix(
+        (np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(len(queries), tokens)
+    )
+    scores = sparse.csr_matrix((matrix["data"], matrix["indices"], matrix["indptr"]), shape=(tokens, n))
+    return np.asarray((counts @ scores).todense(), dtype=np.float32)
+
+
 @dataclass(frozen=True)
 class Scores:
     """Raw per-skill component scores, aligned with `Index.names` (last axis).
@@ -178,19 +203,30 @@ class Index:
         known = set(description)
         return sum(1 for t in body if t not in known)
 
-    def score_many(self, query_vectors: np.ndarray, query_terms: list[list[str]]) -> Scores:
-        """`score` for many queries at once: every component as a (queries x skills) matrix."""
+    def score_many(
+        self,
+        query_vectors: np.ndarray,
+        query_terms: list[list[str]],
+        want: frozenset[str] = COMPONENTS,
+    ) -> Scores:
+        """`score` for many queries at once, as (queries x skills) matrices; components not in
+        `want` are left as zeros (calibration skips what the procedure gives no weight)."""
         n, q = len(self.names), len(query_terms)
+        zeros = np.zeros((q, n), dtype=np.float32)
         if n == 0 or q == 0:
-            empty = np.zeros((q, n), dtype=np.float32)
-            return Scores(empty, empty, empty, empty, empty)
-        sentence = np.maximum.reduceat(query_vectors @ self._sent.T, self._sent_starts, axis=1)
+            return Scores(zeros, zeros, zeros, zeros, zeros)
         return Scores(
-            dense_description=query_vectors @ self._desc.T,
-            dense_body=query_vectors @ self._body.T,
-            dense_sentence=sentence,
-            bm25_description=np.vstack([self._lexical(self._bm25_desc, t, n) for t in query_terms]),
-            bm25_body=np.vstack([self._lexical(self._bm25_body, t, n) for t in query_terms]),
+            dense_description=query_vectors @ self._desc.T if "dense_description" in want else zeros,
+            dense_body=query_vectors @ self._body.T if "dense_body" in want else zeros,
+            dense_sentence=(
+                np.maximum.reduceat(query_vectors @ self._sent.T, self._sent_starts, axis=1)
+                if "dense_sentence" in want
+                else zeros
+            ),
+            bm25_description=(
+                _lexical_many(self._bm25_desc, query_terms, n) if "bm25_description" in want else zeros
+            ),
+            bm25_body=_lexical_many(self._bm25_body, query_terms, n) if "bm25_body" in want else zeros,
         )
 
     def score(self, query_vector: np.ndarray, query_terms: list[str]) -> Scores:

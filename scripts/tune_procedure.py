@@ -213,9 +213,7 @@ def main() -> None:
             {"w": w, "wm": float(rng.choice(MARGINS)), "wc": float(rng.choice(COVERAGES)),
              "wu": float(rng.choice(UNKNOWNS)), "half": float(rng.choice(HALVES))}
         )  # fmt: skip
-    table = [
-        {lib.name: (evaluate(lib, c, False), evaluate(lib, c, True)) for lib in libraries} for c in configs
-    ]
+    table = [{lib.name: {v: evaluate(lib, c, v) for v in VARIANTS} for lib in libraries} for c in configs]
 
     def family_score(row: dict, names: list[str], tau: float) -> float:
         return float(np.mean([objective(row[n][v][tau]) for n in names for v in VARIANTS]))
