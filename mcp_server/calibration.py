@@ -77,6 +77,7 @@ class LibraryCalibration:
     no_route_near_domain: float  # share of pseudo-queries unrouted with their own skill removed
     route_own: float  # share of pseudo-queries routed to their own skill
     components: tuple[str, ...] = COMPONENTS  # the components the procedure weighs
+    provisional: bool = False  # carried over from the previous snapshot while this one is derived
 
     @property
     def related_threshold(self) -> float:

@@ -67,17 +67,19 @@ class Library:
         self._watcher: threading.Thread | None = None
         self._stale = True  # the router snapshot lags the registry (first load, or a failed update)
 
-    def reload(self, changed: Iterable[Path] | None = None) -> ReloadReport:
+    def reload(self, changed: Iterable[Path] | None = None, defer_calibration: bool = False) -> ReloadReport:
         """Re-read changed skill folders (all, or those holding `changed` paths) and re-index.
 
         The served set is the router's snapshot, published in one step after indexing, so the
         body, revision and policy a caller gets always come from the same reload. If indexing
-        fails, the previous snapshot keeps serving and the next reload rebuilds it."""
+        fails, the previous snapshot keeps serving and the next reload rebuilds it.
+        `defer_calibration` (the watcher's edits) re-derives the routing rule off the serving
+        path (see Router.update); explicit reloads derive it before returning."""
         with self._reload_lock:
             report = self._registry.reload(changed)
             if report.added or report.changed or report.removed or self._stale:
                 self._stale = True
-                disabled = self._router.update(self._registry.skills())
+                disabled = self._router.update(self._registry.skills(), defer_calibration)
                 self._stale = False
                 for name, reason in disabled.items():
                     log.warning("skill %r disabled by its routing metadata: %s", name, reason)
@@ -116,6 +118,10 @@ class Library:
     def calibration(self) -> LibraryCalibration | None:
         """The decision rule derived for the served snapshot (None while the library is empty)."""
         return self._router.calibration
+
+    def calibrating(self) -> bool:
+        """True while an edit's routing rule is still being re-derived in the background."""
+        return self._router.calibrating()
 
     def router_with(self, overrides: Mapping[str, Skill]) -> Router:
         """A private router over the served skills with some replaced in memory (what-if scoring)."""
@@ -210,7 +216,7 @@ class Library:
 
     def _safe_reload(self, changed: set[Path] | None) -> None:
         try:
-            report = self.reload(changed)
+            report = self.reload(changed, defer_calibration=True)
             if report.added or report.changed or report.removed:
                 log.info("skills reloaded: %s", report.counts())
         except Exception:  # a watcher must survive anything one reload throws

@@ -11,6 +11,7 @@ Deterministic for a fixed library: ties are broken by priority, then name.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -34,6 +35,7 @@ from mcp_server.policy import CallerContext, Policy, PolicyInvalid
 from mcp_server.registry import Skill
 
 NEAREST = 3  # names a decision lists (the chosen skill included), best first
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -104,10 +106,18 @@ class Router:
     _state: _State | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _background: np.ndarray | None = None
+    _pending: _State | None = None
+    _pending_lock: threading.Lock = field(default_factory=threading.Lock)
+    _worker: threading.Thread | None = None
 
-    def update(self, skills: Mapping[str, Skill]) -> dict[str, str]:
+    def update(self, skills: Mapping[str, Skill], defer_calibration: bool = False) -> dict[str, str]:
         """Rebuild the index for `skills` and re-derive its calibration; returns skills disabled
-        by malformed metadata."""
+        by malformed metadata.
+
+        With `defer_calibration` (the file watcher's edits), the new snapshot is served at once
+        with the previous snapshot's anchors, marked `provisional`, and is re-derived in a
+        background thread that swaps in its result unless a newer snapshot replaced it first:
+        an edit is served as fast as before, and the rule catches up within one calibration."""
         policies: dict[str, Policy] = {}
         disabled: dict[str, str] = {}
         for name, skill in skills.items():
@@ -117,15 +127,55 @@ class Router:
                 disabled[name] = str(exc)
         routable = {n: s for n, s in skills.items() if n in policies}
         with self._lock:  # one rebuild at a time; readers keep the previous snapshot
-            previous = self._state.index if self._state else None
-            index = Index(routable, self.embedder, previous)
+            previous = self._state
+            index = Index(routable, self.embedder, previous.index if previous else None)
             state = _State(index, policies, disabled)
+            carried = previous.calibration if previous is not None else None
+            if len(index) and defer_calibration and carried is not None and previous.scoring is not None:
+                state.scoring = Scoring.for_index(index, self.procedure, previous.scoring.bm25_scale)
+                state.calibration = replace(carried, provisional=True)
+                self._state = state
+                self._recalibrate_later(state)
+                return disabled
             if len(index):
                 state.scoring, state.calibration = calibrate(
                     index, self._background_vectors(), self.embedder.embed, self.procedure
                 )
             self._state = state
         return disabled
+
+    def _recalibrate_later(self, state: _State) -> None:
+        with self._pending_lock:
+            self._pending = state
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(
+                    target=self._recalibrate, name="ingot-calibration", daemon=True
+                )
+                self._worker.start()
+
+    def _recalibrate(self) -> None:
+        """Derive the calibration of the newest deferred snapshot; drop results a newer one replaced."""
+        while True:
+            with self._pending_lock:
+                state, self._pending = self._pending, None
+                if state is None:
+                    self._worker = None
+                    return
+            try:
+                scoring, calibration = calibrate(
+                    state.index, self._background_vectors(), self.embedder.embed, self.procedure
+                )
+            except Exception:  # the provisional rule keeps serving; the next edit tries again
+                log.exception("recalibration after an edit failed; keeping the previous anchors")
+                continue
+            with self._lock:
+                if self._state is state:
+                    self._state = replace(state, scoring=scoring, calibration=calibration)
+
+    def calibrating(self) -> bool:
+        """True while a deferred calibration is pending or running."""
+        with self._pending_lock:
+            return self._pending is not None or (self._worker is not None and self._worker.is_alive())
 
     def _background_vectors(self) -> np.ndarray:
         if self._background is None:
@@ -218,6 +268,7 @@ class Router:
                 "own_anchor": round(cal.own_anchor, 6),
                 "related_at": round(related_at, 6),
                 "match_at": round(match_at, 6),
+                "calibration_provisional": cal.provisional,
             }
         )
         lead = best.score - candidates[1].score if len(candidates) > 1 else best.score

@@ -14,6 +14,7 @@ import pytest
 
 from ingot.bench.latency import write_library
 from mcp_server.calibration import BODY_MIN_TERMS, Procedure, _sentences, background_tasks
+from mcp_server.library import Library
 from tests.conftest import write_skill
 
 LIBRARIES = Path(__file__).resolve().parents[1] / "fixtures" / "libraries"
@@ -174,3 +175,25 @@ def test_a_library_of_one_skill_calibrates_and_routes(tmp_path, library_factory)
     library = library_factory(tmp_path)
     assert library.route("Turn my Markdown notes into a PDF with a table of contents").skill is not None
     assert library.route("What year did the Berlin Wall fall?").novel
+
+
+def test_an_edit_is_served_at_once_and_its_rule_is_re_derived_in_the_background(tmp_path, library_factory):
+    from tests.conftest import wait_for
+
+    root = tmp_path / "skills"
+    shutil.copytree(BODYRICH, root)
+    library = library_factory(root)
+    before = library.calibration()
+    assert not before.provisional
+    library.start_watching()
+    write_skill(root, "haiku-writer", "Writes haiku about nature. Counts the syllables of each line.")
+    wait_for(lambda: "haiku-writer" in library.skills(), timeout=20)
+    wait_for(lambda: not library.calibrating() and not library.calibration().provisional, timeout=60)
+    after = library.calibration()
+    assert after.pseudo_queries == before.pseudo_queries + 2
+    fresh = Library((root,), library._router.embedder)
+    fresh.reload()
+    assert after.summary() == fresh.calibration().summary()
+    assert (
+        library.route("Write a haiku about the autumn forest, five seven five").skill.name == "haiku-writer"
+    )
