@@ -182,6 +182,17 @@ def evaluate(lib: Library, config: dict, variant: str) -> dict[float, dict[str, 
     return out
 
 
+def threshold_for_goal(lib: Library, config: dict, variant: str) -> dict[str, float]:
+    """The threshold that leaves NO_ROUTE_GOAL of the null cases unrouted, raw and calibrated:
+    if calibration works, the calibrated one barely moves across libraries while the raw one does."""
+    _, conf = _confidence(lib.cases, lib, config, variant)
+    _, bg = _confidence(lib.background, lib, config, variant)
+    _, own = _confidence(lib.own, lib, config, variant)
+    a0, a1 = np.median(bg), np.median(own)
+    raw = float(np.quantile(conf[~lib.positive], NO_ROUTE_GOAL))
+    return {"raw": round(raw, 4), "calibrated": round((raw - a0) / (a1 - a0), 4)}
+
+
 def objective(m: dict[str, float]) -> float:
     return m["top1"] + m["no_route"] + m["recall_at_3"] - 3 * max(0.0, NO_ROUTE_GOAL - m["no_route"])
 
@@ -243,6 +254,9 @@ def main() -> None:
         )  # fmt: skip
     i, tau = pick(names)
     report["picked_on_all"] = {"procedure": {**configs[i], "tau": tau}, "results": show(i, tau)}
+    report["shipped_threshold_for_92_no_route"] = {
+        lib.name: {v: threshold_for_goal(lib, configs[0], v) for v in VARIANTS} for lib in libraries
+    }
     nearest_tau = min(TAUS, key=lambda t: abs(t - shipped.tau_related))
     report["shipped"] = {"procedure": {**configs[0], "tau": nearest_tau}, "results": show(0, nearest_tau)}
     print(json.dumps(report, indent=2))
