@@ -119,7 +119,7 @@ def background_tasks() -> tuple[str, ...]:
     return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Scoring:
     """How raw component scores become one fused score per skill, for one snapshot."""
 
@@ -134,22 +134,29 @@ class Scoring:
         present[1] = present[4] = has_body
         return cls(procedure, present, bm25_scale)
 
+    @functools.cached_property
+    def _weights(self) -> list[tuple[int, np.ndarray]]:
+        """(component, per-skill weight / the skill's total weight) for the weighed components."""
+        weights = self.procedure.weights[:, None] * self.present
+        total = np.clip(weights.sum(axis=0), 1e-9, None)
+        return [
+            (c, (weights[c] / total).astype(np.float32)) for c in range(len(COMPONENTS)) if weights[c].any()
+        ]
+
     def fuse(self, raw: Scores) -> np.ndarray:
         """Weighted mean of the components each skill has (renormalised over what is present)."""
-        p = self.procedure
-        half_d, half_b = (p.bm25_half * s for s in self.bm25_scale)
-        parts = (
-            raw.dense_description,
-            raw.dense_body,
-            raw.dense_sentence,
-            raw.bm25_description / (raw.bm25_description + half_d),
-            raw.bm25_body / (raw.bm25_body + half_b),
-        )
-        weights = p.weights[:, None] * self.present
-        total = np.zeros(np.shape(parts[0]), dtype=np.float64)
-        for part, w in zip(parts, weights, strict=True):
-            total += part * w
-        return total / np.clip(weights.sum(axis=0), 1e-9, None)
+        half = {
+            3: self.procedure.bm25_half * self.bm25_scale[0],
+            4: self.procedure.bm25_half * self.bm25_scale[1],
+        }
+        total: np.ndarray | None = None
+        for c, weight in self._weights:
+            part = getattr(raw, COMPONENTS[c])
+            if c in half:
+                part = part / (part + np.float32(half[c]))
+            term = part * weight
+            total = term if total is None else total + term
+        return total if total is not None else np.zeros_like(raw.dense_description)
 
     def confidence(self, top, runner_up, coverage, unknown):  # floats, or arrays of them
         p = self.procedure

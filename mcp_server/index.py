@@ -107,6 +107,9 @@ class Index:
         self._tokens: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
         self._vocabularies: dict[str, frozenset[str]] = {}
         self._library_vocabulary: frozenset[str] | None = None
+        self._body_terms: dict[tuple[str, str], int] = (
+            dict(previous._body_terms) if previous is not None else {}
+        )
         self.skills = {name: skills[name] for name in self.names}
         ordered = [self.skills[n] for n in self.names]
         dim = embedder.dim
@@ -199,9 +202,13 @@ class Index:
         A body that only repeats its description (or is a bare heading) carries no evidence of
         its own; the router treats such a skill as body-less and scores it on what it has."""
         skill = self.skills[name]
-        description, body = self._tokens[(skill.name, skill.revision)]
-        known = set(description)
-        return sum(1 for t in body if t not in known)
+        key = (skill.name, skill.revision)
+        count = self._body_terms.get(key)
+        if count is None:
+            description, body = self._tokens[key]
+            known = set(description)
+            count = self._body_terms[key] = sum(1 for t in body if t not in known)
+        return count
 
     def score_many(
         self,
