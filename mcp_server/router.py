@@ -35,6 +35,7 @@ from mcp_server.policy import CallerContext, Policy, PolicyInvalid
 from mcp_server.registry import Skill
 
 NEAREST = 3  # names a decision lists (the chosen skill included), best first
+RECALIBRATE_AFTER_S = 0.2  # quiet time after an edit before its rule is re-derived
 log = logging.getLogger(__name__)
 
 
@@ -156,6 +157,8 @@ class Router:
     def _recalibrate(self) -> None:
         """Derive the calibration of the newest deferred snapshot; drop results a newer one replaced."""
         while True:
+            # Let the edit's first requests, and the rest of a burst of edits, land first.
+            time.sleep(RECALIBRATE_AFTER_S)
             with self._pending_lock:
                 state, self._pending = self._pending, None
                 if state is None:
