@@ -236,18 +236,26 @@ class Index:
             bm25_body=_lexical_many(self._bm25_body, query_terms, n) if "bm25_body" in want else zeros,
         )
 
-    def score(self, query_vector: np.ndarray, query_terms: list[str]) -> Scores:
+    def score(
+        self, query_vector: np.ndarray, query_terms: list[str], want: frozenset[str] = COMPONENTS
+    ) -> Scores:
+        """Every skill's component scores for one query; components not in `want` are zeros."""
         n = len(self.names)
+        zeros = np.zeros(n, dtype=np.float32)
         if n == 0:
-            empty = np.zeros(0, dtype=np.float32)
-            return Scores(empty, empty, empty, empty, empty)
-        sentence = np.maximum.reduceat(self._sent @ query_vector, self._sent_starts)
+            return Scores(zeros, zeros, zeros, zeros, zeros)
         return Scores(
-            dense_description=self._desc @ query_vector,
-            dense_body=self._body @ query_vector,
-            dense_sentence=sentence,
-            bm25_description=self._lexical(self._bm25_desc, query_terms, n),
-            bm25_body=self._lexical(self._bm25_body, query_terms, n),
+            dense_description=self._desc @ query_vector if "dense_description" in want else zeros,
+            dense_body=self._body @ query_vector if "dense_body" in want else zeros,
+            dense_sentence=(
+                np.maximum.reduceat(self._sent @ query_vector, self._sent_starts)
+                if "dense_sentence" in want
+                else zeros
+            ),
+            bm25_description=(
+                self._lexical(self._bm25_desc, query_terms, n) if "bm25_description" in want else zeros
+            ),
+            bm25_body=self._lexical(self._bm25_body, query_terms, n) if "bm25_body" in want else zeros,
         )
 
     @staticmethod

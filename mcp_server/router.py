@@ -22,6 +22,7 @@ import numpy as np
 
 from mcp_server import policy as policy_mod
 from mcp_server.calibration import (
+    COMPONENTS,
     LibraryCalibration,
     Procedure,
     Scoring,
@@ -231,7 +232,7 @@ class Router:
         query_terms = terms(task)
         vector = self.embedder.embed_query(task)
         embedded = time.perf_counter()
-        raw = index.score(vector, query_terms)
+        raw = index.score(vector, query_terms, self.procedure.used)
         fused = state.scoring.fuse(raw)
         excluded: dict[str, int] = {}
         unchecked: set[str] = set()
@@ -360,12 +361,8 @@ class Router:
         confidence = state.scoring.confidence(float(fused[i]), float(rival), covered, unknown)
         score = round(float(cal.calibrated(confidence)), 6)
         fit = "match" if score >= match_at else "related" if score >= related_at else "none"
-        components = {
-            "dense_description": float(raw.dense_description[i]),
-            "dense_body": float(raw.dense_body[i]),
-            "dense_sentence": float(raw.dense_sentence[i]),
-            "bm25_description": float(raw.bm25_description[i]),
-            "bm25_body": float(raw.bm25_body[i]),
+        components = {  # the weighed components only: the others are not computed
+            **{c: float(getattr(raw, c)[i]) for c in COMPONENTS if c in self.procedure.used},
             "body_used": float(state.scoring.present[1, i]),
             "fused": float(fused[i]),
             "margin": float(fused[i] - rival),
