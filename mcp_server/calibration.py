@@ -27,6 +27,7 @@ import numpy as np
 from mcp_server.index import Index, Scores, terms
 
 BODY_MIN_TERMS = 10  # new terms a body needs before it counts as evidence of its own
+CHUNK = 128  # pseudo-queries scored at a time
 COMPONENTS = ("dense_description", "dense_body", "dense_sentence", "bm25_description", "bm25_body")
 
 
@@ -184,15 +185,25 @@ def _sample(names: tuple[str, ...], limit: int) -> list[int]:
     return sorted(order[:limit])
 
 
-def _bm25_scale(raw: Scores, owners: np.ndarray) -> tuple[float, float]:
+def _bm25_scale(index: Index, owners: np.ndarray, query_terms: list[list[str]]) -> tuple[float, float]:
     """The library's own BM25 scale: median score of a pseudo-query against its own skill."""
-    rows = np.arange(len(owners))
     scales = []
-    for matrix in (raw.bm25_description, raw.bm25_body):
-        own = matrix[rows, owners]
-        own = own[own > 0]
-        scales.append(float(np.median(own)) if len(own) else 1.0)
+    for component in ("bm25_description", "bm25_body"):
+        own: list[np.ndarray] = []
+        for part in _chunks(len(query_terms)):
+            raw = index.score_many(
+                np.zeros((len(part), 1)), [query_terms[q] for q in part], frozenset({component})
+            )
+            own.append(getattr(raw, component)[np.arange(len(part)), owners[part]])
+        values = np.concatenate(own) if own else np.zeros(0)
+        values = values[values > 0]
+        scales.append(float(np.median(values)) if len(values) else 1.0)
     return scales[0], scales[1]
+
+
+def _chunks(count: int) -> list[np.ndarray]:
+    """Query rows in blocks of CHUNK: a (block x skills) matrix at a time bounds memory at 10k."""
+    return [np.arange(start, min(start + CHUNK, count)) for start in range(0, count, CHUNK)]
 
 
 def _confidences(
@@ -225,31 +236,51 @@ def _confidences(
     return np.asarray(conf, dtype=np.float64), first
 
 
+def _route_all(
+    index: Index,
+    scoring: Scoring,
+    vectors: np.ndarray,
+    query_terms: list[list[str]],
+    owners: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(confidence, top row, confidence with the owner removed) per query, CHUNK queries at a time."""
+    conf, top, near = [], [], []
+    for part in _chunks(len(query_terms)):
+        part_terms = [query_terms[q] for q in part]
+        fused = scoring.fuse(index.score_many(vectors[part], part_terms, scoring.procedure.used))
+        c, t = _confidences(index, scoring, fused, part_terms, None)
+        conf.append(c)
+        top.append(t)
+        if owners is not None and len(index) > 1:
+            near.append(_confidences(index, scoring, fused, part_terms, owners[part])[0])
+    conf_a = np.concatenate(conf) if conf else np.zeros(0)
+    return (
+        conf_a,
+        np.concatenate(top) if top else np.zeros(0, np.int64),
+        np.concatenate(near) if near else conf_a,
+    )
+
+
 def calibrate(
     index: Index, background_vectors: np.ndarray, embed, procedure: Procedure
 ) -> tuple[Scoring, LibraryCalibration]:
     """Derive the scoring and the decision rule for `index` (needs at least one skill).
 
     `embed(texts)` returns unit vectors for the pseudo-queries (the cached embedder's `embed`)."""
-    rows = _sample(index.names, procedure.max_pseudo_skills)
     texts: list[str] = []
     owners: list[int] = []
-    for i in rows:
+    for i in _sample(index.names, procedure.max_pseudo_skills):
         for sentence in _sentences(index.skills[index.names[i]].description):
             texts.append(sentence)
             owners.append(i)
     owner_rows = np.asarray(owners, dtype=np.int64)
     own_terms = [terms(t) for t in texts]
-    own_raw = index.score_many(embed(texts), own_terms, procedure.used)
-    scoring = Scoring.for_index(index, procedure, _bm25_scale(own_raw, owner_rows))
+    lexical = {"bm25_description", "bm25_body"} & procedure.used
+    scale = _bm25_scale(index, owner_rows, own_terms) if lexical else (1.0, 1.0)
+    scoring = Scoring.for_index(index, procedure, scale)
     bg_terms = [terms(t) for t in background_tasks()]
-    bg_raw = index.score_many(background_vectors, bg_terms, procedure.used)
-    bg_conf, _ = _confidences(index, scoring, scoring.fuse(bg_raw), bg_terms, None)
-    own_fused = scoring.fuse(own_raw)
-    own_conf, own_top = _confidences(index, scoring, own_fused, own_terms, None)
-    near_conf, _ = (
-        _confidences(index, scoring, own_fused, own_terms, owner_rows) if len(index) > 1 else (own_conf, None)
-    )
+    bg_conf, _, _ = _route_all(index, scoring, background_vectors, bg_terms)
+    own_conf, own_top, near_conf = _route_all(index, scoring, embed(texts), own_terms, owner_rows)
     a0, a1 = float(np.median(bg_conf)), float(np.median(own_conf))
     provisional = LibraryCalibration(
         a0, a1, *scoring.bm25_scale, procedure.tau_related, procedure.tau_match,
