@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run install dev test test-sandbox-nonroot check format bench bench-routing bench-latency bench-agent calibrate compose-check screenshots clean
+.PHONY: run install dev test test-sandbox-nonroot check format bench bench-routing bench-latency bench-agent calibrate tune-procedure compose-check screenshots clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -57,9 +57,11 @@ format: dev
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-SHARED ?= ../shared/corpus
+SHARED ?= ../shared
+# Both dev libraries, the same binary and settings: no per-library switch.
 bench-routing: install
-	$(VENV)/bin/ingot bench routing --skills $(SHARED)/skills --cases $(SHARED)/dev_cases.jsonl
+	$(VENV)/bin/ingot bench routing --skills $(SHARED)/corpus/skills --cases $(SHARED)/corpus/dev_cases.jsonl
+	$(VENV)/bin/ingot bench routing --skills $(SHARED)/corpus-tools/skills --cases $(SHARED)/corpus-tools/cases.jsonl
 
 bench-latency: install
 	$(VENV)/bin/ingot bench latency
@@ -69,8 +71,16 @@ bench-agent: dev
 
 bench: bench-routing bench-latency
 
+# What the router derived for a library (SKILLS=...; CASES=... also scores it on labelled cases).
+SKILLS ?= skills
 calibrate: install
-	$(PY) scripts/calibrate_router.py --skills $(SHARED)/skills --cases $(SHARED)/dev_cases.jsonl
+	$(VENV)/bin/ingot calibrate --skills $(SKILLS) $(if $(CASES),--cases $(CASES))
+
+# Re-pick the calibration procedure's hyper-parameters, leave-one-library-out on both dev libraries.
+tune-procedure: dev
+	$(PY) scripts/tune_procedure.py \
+		--library corpus=$(SHARED)/corpus/skills:$(SHARED)/corpus/dev_cases.jsonl \
+		--library tools=$(SHARED)/corpus-tools/skills:$(SHARED)/corpus-tools/cases.jsonl
 
 # README screenshots, taken by the browser tests from a real run (needs /usr/bin/chromium).
 screenshots: dev

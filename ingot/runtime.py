@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 from ingot.errors import ConfigError
 from ingot.home import establish
 from ingot.settings import Settings
+from mcp_server.calibration import Procedure
 from mcp_server.embedding import load_embedder
 from mcp_server.library import Library
 from mcp_server.registry import Limits
-from mcp_server.router import Calibration
 from optimize.control.changes import ChangeControl
 from optimize.control.gate import Thresholds
 from optimize.models.cassette import Cassette
@@ -32,18 +32,19 @@ if TYPE_CHECKING:
     from optimize.search.research import Researcher
 
 
-def calibration_from(settings: Settings) -> Calibration:
-    cal = Calibration()
+def procedure_from(settings: Settings) -> Procedure:
+    """The calibration procedure, with ROUTE_*_THRESHOLD overriding its thresholds (calibrated scale)."""
+    procedure = Procedure()
     if settings.route_match_threshold is not None:
-        cal = replace(cal, match_threshold=settings.route_match_threshold)
+        procedure = replace(procedure, tau_match=settings.route_match_threshold)
     if settings.route_related_threshold is not None:
-        cal = replace(cal, related_threshold=settings.route_related_threshold)
-    if cal.match_threshold < cal.related_threshold:
+        procedure = replace(procedure, tau_related=settings.route_related_threshold)
+    if procedure.tau_match < procedure.tau_related:
         raise ConfigError(
-            f"route thresholds out of order: match {cal.match_threshold} < related "
-            f"{cal.related_threshold}; set both ROUTE_MATCH_THRESHOLD and ROUTE_RELATED_THRESHOLD"
+            f"route thresholds out of order: match {procedure.tau_match} < related "
+            f"{procedure.tau_related}; set both ROUTE_MATCH_THRESHOLD and ROUTE_RELATED_THRESHOLD"
         )
-    return cal
+    return procedure
 
 
 def state_home(settings: Settings) -> Path:
@@ -68,9 +69,11 @@ def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> L
         settings.embed_model_sha256,
         state_home(settings) / "cache" / "vectors.sqlite",
         threads=settings.embed_threads,
+        backend=settings.embed_backend,
+        model=settings.embed_model,
     )
     limits = skill_limits(settings)
-    library = Library(roots or settings.skills_dirs, embedder, limits, calibration_from(settings))
+    library = Library(roots or settings.skills_dirs, embedder, limits, procedure_from(settings))
     library.reload()
     return library
 

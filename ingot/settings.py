@@ -61,6 +61,12 @@ class Settings(BaseSettings):
     embed_model_dir: Path | None = Field(default=None, description="Folder with model.onnx + tokenizer.json.")
     embed_model_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
     embed_threads: int = Field(default=2, ge=1, le=64)
+    embed_backend: Literal["onnx", "fastembed"] = Field(
+        default="onnx", description="onnx: onnxruntime directly (default); fastembed: through fastembed."
+    )
+    embed_model: str | None = Field(
+        default=None, description="fastembed: a model folder (or a name in its cache); empty = bundled."
+    )
     max_file_bytes: int = Field(default=1 << 20, ge=1024)
     max_skill_bytes: int = Field(default=16 << 20, ge=1024)
     max_skill_files: int = Field(default=512, ge=1)

@@ -14,6 +14,7 @@ import functools
 import hashlib
 import os
 import sqlite3
+import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -291,10 +292,28 @@ class CachedEmbedder:
 
 
 def load_embedder(
-    model_dir: Path | None, model_sha256: str | None, cache_path: Path | None, threads: int | None = None
+    model_dir: Path | None,
+    model_sha256: str | None,
+    cache_path: Path | None,
+    threads: int | None = None,
+    backend: str = "onnx",
+    model: str | None = None,
 ) -> CachedEmbedder:
-    """Build the configured embedder; `model_dir` None means the bundled MiniLM."""
+    """Build the configured embedder; `model_dir` None means the bundled MiniLM.
+
+    `backend="fastembed"` runs `model` (a folder, or empty for the bundled MiniLM) through
+    fastembed instead of onnxruntime directly; see embedding_fastembed.py."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    files = default_model_files() if model_dir is None else model_files_from_dir(model_dir, model_sha256)
-    inner = OnnxEmbedder(files, threads=threads or 1)
+    if backend == "fastembed":
+        from mcp_server.embedding_fastembed import FastEmbedEmbedder
+
+        cache_dir = cache_path.parent if cache_path else Path(tempfile.gettempdir()) / "ingot-fastembed"
+        inner: Embedder = FastEmbedEmbedder(
+            model or (str(model_dir) if model_dir else None), cache_dir, threads or 1
+        )
+    elif backend == "onnx":
+        files = default_model_files() if model_dir is None else model_files_from_dir(model_dir, model_sha256)
+        inner = OnnxEmbedder(files, threads=threads or 1)
+    else:
+        raise EmbeddingModelError(f"unknown embedding backend {backend!r}; use onnx or fastembed")
     return CachedEmbedder(inner, VectorCache(cache_path) if cache_path else None)

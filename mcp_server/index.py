@@ -57,9 +57,36 @@ def _bm25(documents: list[list[str]]) -> bm25s.BM25:
     return index
 
 
+COMPONENTS = frozenset(("dense_description", "dense_body", "dense_sentence", "bm25_description", "bm25_body"))
+
+
+def _lexical_many(index: bm25s.BM25 | None, queries: list[list[str]], n: int) -> np.ndarray:
+    """BM25 scores of many queries in one sparse product (the same sums `get_scores` makes)."""
+    from scipy import sparse
+
+    if index is None:
+        return np.zeros((len(queries), n), dtype=np.float32)
+    vocab, matrix = index.vocab_dict, index.scores
+    tokens = len(matrix["indptr"]) - 1
+    rows, cols = [], []
+    for row, query in enumerate(queries):
+        for term in query:
+            column = vocab.get(term)
+            if column is not None and column < tokens:
+                rows.append(row)
+                cols.append(column)
+    counts = sparse.csr_matrix(
+        (np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(len(queries), tokens)
+    )
+    scores = sparse.csr_matrix((matrix["data"], matrix["indices"], matrix["indptr"]), shape=(tokens, n))
+    return np.asarray((counts @ scores).todense(), dtype=np.float32)
+
+
 @dataclass(frozen=True)
 class Scores:
-    """Raw per-skill component scores for one query, aligned with `Index.names`."""
+    """Raw per-skill component scores, aligned with `Index.names` (last axis).
+
+    One query gives 1-d rows; `Index.score_many` gives (queries x skills) matrices."""
 
     dense_description: np.ndarray
     dense_body: np.ndarray
@@ -79,6 +106,10 @@ class Index:
         self._rows: dict[str, int] = {}  # text digest -> row of _matrix
         self._tokens: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
         self._vocabularies: dict[str, frozenset[str]] = {}
+        self._library_vocabulary: frozenset[str] | None = None
+        self._body_terms: dict[tuple[str, str], int] = (
+            dict(previous._body_terms) if previous is not None else {}
+        )
         self.skills = {name: skills[name] for name in self.names}
         ordered = [self.skills[n] for n in self.names]
         dim = embedder.dim
@@ -147,29 +178,84 @@ class Index:
         scores = self._desc @ vector if len(self.names) else np.zeros(0)
         return {name: float(score) for name, score in zip(self.names, scores, strict=True)}
 
+    def library_vocabulary(self) -> frozenset[str]:
+        """Every BM25 term of every skill (cached per snapshot)."""
+        if self._library_vocabulary is None:
+            known = self._bm25_desc.vocab_dict if self._bm25_desc is not None else {}
+            body = self._bm25_body.vocab_dict if self._bm25_body is not None else {}
+            self._library_vocabulary = frozenset(known) | frozenset(body)
+        return self._library_vocabulary
+
     def unknown_share(self, query_terms: list[str]) -> float:
         """Share of the task's terms that appear nowhere in the library (1.0 for an empty task)."""
         if not query_terms:
             return 1.0
-        known = self._bm25_desc.vocab_dict if self._bm25_desc is not None else {}
-        body = self._bm25_body.vocab_dict if self._bm25_body is not None else {}
-        return sum(t not in known and t not in body for t in query_terms) / len(query_terms)
+        known = self.library_vocabulary()
+        return sum(t not in known for t in query_terms) / len(query_terms)
 
     def __len__(self) -> int:
         return len(self.names)
 
-    def score(self, query_vector: np.ndarray, query_terms: list[str]) -> Scores:
-        n = len(self.names)
-        if n == 0:
-            empty = np.zeros(0, dtype=np.float32)
-            return Scores(empty, empty, empty, empty, empty)
-        sentence = np.maximum.reduceat(self._sent @ query_vector, self._sent_starts)
+    def body_terms(self, name: str) -> int:
+        """How many BM25 terms of the skill's body its name and description do not already have.
+
+        A body that only repeats its description (or is a bare heading) carries no evidence of
+        its own; the router treats such a skill as body-less and scores it on what it has."""
+        skill = self.skills[name]
+        key = (skill.name, skill.revision)
+        count = self._body_terms.get(key)
+        if count is None:
+            description, body = self._tokens[key]
+            known = set(description)
+            count = self._body_terms[key] = sum(1 for t in body if t not in known)
+        return count
+
+    def score_many(
+        self,
+        query_vectors: np.ndarray,
+        query_terms: list[list[str]],
+        want: frozenset[str] = COMPONENTS,
+    ) -> Scores:
+        """`score` for many queries at once, as (queries x skills) matrices; components not in
+        `want` are left as zeros (calibration skips what the procedure gives no weight)."""
+        n, q = len(self.names), len(query_terms)
+        zeros = np.zeros((q, n), dtype=np.float32)
+        if n == 0 or q == 0:
+            return Scores(zeros, zeros, zeros, zeros, zeros)
         return Scores(
-            dense_description=self._desc @ query_vector,
-            dense_body=self._body @ query_vector,
-            dense_sentence=sentence,
-            bm25_description=self._lexical(self._bm25_desc, query_terms, n),
-            bm25_body=self._lexical(self._bm25_body, query_terms, n),
+            dense_description=query_vectors @ self._desc.T if "dense_description" in want else zeros,
+            dense_body=query_vectors @ self._body.T if "dense_body" in want else zeros,
+            dense_sentence=(
+                np.maximum.reduceat(query_vectors @ self._sent.T, self._sent_starts, axis=1)
+                if "dense_sentence" in want
+                else zeros
+            ),
+            bm25_description=(
+                _lexical_many(self._bm25_desc, query_terms, n) if "bm25_description" in want else zeros
+            ),
+            bm25_body=_lexical_many(self._bm25_body, query_terms, n) if "bm25_body" in want else zeros,
+        )
+
+    def score(
+        self, query_vector: np.ndarray, query_terms: list[str], want: frozenset[str] = COMPONENTS
+    ) -> Scores:
+        """Every skill's component scores for one query; components not in `want` are zeros."""
+        n = len(self.names)
+        zeros = np.zeros(n, dtype=np.float32)
+        if n == 0:
+            return Scores(zeros, zeros, zeros, zeros, zeros)
+        return Scores(
+            dense_description=self._desc @ query_vector if "dense_description" in want else zeros,
+            dense_body=self._body @ query_vector if "dense_body" in want else zeros,
+            dense_sentence=(
+                np.maximum.reduceat(self._sent @ query_vector, self._sent_starts)
+                if "dense_sentence" in want
+                else zeros
+            ),
+            bm25_description=(
+                self._lexical(self._bm25_desc, query_terms, n) if "bm25_description" in want else zeros
+            ),
+            bm25_body=self._lexical(self._bm25_body, query_terms, n) if "bm25_body" in want else zeros,
         )
 
     @staticmethod

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ingot.errors import SkillNotFound
+from mcp_server.calibration import LibraryCalibration, Procedure
 from mcp_server.embedding import CachedEmbedder
 from mcp_server.index import body_text, description_text, sentence_texts
 from mcp_server.policy import CallerContext
@@ -30,7 +31,7 @@ from mcp_server.registry import (
     Skill,
     parse_skill_md,
 )
-from mcp_server.router import Calibration, Candidate, Router, RouteResult
+from mcp_server.router import Candidate, Router, RouteResult
 from mcp_server.skillfiles import read_served_file
 
 log = logging.getLogger(__name__)
@@ -65,27 +66,29 @@ class Library:
         roots: tuple[Path, ...],
         embedder: CachedEmbedder,
         limits: Limits | None = None,
-        calibration: Calibration | None = None,
+        procedure: Procedure | None = None,
     ) -> None:
         self.roots = tuple(Path(r).expanduser().absolute() for r in roots)
         self._registry = Registry(self.roots, limits or Limits())
-        self._router = Router(embedder, calibration or Calibration())
+        self._router = Router(embedder, procedure or Procedure())
         self._reload_lock = threading.Lock()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         self._stale = True  # the router snapshot lags the registry (first load, or a failed update)
 
-    def reload(self, changed: Iterable[Path] | None = None) -> ReloadReport:
+    def reload(self, changed: Iterable[Path] | None = None, defer_calibration: bool = False) -> ReloadReport:
         """Re-read changed skill folders (all, or those holding `changed` paths) and re-index.
 
         The served set is the router's snapshot, published in one step after indexing, so the
         body, revision and policy a caller gets always come from the same reload. If indexing
-        fails, the previous snapshot keeps serving and the next reload rebuilds it."""
+        fails, the previous snapshot keeps serving and the next reload rebuilds it.
+        `defer_calibration` (the watcher's edits) re-derives the routing rule off the serving
+        path (see Router.update); explicit reloads derive it before returning."""
         with self._reload_lock:
             report = self._registry.reload(changed)
             if report.added or report.changed or report.removed or self._stale:
                 self._stale = True
-                disabled = self._router.update(self._registry.skills())
+                disabled = self._router.update(self._registry.skills(), defer_calibration)
                 self._stale = False
                 for name, reason in disabled.items():
                     log.warning("skill %r disabled by its routing metadata: %s", name, reason)
@@ -122,12 +125,22 @@ class Library:
         """One file of the served revision, verified against its manifest entry."""
         return read_served_file(self.get(name), path)
 
-    def route(self, task: str, context: CallerContext | None = None, k: int = 5) -> RouteResult:
-        return self._router.route(task, context, k)
+    def route(
+        self, task: str, context: CallerContext | None = None, k: int = 5, min_score: float | None = None
+    ) -> RouteResult:
+        return self._router.route(task, context, k, min_score)
+
+    def calibration(self) -> LibraryCalibration | None:
+        """The decision rule derived for the served snapshot (None while the library is empty)."""
+        return self._router.calibration
+
+    def calibrating(self) -> bool:
+        """True while an edit's routing rule is still being re-derived in the background."""
+        return self._router.calibrating()
 
     def router_with(self, overrides: Mapping[str, Skill]) -> Router:
         """A private router over the served skills with some replaced in memory (what-if scoring)."""
-        router = Router(self._router.embedder, self._router.calibration)
+        router = Router(self._router.embedder, self._router.procedure)
         router.update({**self._router.served(), **overrides})
         return router
 
@@ -233,7 +246,7 @@ class Library:
 
     def _safe_reload(self, changed: set[Path] | None) -> None:
         try:
-            report = self.reload(changed)
+            report = self.reload(changed, defer_calibration=True)
             if report.added or report.changed or report.removed:
                 log.info("skills reloaded: %s", report.counts())
         except Exception:  # a watcher must survive anything one reload throws

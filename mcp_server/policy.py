@@ -17,6 +17,13 @@ enforced and is reported as unchecked. A malformed value disables only that skil
       activation: "auto"                  # auto | manual (never routed; get_skill still works)
       priority: "5"                       # -100..100; wins declared conflicts and exact ties
       conflicts: "other-skill"            # never routed together with these skills
+
+Skills written for the most common peer server keep the same policy in a nested
+`metadata.skill-router` mapping (`trust`, `required_tools`, `platforms`, `activation`,
+`harnesses`, `priority`, `conflicts`). That block is read as an alias of the keys above: ours win
+when both are given, except that `trust: blocked` in either place always blocks. A key in the block
+that Ingot does not know disables the skill with a reason rather than being ignored, so a
+constraint is never dropped silently.
 """
 
 from __future__ import annotations
@@ -41,6 +48,22 @@ _PLATFORM_ALIASES = {
 }
 TRUST_VALUES = ("trusted", "unverified", "blocked")
 ACTIVATION_VALUES = ("auto", "manual")
+PEER_BLOCK = "skill-router"
+# peer key (hyphens and underscores alike) -> our key
+_PEER_KEYS = {
+    "trust": "trust",
+    "required-tools": "requires-tools",
+    "requires-tools": "requires-tools",
+    "required-mcps": "requires-mcps",
+    "requires-mcps": "requires-mcps",
+    "platforms": "platforms",
+    "activation": "activation",
+    "harnesses": "harnesses",
+    "priority": "priority",
+    "conflicts": "conflicts",
+    "project": "project",
+    "paths": "paths",
+}
 
 
 class PolicyInvalid(ValueError):
@@ -110,8 +133,35 @@ def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value.strip().lower()
 
 
+def _merged_with_peer(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Our routing keys, filled in from a peer-format `skill-router` block where ours are absent."""
+    block = metadata.get(PEER_BLOCK)
+    if block is None:
+        return metadata
+    if not isinstance(block, Mapping):
+        raise PolicyInvalid(f"metadata.{PEER_BLOCK} must be a mapping of routing keys, got {block!r}")
+    merged = dict(metadata)
+    unknown = []
+    for key, value in block.items():
+        ours = _PEER_KEYS.get(str(key).strip().lower().replace("_", "-"))
+        if ours is None:
+            unknown.append(str(key))
+        elif ours not in metadata:
+            merged[ours] = value
+    if unknown:
+        raise PolicyInvalid(
+            f"metadata.{PEER_BLOCK} has keys Ingot does not enforce ({', '.join(sorted(unknown))}); "
+            f"remove them or express them with Ingot's keys ({', '.join(sorted(set(_PEER_KEYS.values())))})"
+        )
+    peer_trust = block.get("trust")
+    if isinstance(peer_trust, str) and peer_trust.strip().lower() == "blocked":
+        merged["trust"] = "blocked"  # a block is never overridden, whoever wrote it
+    return merged
+
+
 def parse_policy(metadata: Mapping[str, Any]) -> Policy:
-    """Read the routing keys from a skill's `metadata`; other keys are left alone."""
+    """Read the routing keys from a skill's `metadata` (and its peer-format block); others are left alone."""
+    metadata = _merged_with_peer(metadata)
     fields: dict[str, Any] = {}
     lists = {
         "harnesses": "harnesses",

@@ -1,60 +1,58 @@
 """Decide which skill, if any, serves a task: `match`, `related_match` or `novel`.
 
 Compatibility filters (policy.py) run first, on the caller's context. The remaining skills are
-ranked by a fused score: a weighted sum of dense similarities (description, body opening, best
-description sentence) and saturated BM25 scores (description field, body field). The decision
-uses a confidence that adds how far the leader stands out from the runner-up and how much of
-the task's vocabulary the skill's text covers. Weights and thresholds were calibrated on the
-dev routing cases by `scripts/calibrate_router.py` (see ARCHITECTURE.md); they are specific to
-the embedding model, so another model needs its own calibration. Deterministic for a fixed
-library: ties are broken by priority, then name.
+ranked by a fused score: the weighted mean of the components each skill has (dense similarities
+to its description, body opening and best description sentence; saturated BM25 on its
+description and body), so a skill without a body is not penalised for it. The decision reads the
+leader's confidence on the library's own calibrated scale (calibration.py): thresholds are
+derived from the library at every snapshot, never copied from another library or model.
+Deterministic for a fixed library: ties are broken by priority, then name.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import numpy as np
 
 from mcp_server import policy as policy_mod
+from mcp_server.calibration import (
+    COMPONENTS,
+    LibraryCalibration,
+    Procedure,
+    Scoring,
+    background_tasks,
+    calibrate,
+    coverage,
+)
 from mcp_server.embedding import CachedEmbedder
 from mcp_server.index import Index, Scores, terms
 from mcp_server.policy import CallerContext, Policy, PolicyInvalid
 from mcp_server.registry import Skill
 
-
-@dataclass(frozen=True)
-class Calibration:
-    """Fusion weights and decision thresholds for one embedding model."""
-
-    # Chosen by scripts/calibrate_router.py on ../shared/corpus (70 valid skills, 170 cases) for
-    # all-MiniLM-L6-v2 int8: fit top-1 0.847, recall@3 0.939, no-route 0.917; 5-fold CV top-1
-    # 0.851, no-route 0.937. See ARCHITECTURE.md, "Routing calibration".
-    w_dense_description: float = 0.2
-    w_dense_body: float = 0.1
-    w_dense_sentence: float = 0.1
-    w_bm25_description: float = 0.2
-    w_bm25_body: float = 0.1
-    bm25_half_point: float = 4.0  # BM25 score mapped to 0.5 by s / (s + half_point)
-    w_margin: float = 0.25
-    w_coverage: float = 0.2
-    w_unknown: float = 0.2
-    match_threshold: float = 0.4175
-    related_threshold: float = 0.3606
+NEAREST = 3  # names a decision lists (the chosen skill included), best first
+RECALIBRATE_AFTER_S = 0.2  # quiet time after an edit before its rule is re-derived
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One ranked skill with its confidence and the components behind it."""
+    """One ranked skill with its calibrated confidence and the components behind it."""
 
     name: str
-    score: float
-    related: bool  # True: close enough to compose or extend, not a direct match
+    score: float  # calibrated confidence: 0 = the library's typical background task, 1 = own description
+    fit: str  # "match", "related" (close enough to compose or extend) or "none"
     components: Mapping[str, float]
+
+    @property
+    def related(self) -> bool:
+        """At least related but not a direct match."""
+        return self.fit == "related"
 
 
 @dataclass(frozen=True)
@@ -65,13 +63,21 @@ class RouteResult:
     related_match: str | None
     score: float
     skill: Skill | None
-    alternatives: tuple[Candidate, ...]
+    alternatives: tuple[Candidate, ...]  # other candidates that are at least related
     components: Mapping[str, object]
-    ranked: tuple[Candidate, ...] = ()  # the top k before any threshold (diagnostics, benchmarks)
+    ranked: tuple[Candidate, ...] = ()  # the top k before any threshold (diagnostics, hints)
 
     @property
     def novel(self) -> bool:
         return self.skill is None
+
+    @property
+    def nearest(self) -> tuple[Candidate, ...]:
+        """Up to NEAREST - 1 other skills (or NEAREST when novel), best first, whatever their fit:
+        names and scores a caller may load with get_skill; never loaded here."""
+        chosen = self.skill.name if self.skill is not None else None
+        others = tuple(c for c in self.ranked if c.name != chosen)
+        return others[: NEAREST - (chosen is not None)]
 
 
 @dataclass
@@ -79,6 +85,8 @@ class _State:
     index: Index
     policies: dict[str, Policy]
     disabled: dict[str, str]  # skill name -> why its routing metadata disabled it
+    scoring: Scoring | None = None
+    calibration: LibraryCalibration | None = None
     constrained: list[int] = field(default_factory=list)  # index rows with any routing constraint
     has_conflicts: bool = False
     priorities: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -96,12 +104,22 @@ class Router:
     """Holds the current index; `update` swaps in a new one atomically (readers never block)."""
 
     embedder: CachedEmbedder
-    calibration: Calibration = field(default_factory=Calibration)
+    procedure: Procedure = field(default_factory=Procedure)
     _state: _State | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _background: np.ndarray | None = None
+    _pending: _State | None = None
+    _pending_lock: threading.Lock = field(default_factory=threading.Lock)
+    _worker: threading.Thread | None = None
 
-    def update(self, skills: Mapping[str, Skill]) -> dict[str, str]:
-        """Rebuild the index for `skills`; returns skills disabled by malformed metadata."""
+    def update(self, skills: Mapping[str, Skill], defer_calibration: bool = False) -> dict[str, str]:
+        """Rebuild the index for `skills` and re-derive its calibration; returns skills disabled
+        by malformed metadata.
+
+        With `defer_calibration` (the file watcher's edits), the new snapshot is served at once
+        with the previous snapshot's anchors, marked `provisional`, and is re-derived in a
+        background thread that swaps in its result unless a newer snapshot replaced it first:
+        an edit is served as fast as before, and the rule catches up within one calibration."""
         policies: dict[str, Policy] = {}
         disabled: dict[str, str] = {}
         for name, skill in skills.items():
@@ -111,9 +129,67 @@ class Router:
                 disabled[name] = str(exc)
         routable = {n: s for n, s in skills.items() if n in policies}
         with self._lock:  # one rebuild at a time; readers keep the previous snapshot
-            previous = self._state.index if self._state else None
-            self._state = _State(Index(routable, self.embedder, previous), policies, disabled)
+            previous = self._state
+            index = Index(routable, self.embedder, previous.index if previous else None)
+            state = _State(index, policies, disabled)
+            carried = previous.calibration if previous is not None else None
+            if len(index) and defer_calibration and carried is not None and previous.scoring is not None:
+                state.scoring = Scoring.for_index(index, self.procedure, previous.scoring.bm25_scale)
+                state.calibration = replace(carried, provisional=True)
+                self._state = state
+                self._recalibrate_later(state)
+                return disabled
+            if len(index):
+                state.scoring, state.calibration = calibrate(
+                    index, self._background_vectors(), self.embedder.embed, self.procedure
+                )
+            self._state = state
         return disabled
+
+    def _recalibrate_later(self, state: _State) -> None:
+        with self._pending_lock:
+            self._pending = state
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(
+                    target=self._recalibrate, name="ingot-calibration", daemon=True
+                )
+                self._worker.start()
+
+    def _recalibrate(self) -> None:
+        """Derive the calibration of the newest deferred snapshot; drop results a newer one replaced."""
+        while True:
+            # Let the edit's first requests, and the rest of a burst of edits, land first.
+            time.sleep(RECALIBRATE_AFTER_S)
+            with self._pending_lock:
+                state, self._pending = self._pending, None
+                if state is None:
+                    self._worker = None
+                    return
+            try:
+                scoring, calibration = calibrate(
+                    state.index, self._background_vectors(), self.embedder.embed, self.procedure
+                )
+            except Exception:  # the provisional rule keeps serving; the next edit tries again
+                log.exception("recalibration after an edit failed; keeping the previous anchors")
+                continue
+            with self._lock:
+                if self._state is state:
+                    self._state = replace(state, scoring=scoring, calibration=calibration)
+
+    def calibrating(self) -> bool:
+        """True while a deferred calibration is pending or running."""
+        with self._pending_lock:
+            return self._pending is not None or (self._worker is not None and self._worker.is_alive())
+
+    def _background_vectors(self) -> np.ndarray:
+        if self._background is None:
+            self._background = self.embedder.embed(list(background_tasks()))
+        return self._background
+
+    @property
+    def calibration(self) -> LibraryCalibration | None:
+        """What the current snapshot's decision rule was derived as (None for an empty library)."""
+        return self._state.calibration if self._state else None
 
     @property
     def disabled(self) -> Mapping[str, str]:
@@ -134,19 +210,30 @@ class Router:
     def policy(self, name: str) -> Policy | None:
         return self._state.policies.get(name) if self._state else None
 
-    def route(self, task: str, context: CallerContext | None = None, k: int = 5) -> RouteResult:
-        """Rank the compatible skills for `task` and decide match / related / novel."""
+    def route(
+        self,
+        task: str,
+        context: CallerContext | None = None,
+        k: int = 5,
+        min_score: float | None = None,
+    ) -> RouteResult:
+        """Rank the compatible skills for `task` and decide match / related / novel.
+
+        `min_score` (calibrated scale) replaces the library's related threshold for this call:
+        a skill is loaded only when its score reaches it, and is a match from the larger of it
+        and the match threshold."""
         state = self._state
         if state is None or len(state.index) == 0 or not task.strip():
             return RouteResult(None, None, 0.0, None, (), {"reason": "empty library or task"})
+        assert state.scoring is not None and state.calibration is not None
         started = time.perf_counter()
         context = context or CallerContext()
         index = state.index
         query_terms = terms(task)
         vector = self.embedder.embed_query(task)
         embedded = time.perf_counter()
-        raw = index.score(vector, query_terms)
-        fused = self._fuse(raw)
+        raw = index.score(vector, query_terms, self.procedure.used)
+        fused = state.scoring.fuse(raw)
         excluded: dict[str, int] = {}
         unchecked: set[str] = set()
         allowed = np.ones(len(index), dtype=bool)
@@ -156,14 +243,19 @@ class Router:
                 allowed[i] = False
                 excluded[reason] = excluded.get(reason, 0) + 1
             unchecked.update(missing)
+        want = max(k, NEAREST)
         if state.has_conflicts:  # rank everything so dropping conflicts can refill the top k
             ranked = self._rank(state, fused, allowed, len(index))
-            ranked = self._drop_conflicts(ranked, index, state.policies, max(k, 2))
+            ranked = self._drop_conflicts(ranked, index, state.policies, want)
         else:
-            ranked = self._rank(state, fused, allowed, max(k, 2))
+            ranked = self._rank(state, fused, allowed, want)
+        cal = state.calibration
+        related_at = cal.tau_related if min_score is None else min_score
+        match_at = max(cal.tau_match, related_at)
+        unknown = index.unknown_share(query_terms)
         candidates = [
-            self._candidate(index, raw, fused, ranked, pos, query_terms)
-            for pos in range(min(max(k, 1), len(ranked)))
+            self._candidate(state, raw, fused, ranked, pos, query_terms, unknown, related_at, match_at)
+            for pos in range(min(want, len(ranked)))
         ]
         components: dict[str, object] = {
             "filtered_out": excluded,
@@ -174,39 +266,36 @@ class Router:
             return RouteResult(None, None, 0.0, None, (), components, ())
         best = candidates[0]
         components.update(best.components)
-        cal = self.calibration
-        chosen = index.skills[best.name] if best.score >= cal.related_threshold else None
-        match = best.name if chosen is not None and best.score >= cal.match_threshold else None
-        related = best.name if chosen is not None and match is None else None
-        others = tuple(c for c in candidates[1:] if c.score >= cal.related_threshold)
+        components.update(
+            {
+                "background_anchor": round(cal.background_anchor, 6),
+                "own_anchor": round(cal.own_anchor, 6),
+                "related_at": round(related_at, 6),
+                "match_at": round(match_at, 6),
+                "calibration_provisional": cal.provisional,
+            }
+        )
+        lead = best.score - candidates[1].score if len(candidates) > 1 else best.score
+        if best.fit == "related" and lead >= self.procedure.tau_lead:  # nothing else is even near
+            best = replace(best, fit="match")
+        components["lead"] = round(lead, 6)
+        chosen = index.skills[best.name] if best.fit != "none" else None
+        match = best.name if best.fit == "match" else None
+        related = best.name if best.fit == "related" else None
+        others = tuple(c for c in candidates[1:k] if c.fit != "none")
         finished = time.perf_counter()
         components["embed_ms"] = round((embedded - started) * 1000, 3)
         components["route_ms"] = round((finished - started) * 1000, 3)
-        return RouteResult(match, related, best.score, chosen, others, components, tuple(candidates))
+        return RouteResult(
+            match, related, best.score, chosen, others, components, (best, *candidates[1 : max(k, 1)])
+        )
 
     def suggest(self, task: str, k: int = 5, context: CallerContext | None = None) -> list[Candidate]:
         """Up to k skills at least related to `task`, best first; empty when none is."""
         result = self.route(task, context, k)
         if result.skill is None:
             return []
-        head = Candidate(
-            result.skill.name,
-            result.score,
-            result.match is None,
-            {k_: v for k_, v in result.components.items() if isinstance(v, float)},
-        )
-        return [head, *result.alternatives]
-
-    def _fuse(self, raw: Scores) -> np.ndarray:
-        cal = self.calibration
-        half = cal.bm25_half_point
-        return (
-            cal.w_dense_description * raw.dense_description
-            + cal.w_dense_body * raw.dense_body
-            + cal.w_dense_sentence * raw.dense_sentence
-            + cal.w_bm25_description * raw.bm25_description / (raw.bm25_description + half)
-            + cal.w_bm25_body * raw.bm25_body / (raw.bm25_body + half)
-        )
+        return [c for c in result.ranked[:k] if c.fit != "none"]
 
     @staticmethod
     def _rank(state: _State, fused: np.ndarray, allowed: np.ndarray, want: int) -> list[int]:
@@ -252,34 +341,34 @@ class Router:
 
     def _candidate(
         self,
-        index: Index,
+        state: _State,
         raw: Scores,
         fused: np.ndarray,
         ranked: list[int],
         pos: int,
         query_terms: list[str],
+        unknown: float,
+        related_at: float,
+        match_at: float,
     ) -> Candidate:
-        cal = self.calibration
+        assert state.scoring is not None and state.calibration is not None
+        index, cal = state.index, state.calibration
         i = ranked[pos]
         rival = fused[ranked[1]] if pos == 0 and len(ranked) > 1 else fused[ranked[0]]
         if len(ranked) == 1:
             rival = 0.0
-        margin = float(fused[i] - rival)
-        skill = index.skills[index.names[i]]
-        vocabulary = index.vocabulary(skill.name)
-        coverage = (sum(t in vocabulary for t in query_terms) / len(query_terms)) if query_terms else 0.0
-        unknown = index.unknown_share(query_terms)
-        score = float(fused[i]) + cal.w_margin * margin + cal.w_coverage * coverage - cal.w_unknown * unknown
-        components = {
-            "dense_description": float(raw.dense_description[i]),
-            "dense_body": float(raw.dense_body[i]),
-            "dense_sentence": float(raw.dense_sentence[i]),
-            "bm25_description": float(raw.bm25_description[i]),
-            "bm25_body": float(raw.bm25_body[i]),
+        covered = coverage(index, index.names[i], query_terms)
+        confidence = state.scoring.confidence(float(fused[i]), float(rival), covered, unknown)
+        score = round(float(cal.calibrated(confidence)), 6)
+        fit = "match" if score >= match_at else "related" if score >= related_at else "none"
+        components = {  # the weighed components only: the others are not computed
+            **{c: float(getattr(raw, c)[i]) for c in COMPONENTS if c in self.procedure.used},
+            "body_used": float(state.scoring.present[1, i]),
             "fused": float(fused[i]),
-            "margin": margin,
-            "coverage": float(coverage),
+            "margin": float(fused[i] - rival),
+            "coverage": float(covered),
             "unknown_terms": float(unknown),
-            "confidence": score,
+            "confidence": confidence,
+            "calibrated": score,
         }
-        return Candidate(skill.name, round(score, 6), score < cal.match_threshold, components)
+        return Candidate(index.names[i], score, fit, components)

@@ -180,12 +180,25 @@ def build_server(
             str | None,
             Field(description="Your conversation id; send it as X-Ingot-Session to the capture proxy too."),
         ] = None,
+        min_score: Annotated[
+            float | None,
+            Field(
+                ge=-1.0,
+                le=2.0,
+                description=(
+                    "Load a skill only if its score reaches this (calibrated scale: 0 = a typical "
+                    "unrelated request for this library, 1 = a request quoting a skill's description). "
+                    "Default: the library's calibrated threshold."
+                ),
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Pick the skill for a task and load its approved revision in one call.
 
         Returns match (a direct fit) or related_match (close enough to adapt) with that skill's
         body and revision, or novel=true when nothing fits (handle the task yourself).
-        Alternatives are listed by name and score only; call get_skill to load one."""
+        alternatives lists the nearest other skills (up to 3 names in all, also when novel) by
+        name, score and fit, never loaded; call get_skill to load one."""
         context = CallerContext(
             harness=harness,
             platform=platform,
@@ -194,7 +207,7 @@ def build_server(
             available_mcps=tuple(available_mcps) if available_mcps is not None else None,
             may_read_cwd=may_read(cwd, limits.allowed_caller_roots),
         )
-        result = library.route(_check_task(task), context)
+        result = library.route(_check_task(task), context, min_score=min_score)
         skill = result.skill
         if session and sessions is not None:
             route = "match" if result.match else ("related" if result.related_match else "novel")
@@ -212,9 +225,7 @@ def build_server(
             "revision": skill.revision if skill else None,
             "root": labels.get(skill.root, "?") if skill else None,
             "skill_body": skill.body if skill else None,
-            "alternatives": [
-                {"name": c.name, "score": c.score, "related": c.related} for c in result.alternatives
-            ],
+            "alternatives": [{"name": c.name, "score": c.score, "fit": c.fit} for c in result.nearest],
             "components": dict(result.components),
         }
 

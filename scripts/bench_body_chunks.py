@@ -22,10 +22,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mcp_server.calibration import Procedure, background_tasks, calibrate  # noqa: E402
 from mcp_server.embedding import load_embedder  # noqa: E402
 from mcp_server.index import Index, humanise, terms  # noqa: E402
 from mcp_server.registry import Registry  # noqa: E402
-from mcp_server.router import Calibration  # noqa: E402
 
 CHUNK_CHARS = 1000
 
@@ -72,18 +72,10 @@ def main() -> None:
     chunk_vectors = embedder.embed(texts)
     embed_seconds = time.perf_counter() - start
 
-    cal = Calibration()
+    scoring, _ = calibrate(index, embedder.embed(list(background_tasks())), embedder.embed, Procedure())
     fused, chunk_scores = [], []
     for case, q in zip(cases, queries, strict=True):
-        s = index.score(q, terms(case["task"]))
-        half = cal.bm25_half_point
-        fused.append(
-            cal.w_dense_description * s.dense_description
-            + cal.w_dense_body * s.dense_body
-            + cal.w_dense_sentence * s.dense_sentence
-            + cal.w_bm25_description * s.bm25_description / (s.bm25_description + half)
-            + cal.w_bm25_body * s.bm25_body / (s.bm25_body + half)
-        )
+        fused.append(scoring.fuse(index.score(q, terms(case["task"]))))
         per_chunk = chunk_vectors @ q
         best = np.full(len(names), -1.0)
         np.maximum.at(best, np.asarray(owners), per_chunk)

@@ -1,17 +1,22 @@
-"""`ingot bench latency`: serving speed on synthetic libraries of 1k and 10k skills.
+"""`ingot bench latency`: serving speed on synthetic libraries of 1k and 10k skills, next to its floors.
 
 For each size it writes a deterministic synthetic library to a temporary folder, then measures:
-- index_build_s: building the router index in this process (vectors from the bench cache).
-- route_ms: in-process `route` p50/p95 over generated queries.
-- mcp_route_and_load_ms: `route_and_load` round trip p50/p95 to an `ingot serve` child process
-  on loopback, from fastmcp's client and from the official mcp SDK's client (one session each),
-  plus `get_skill` (no routing work) as the protocol's own floor on this machine.
+- index_build_s: building the router index and its calibration in this process (vectors cached).
+- route_ms: in-process `route` p50/p95 over generated tasks of realistic length (~25 tokens).
+- mcp_route_and_load_ms: `route_and_load` round trip p50/p95 to an `ingot serve` child process on
+  loopback, from fastmcp's client and from the official mcp SDK's client (one session each).
+- floors, measured in the same run: `query_embedding_ms` (embedding one new task, nothing else)
+  and `mcp_get_skill_ms` (a round trip that does no routing work). `overhead_ms` is route_and_load
+  p50 minus the two floors' p50s: what routing and calibration add (goal: <= 2 ms at 1k, <= 5 ms
+  at 10k).
 - cold_start_s: from spawning `ingot serve` to its first answered MCP call, vector cache warm.
 - edit_to_served_ms: from rewriting one SKILL.md to `get_skill` returning the new revision,
   median of several edits (the server's file watcher does the work; polled every 5 ms).
 - server_rss_mb / server_peak_rss_mb: the serving process's resident memory after the run.
-Vectors are cached under <tmp>/ingot-bench/cache/vectors.sqlite, so only the first run per size
-pays for embedding (minutes at 10k on two cores). Prints JSON; medians, not single runs.
+`embedding_backends` compares one query's embedding through onnxruntime directly (the default)
+and through fastembed (when installed) on the same tasks. Vectors are cached under
+<tmp>/ingot-bench/cache/vectors.sqlite, so only the first run per size pays for embedding.
+Prints JSON; medians, not single runs.
 """
 
 from __future__ import annotations
@@ -21,10 +26,7 @@ import itertools
 import os
 import random
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,8 +35,10 @@ from pathlib import Path
 import psutil
 from fastmcp import Client
 
+from ingot.bench.served import peak_rss_mb, served
+from ingot.errors import IngotError
 from ingot.settings import Settings
-from mcp_server.embedding import load_embedder
+from mcp_server.embedding import CachedEmbedder, load_embedder
 from mcp_server.library import Library
 
 VERBS = [
@@ -151,7 +155,11 @@ def queries(count: int, seed: int) -> list[str]:
     if count > QUERY_BLOCK:
         raise ValueError(f"at most {QUERY_BLOCK} queries per measurement")
     chosen = combos[seed * QUERY_BLOCK : seed * QUERY_BLOCK + count]
-    return [f"Please {v} our {o} for the {d} project using {t}" for v, o, d, t in chosen]
+    return [
+        f"Please {v} our {o} for the {d} project using {t}; the team needs it reviewed before "
+        f"Friday's release and documented for the on-call engineers."
+        for v, o, d, t in chosen
+    ]
 
 
 def percentiles(ms: list[float]) -> dict[str, float]:
@@ -160,12 +168,6 @@ def percentiles(ms: list[float]) -> dict[str, float]:
         "p50": round(statistics.median(ordered), 2),
         "p95": round(ordered[min(len(ordered) - 1, int(0.95 * (len(ordered) - 1) + 0.5))], 2),
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def _round_trips(url: str, count: int) -> dict[str, dict[str, float]]:
@@ -220,20 +222,34 @@ async def _edits(url: str, folder: Path, edit_name: str, edits: int) -> list[flo
         return to_served
 
 
-def _wait_ready(url: str, deadline_s: float) -> float:
-    start = time.perf_counter()
+def _embedding_floor(embedder: CachedEmbedder, count: int) -> list[float]:
+    """ms to embed one task never seen before (the first thing every route_and_load does)."""
+    timings = []
+    for task in queries(count, 6):
+        start = time.perf_counter()
+        embedder.embed_query(task)
+        timings.append((time.perf_counter() - start) * 1000)
+    return timings
 
-    async def ping() -> None:
-        async with Client(url) as client:
-            await client.call_tool("route_and_load", {"task": "ping"})
 
-    while time.perf_counter() - start < deadline_s:
+def embedding_backends(settings: Settings, count: int) -> dict:
+    """One query's embedding p50 through onnxruntime directly and through fastembed, same tasks."""
+    results: dict[str, object] = {}
+    for backend in ("onnx", "fastembed"):
         try:
-            asyncio.run(ping())
-            return time.perf_counter() - start
-        except Exception:
-            time.sleep(0.05)
-    raise RuntimeError(f"server not ready within {deadline_s:.0f} s")
+            embedder = load_embedder(
+                settings.embed_model_dir, settings.embed_model_sha256, None, settings.embed_threads, backend
+            )
+        except IngotError as exc:  # fastembed not installed
+            results[backend] = f"not measured: {exc}"
+            continue
+        for task in queries(5, 7):
+            embedder.embed_query(task)
+        results[backend] = percentiles(_embedding_floor(embedder, count))
+    onnx, fast = results.get("onnx"), results.get("fastembed")
+    if isinstance(onnx, dict) and isinstance(fast, dict):
+        results["fastembed_over_onnx_p50"] = round(fast["p50"] / onnx["p50"], 2)
+    return results
 
 
 def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) -> dict:
@@ -245,6 +261,8 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
             settings.embed_model_sha256,
             cache / "cache" / "vectors.sqlite",
             threads=settings.embed_threads,
+            backend=settings.embed_backend,
+            model=settings.embed_model,
         )
         library = Library((folder / "skills",), embedder)
         start = time.perf_counter()
@@ -257,46 +275,28 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
             t0 = time.perf_counter()
             library.route(task)
             in_process.append((time.perf_counter() - t0) * 1000)
+        embed_floor = percentiles(_embedding_floor(embedder, query_count))
         del library
-        port = _free_port()
-        home = folder / "home"  # the synthetic library's own state home, reading the warmed vectors
-        (home / "cache").mkdir(parents=True)
-        (home / "cache" / "vectors.sqlite").symlink_to(cache / "cache" / "vectors.sqlite")
-        env = {**os.environ, "INGOT_HOME": str(home), "HF_HUB_OFFLINE": "1", "LOG_LEVEL": "WARNING"}
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ingot.cli",
-                "serve",
-                "--no-ui",
-                "--skills",
-                str(folder / "skills"),
-                "--mcp-port",
-                str(port),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            url = f"http://127.0.0.1:{port}/mcp"
-            cold_start = _wait_ready(url, 600)
-            round_trips = asyncio.run(_round_trips(url, query_count))
-            to_served = asyncio.run(_edits(url, folder / "skills", names[size // 2], 7))
-            info = psutil.Process(process.pid)
-            rss = info.memory_info().rss / 2**20
-            peak = _peak_rss_mb(process.pid) or rss
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=30)
+        # The child gets its own state home that reads the vector cache this process just warmed.
+        with served((folder / "skills",), cache / "cache" / "vectors.sqlite", 900) as server:
+            round_trips = asyncio.run(_round_trips(server.url, query_count))
+            to_served = asyncio.run(_edits(server.url, folder / "skills", names[size // 2], 7))
+            rss = psutil.Process(server.pid).memory_info().rss / 2**20
+            peak = peak_rss_mb(server.pid) or rss
+        route_p50 = round_trips["fastmcp_client"]["p50"]
+        get_p50 = round_trips["fastmcp_client_get_skill"]["p50"]
         return {
             "skills": size,
             "index_build_s": round(build_s, 2),
             "texts_embedded_this_run": embedder.computed,
             "route_ms": percentiles(in_process),
             "mcp_route_and_load_ms": round_trips,
-            "cold_start_s": round(cold_start, 2),
+            "floors": {
+                "query_embedding_ms": embed_floor,
+                "mcp_get_skill_ms": round_trips["fastmcp_client_get_skill"],
+            },
+            "overhead_ms": round(route_p50 - embed_floor["p50"] - get_p50, 2),
+            "cold_start_s": round(server.cold_start_s, 2),
             "edit_to_served_ms": {
                 "median": round(statistics.median(to_served), 1),
                 "max": round(max(to_served), 1),
@@ -309,21 +309,12 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _peak_rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
 def run(settings: Settings, sizes: list[int], query_count: int) -> dict:
     cache = Path(tempfile.gettempdir()) / "ingot-bench"  # synthetic libraries: no state home needed
     (cache / "cache").mkdir(parents=True, exist_ok=True)
     return {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "queries_per_size": query_count,
+        "embedding_backends": embedding_backends(settings, query_count),
         "results": [_measure_size(settings, size, query_count, cache) for size in sizes],
     }

@@ -1,88 +1,169 @@
-"""`ingot bench routing`: routing quality and in-process latency on labelled cases.
+"""`ingot bench routing`: routing quality over real MCP, on labelled cases; also used by `ingot calibrate`.
 
 Cases are JSON lines `{"id", "task", "expected": name | null, "kind", "acceptable"?: [names]}`.
-Definitions (printed with the numbers):
-- top1: share of cases with an expected skill whose routed skill (match or related_match, the
-  one whose body is loaded) is the expected one or listed in `acceptable`.
-- recall_at_3: share of those cases whose expected skill is among the three best-ranked
-  candidates, before thresholds.
-- no_route_rate: share of null cases where neither match nor related_match is returned.
-- false_route_rate: share of routed decisions that loaded the wrong skill (null cases included).
+The benchmark starts `ingot serve` (same binary, same settings) and calls `route_and_load` once per
+case; every metric is computed from what the server returned. Definitions (printed with the numbers):
+- top1: share of cases with an expected skill whose loaded skill (match or related_match) is the
+  expected one or listed in `acceptable`.
+- recall_at_3: share of those cases whose expected skill is among the first three names the server
+  returned (the loaded skill, then `alternatives`), so it measures the hint a caller gets.
+- no_route_rate: share of null cases where neither match nor related_match is returned (strict).
+- false_route_rate: share of loaded skills that were wrong (null cases included).
+- match_precision: share of direct matches (not related_match) that were right.
+A metric with no cases is null, never 1.0.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
-import time
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from ingot.runtime import open_library
-from ingot.settings import Settings
+from fastmcp import Client
+
+from ingot.errors import ConfigError
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+@dataclass(frozen=True)
+class Case:
+    id: str
+    task: str
+    expected: str | None
+    kind: str
+    acceptable: frozenset[str]
+
+    @property
+    def right(self) -> frozenset[str]:
+        return self.acceptable | {self.expected} if self.expected else frozenset()
 
 
-def run(settings: Settings, cases_path: Path, details: bool = False) -> dict:
-    cases = [json.loads(line) for line in cases_path.read_text().splitlines() if line.strip()]
-    library = open_library(settings)
-    served = set(library.skills())
-    for case in cases[:3]:  # warm up caches and lazy imports outside the timed loop
-        library.route(case["task"])
-    timings, misses = [], []
-    hits = recall3 = positives = routed = wrong_routes = null_total = null_unrouted = 0
+@dataclass(frozen=True)
+class Decision:
+    """What a router returned for one case: the loaded skill and the names it listed, best first."""
+
+    loaded: str | None
+    names: tuple[str, ...]
+    score: float
+    matched: bool = False  # loaded as a direct match (not related_match)
+
+
+def load_cases(path: Path) -> list[Case]:
+    """Parse a cases file; one clear error naming the first bad line."""
+    cases = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            expected = raw.get("expected")
+            if not isinstance(raw["task"], str) or not (expected is None or isinstance(expected, str)):
+                raise TypeError("task must be a string and expected a string or null")
+            cases.append(
+                Case(
+                    str(raw.get("id", number)),
+                    raw["task"],
+                    expected,
+                    str(raw.get("kind", "?")),
+                    frozenset(raw.get("acceptable") or ()),
+                )
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConfigError(
+                f"{path}:{number}: not a routing case ({exc}); see `ingot bench routing --help`"
+            ) from None
+    if not cases:
+        raise ConfigError(f"{path} holds no routing cases")
+    return cases
+
+
+def _share(hits: int, total: int) -> float | None:
+    return round(hits / total, 4) if total else None
+
+
+def score(cases: Sequence[Case], decisions: Sequence[Decision], details: bool = False) -> dict:
+    """top1, recall@3 of the returned names, strict no-route and false-route rate, per kind too."""
+    positives = [(c, d) for c, d in zip(cases, decisions, strict=True) if c.expected]
+    nulls = [d for c, d in zip(cases, decisions, strict=True) if not c.expected]
+    loaded = [(c, d) for c, d in zip(cases, decisions, strict=True) if d.loaded]
     per_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for case in cases:
-        start = time.perf_counter()
-        result = library.route(case["task"], k=3)
-        timings.append((time.perf_counter() - start) * 1000)
-        chosen = result.skill.name if result.skill else None
-        expected = case.get("expected")
-        ok_names = {expected, *(case.get("acceptable") or [])} if expected else set()
-        correct = chosen in ok_names if expected else chosen is None
-        per_kind[case.get("kind", "?")][0] += correct
-        per_kind[case.get("kind", "?")][1] += 1
-        if chosen is not None:
-            routed += 1
-            wrong_routes += chosen not in ok_names
-        if expected:
-            positives += 1
-            hits += chosen in ok_names
-            recall3 += expected in {c.name for c in result.ranked[:3]}
-        else:
-            null_total += 1
-            null_unrouted += chosen is None
+    misses = []
+    for case, decision in zip(cases, decisions, strict=True):
+        correct = decision.loaded in case.right if case.expected else decision.loaded is None
+        per_kind[case.kind][0] += correct
+        per_kind[case.kind][1] += 1
         if details and not correct:
             misses.append(
-                {
-                    "id": case.get("id"),
-                    "kind": case.get("kind"),
-                    "expected": expected,
-                    "got": chosen,
-                    "score": round(result.score, 4),
-                    "ranked": [c.name for c in result.ranked[:3]],
-                }
-            )
-    status = library.status()
+                {"id": case.id, "kind": case.kind, "expected": case.expected, "got": decision.loaded,
+                 "score": round(decision.score, 4), "names": list(decision.names[:3])}
+            )  # fmt: skip
     report = {
         "n": len(cases),
-        "skills": status.skills,
-        "top1": round(hits / positives, 4) if positives else None,
-        "recall_at_3": round(recall3 / positives, 4) if positives else None,
-        "no_route_rate": round(null_unrouted / null_total, 4) if null_total else None,
-        "false_route_rate": round(wrong_routes / routed, 4) if routed else 0.0,
-        "p50_ms": round(statistics.median(timings), 2),
-        "p95_ms": round(_percentile(timings, 0.95), 2),
-        "accuracy_by_kind": {k: round(v[0] / v[1], 4) for k, v in sorted(per_kind.items())},
-        "expected_skill_not_served": sorted(
-            {c["expected"] for c in cases if c.get("expected") and c["expected"] not in served}
+        "top1": _share(sum(d.loaded in c.right for c, d in positives), len(positives)),
+        "recall_at_3": _share(sum(c.expected in d.names[:3] for c, d in positives), len(positives)),
+        "no_route_rate": _share(sum(d.loaded is None for d in nulls), len(nulls)),
+        "false_route_rate": _share(sum(d.loaded not in c.right for c, d in loaded), len(loaded)),
+        "match_precision": _share(
+            sum(d.loaded in c.right for c, d in loaded if d.matched), sum(d.matched for _, d in loaded)
         ),
-        "skipped_skills": [{"folder": str(p.folder), "reason": p.reason} for p in status.invalid],
+        "positives": len(positives),
+        "nulls": len(nulls),
+        "accuracy_by_kind": {k: round(v[0] / v[1], 4) for k, v in sorted(per_kind.items())},
     }
     if details:
         report["misses"] = misses
     return report
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50": round(statistics.median(ordered), 2),
+        "p95": round(ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))], 2),
+    }
+
+
+async def _route_all(url: str, cases: Sequence[Case]) -> tuple[list[Decision], list[float], list[float]]:
+    import time
+
+    decisions, round_trip, route_ms = [], [], []
+    async with Client(url) as client:
+        for case in cases:
+            start = time.perf_counter()
+            data = (await client.call_tool("route_and_load", {"task": case.task})).structured_content
+            round_trip.append((time.perf_counter() - start) * 1000)
+            loaded = data["match"] or data["related_match"]
+            names = ((loaded,) if loaded else ()) + tuple(a["name"] for a in data["alternatives"])
+            decisions.append(Decision(loaded, names, data["score"], bool(data["match"])))
+            route_ms.append(float(data["components"].get("route_ms", 0.0)))
+    return decisions, round_trip, route_ms
+
+
+def run(skills: tuple[Path, ...], vectors: Path, cases_path: Path, details: bool = False) -> dict:
+    """Serve `skills` in a child `ingot serve` (its vector cache at `vectors`, kept between runs),
+    route every case over MCP, score the answers."""
+    from ingot.bench.served import served
+
+    cases = load_cases(cases_path)
+    with served(skills, vectors) as server:
+        decisions, round_trip, route_ms = asyncio.run(_route_all(server.url, cases))
+        calibration = asyncio.run(_calibration(server.url))
+    return {
+        "skills_roots": [str(s) for s in skills],
+        "skills": calibration.pop("candidates_considered"),
+        **score(cases, decisions, details),
+        "calibration": calibration,
+        "mcp_route_and_load_ms": _percentiles(round_trip),
+        "server_route_ms": _percentiles(route_ms),
+        "cold_start_s": round(server.cold_start_s, 2),
+    }
+
+
+async def _calibration(url: str) -> dict:
+    async with Client(url) as client:
+        data = (await client.call_tool("route_and_load", {"task": "calibration probe"})).structured_content
+    keys = ("candidates_considered", "background_anchor", "own_anchor", "related_at", "match_at")
+    return {k: data["components"].get(k) for k in keys}

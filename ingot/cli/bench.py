@@ -5,6 +5,7 @@ Registered on the group by `main.py`; this module imports only `options` from th
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -23,12 +24,13 @@ def bench() -> None:
 @click.option("--cases", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
 @click.option("--details", is_flag=True, help="Also list every miss.")
 def bench_routing(skills: tuple[Path, ...], cases: Path, details: bool) -> None:
-    """Routing quality and in-process latency on labelled cases."""
+    """Routing quality over MCP (an `ingot serve` child) on labelled cases."""
     from ingot.bench.routing import run
 
     settings = settings_for(skills)
     setup_logging("WARNING")
-    print_json(run(settings, cases, details))
+    vectors = Path(tempfile.gettempdir()) / "ingot-bench" / "cache" / "vectors.sqlite"  # kept between runs
+    print_json(run(settings.skills_dirs, vectors, cases, details))
 
 
 @bench.command(name="latency")

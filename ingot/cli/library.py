@@ -92,6 +92,7 @@ def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
     default=None,
     help="The caller's working folder: `project` constraints; `paths` ones only under ALLOWED_CALLER_ROOTS.",
 )
+@click.option("--min-score", type=float, default=None, help="Load only at this calibrated score or above.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full decision as JSON.")
 def route(
     skills: tuple[Path, ...],
@@ -99,6 +100,7 @@ def route(
     harness: str | None,
     platform_: str | None,
     cwd: str | None,
+    min_score: float | None,
     as_json: bool,
 ) -> None:
     """Route TASK and print the decision with its score components."""
@@ -110,36 +112,31 @@ def route(
     setup_logging("WARNING")
     library = open_library(settings)
     readable = may_read(cwd, tool_limits(settings).allowed_caller_roots)
-    result = library.route(
-        task, CallerContext(harness=harness, platform=platform_, cwd=cwd, may_read_cwd=readable)
-    )
+    context = CallerContext(harness=harness, platform=platform_, cwd=cwd, may_read_cwd=readable)
+    result = library.route(task, context, min_score=min_score)
     decision = {
         "match": result.match,
         "related_match": result.related_match,
         "novel": result.novel,
         "score": round(result.score, 4),
         "revision": result.skill.revision if result.skill else None,
-        "alternatives": [
-            {"name": c.name, "score": round(c.score, 4), "related": c.related} for c in result.alternatives
-        ],
+        "alternatives": [{"name": c.name, "score": round(c.score, 4), "fit": c.fit} for c in result.nearest],
         "components": result.components,
     }
     if as_json:
         print_json(decision)
         return
     if result.novel:
-        click.echo(f"novel: no skill fits (best confidence {result.score:.3f})")
+        click.echo(f"novel: no skill fits (best score {result.score:.3f})")
     else:
         kind = "match" if result.match else "related_match"
         assert result.skill is not None
-        click.echo(
-            f"{kind}: {result.skill.name} @ {result.skill.short_revision} (confidence {result.score:.3f})"
-        )
+        click.echo(f"{kind}: {result.skill.name} @ {result.skill.short_revision} (score {result.score:.3f})")
     for key, value in result.components.items():
         shown = f"{value:.4f}" if isinstance(value, float) else value
         click.echo(f"  {key}: {shown}")
-    for alt in result.alternatives:
-        click.echo(f"  alternative: {alt.name} ({alt.score:.3f}{', related' if alt.related else ''})")
+    for alt in result.nearest:
+        click.echo(f"  alternative: {alt.name} ({alt.score:.3f}, {alt.fit}; not loaded)")
 
 
 @click.command(name="skills")

@@ -89,3 +89,50 @@ def test_may_read_only_under_allowed_roots_with_links_resolved(tmp_path):
     assert may_read(str(allowed / "proj"), roots) and may_read(str(allowed), roots)
     assert not may_read(str(outside), roots) and not may_read(str(allowed / "escape"), roots)
     assert not may_read(str(allowed / ".." / "outside"), roots) and not may_read(str(allowed / "proj"), ())
+
+
+def test_the_peer_skill_router_block_is_read_as_an_alias_of_our_keys():
+    policy = parse_policy(
+        {
+            "skill-router": {
+                "trust": "trusted",
+                "required_tools": ["bash", "git"],
+                "platforms": ["macos"],
+                "activation": "manual",
+                "harnesses": "Claude-Code",
+                "priority": 7,
+                "conflicts": ["old-skill"],
+            }
+        }
+    )
+    assert policy == Policy(
+        harnesses=("claude-code",),
+        platforms=("darwin",),
+        requires_tools=("bash", "git"),
+        trust="trusted",
+        activation="manual",
+        priority=7,
+        conflicts=("old-skill",),
+    )
+
+
+def test_our_keys_win_over_the_peer_block_but_a_peer_block_is_never_overridden():
+    both = parse_policy({"priority": "2", "skill-router": {"priority": 9, "platforms": "linux"}})
+    assert (both.priority, both.platforms) == (2, ("linux",))
+    blocked = parse_policy({"trust": "trusted", "skill-router": {"trust": "blocked"}})
+    assert blocked.trust == "blocked"
+    assert check(blocked, CallerContext())[0] == "trust: blocked"
+    assert parse_policy({"trust": "blocked", "skill-router": {"trust": "trusted"}}).trust == "blocked"
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ({"trust": "blocked", "sandbox": "strict"}, "does not enforce \\(sandbox\\)"),
+        ("trust: blocked", "must be a mapping"),
+        ({"trust": "maybe"}, "trust must be one of"),
+    ],
+)
+def test_a_peer_block_ingot_cannot_honour_disables_the_skill_with_a_reason(block, message):
+    with pytest.raises(PolicyInvalid, match=message):
+        parse_policy({"skill-router": block})

@@ -43,7 +43,7 @@ def test_clear_requests_match_their_skill_and_load_its_body(bundled, task, expec
     result = bundled.route(task)
     assert result.match == expected and result.related_match is None and not result.novel
     assert result.skill is not None and result.skill.body.strip()
-    assert result.components["confidence"] == pytest.approx(result.score, abs=1e-4)
+    assert result.components["calibrated"] == pytest.approx(result.score, abs=1e-4)
 
 
 @pytest.mark.parametrize(

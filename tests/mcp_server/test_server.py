@@ -55,7 +55,7 @@ def test_route_and_load_returns_the_match_with_its_body_and_revision(served):
     assert data["revision"] == skill.revision and data["skill_body"] == skill.body
     assert data["root"] == "skills"  # a label: the server's paths are not the caller's business
     assert {"dense_description", "bm25_description", "fused", "confidence"} <= set(data["components"])
-    assert all(set(alt) == {"name", "score", "related"} for alt in data["alternatives"])
+    assert all(set(alt) == {"name", "score", "fit"} for alt in data["alternatives"])
     other_bodies = [s.body for n, s in library.skills().items() if n != "release-notes"]
     assert not any(body in str(result.content) for body in other_bodies)  # one body at most
 
@@ -182,3 +182,57 @@ def test_an_edit_on_disk_is_served_without_a_restart_or_a_reload_call(served, sk
     assert "Sign every commit." in wait_for(new_revision)["body"]
     routed = call(url, "route_and_load", {"task": "write a conventional commit message for this fix"})
     assert routed.structured_content["revision"] != before
+
+
+def test_a_skill_blocked_in_the_peer_format_is_never_served(skills_root, library_factory):
+    description = "Plans quarterly OKRs for an engineering team with measurable key results."
+    write_skill(
+        skills_root,
+        "okr-planner",
+        description,
+        "# OKRs\n\n1. Draft three objectives.\n",
+        extra="metadata:\n  skill-router:\n    trust: blocked\n    priority: 50\n",
+    )
+    write_skill(
+        skills_root,
+        "okr-planner-odd",
+        description,
+        extra="metadata:\n  skill-router:\n    trust: blocked\n    sandbox: strict\n",
+    )
+    library = library_factory(skills_root)
+    with running_mcp(library) as url:
+        task = "Plan our quarterly OKRs for the engineering team with measurable key results"
+        data = call(url, "route_and_load", {"task": task, "min_score": -1.0}).structured_content
+        assert data["match"] not in ("okr-planner", "okr-planner-odd")
+        assert data["related_match"] not in ("okr-planner", "okr-planner-odd")
+        assert "Draft three objectives" not in str(data)
+        assert not {"okr-planner", "okr-planner-odd"} & {a["name"] for a in data["alternatives"]}
+        assert data["components"]["filtered_out"] == {"trust: blocked": 1}
+        suggested = call(url, "suggest_skills", {"task": task}).data
+        assert not {"okr-planner", "okr-planner-odd"} & {s["name"] for s in suggested}
+        for name in ("okr-planner", "okr-planner-odd"):
+            refused = call(url, "get_skill", {"name": name}, raise_on_error=False)
+            assert refused.is_error
+        assert "does not enforce (sandbox)" in library.status().disabled["okr-planner-odd"]
+
+        async def resources():
+            async with FastMCPClient(url) as client:
+                return [str(r.uri) for r in await client.list_resources()]
+
+        listed = asyncio.run(resources())
+        assert not [u for u in listed if "okr-planner" in u]
+
+
+def test_novel_lists_the_three_nearest_skills_unloaded_and_min_score_applies(served):
+    url, _ = served
+    data = call(url, "route_and_load", {"task": "Recommend three novels like Dune"}).structured_content
+    assert data["novel"] is True and data["skill_body"] is None
+    assert len(data["alternatives"]) == 3 and all(a["fit"] == "none" for a in data["alternatives"])
+    task = "Draft release notes for v3.1 from the merged pull requests"
+    normal = call(url, "route_and_load", {"task": task}).structured_content
+    assert normal["match"] == "release-notes" and len(normal["alternatives"]) == 2
+    strict = call(url, "route_and_load", {"task": task, "min_score": normal["score"] + 0.01})
+    assert strict.structured_content["novel"] is True
+    assert strict.structured_content["alternatives"][0]["name"] == "release-notes"
+    bad = call(url, "route_and_load", {"task": task, "min_score": 5}, raise_on_error=False)
+    assert bad.is_error

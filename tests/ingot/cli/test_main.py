@@ -85,8 +85,43 @@ def test_bench_routing_prints_json_metrics(tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["n"] == 10 and report["skills"] == 7
-    assert {"top1", "recall_at_3", "no_route_rate", "false_route_rate", "p50_ms", "p95_ms"} <= set(report)
-    assert report["top1"] == 1.0 and report["no_route_rate"] == 1.0
+    assert {"top1", "recall_at_3", "no_route_rate", "false_route_rate", "mcp_route_and_load_ms"} <= set(
+        report
+    )
+    assert report["top1"] == 1.0 and report["no_route_rate"] == 1.0 and report["recall_at_3"] == 1.0
+    assert report["calibration"]["related_at"] == 0.35
+
+
+def test_calibrate_prints_the_derived_rule_and_scores_labelled_cases(tmp_path):
+    done = ingot(
+        "calibrate",
+        "--skills",
+        str(BUNDLED_SKILLS),
+        "--cases",
+        str(FIXTURES / "bundled_cases.jsonl"),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    derived = report["derived"]
+    assert report["skills"] == 7 and derived["pseudo_queries"] >= 7
+    assert derived["background_anchor"] < derived["related_threshold"] < derived["own_anchor"]
+    assert 0.0 <= derived["no_route_background"] <= 1.0 and 0.0 <= derived["route_own"] <= 1.0
+    assert report["cases"]["measured"]["top1"] == 1.0
+    assert report["cases"]["refinement"]["suggested"].startswith("ROUTE_RELATED_THRESHOLD=")
+
+
+def test_calibrate_refuses_a_bad_cases_file_with_one_line(tmp_path):
+    (tmp_path / "cases.jsonl").write_text('{"task": "ok", "expected": null}\nnot json\n')
+    done = ingot(
+        "calibrate", "--skills", str(BUNDLED_SKILLS), "--cases", str(tmp_path / "cases.jsonl"), cwd=tmp_path
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"Error: {tmp_path / 'cases.jsonl'}:2: not a routing case "
+        "(Expecting value: line 1 column 1 (char 0)); "
+        "see `ingot bench routing --help`"
+    ]
 
 
 def test_a_bad_setting_is_one_clear_error_with_exit_code_2(tmp_path):

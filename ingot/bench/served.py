@@ -1,0 +1,96 @@
+"""An `ingot serve --no-ui` child process on a free loopback port, for benchmarks over real MCP.
+
+The child is the same binary and settings a user runs (the environment is passed through, with
+a fresh state home whose vector cache is the benchmark's warmed one), so a number measured
+through it is what an agent would see. Ready means: it answered one MCP call. Stopped with
+SIGTERM, then waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastmcp import Client
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_ready(url: str, deadline_s: float, process: subprocess.Popen | None = None) -> float:
+    """Seconds until the server at `url` answers a route_and_load call."""
+    start = time.perf_counter()
+
+    async def ping() -> None:
+        async with Client(url) as client:
+            await client.call_tool("route_and_load", {"task": "ping"})
+
+    while time.perf_counter() - start < deadline_s:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"`ingot serve` exited with code {process.returncode} before answering")
+        try:
+            asyncio.run(ping())
+            return time.perf_counter() - start
+        except Exception:  # not listening yet
+            time.sleep(0.05)
+    raise RuntimeError(f"server not ready within {deadline_s:.0f} s")
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running child server."""
+
+    url: str
+    cold_start_s: float  # from spawning the process to its first answered MCP call
+    pid: int
+
+
+@contextmanager
+def served(skills: tuple[Path, ...], vectors: Path, deadline_s: float = 900) -> Iterator[Served]:
+    """A child `ingot serve --no-ui` for `skills`, ready to answer, reading the vector cache at
+    `vectors` through its own throw-away state home."""
+    port = free_port()
+    home = Path(tempfile.mkdtemp(prefix="ingot-bench-home-"))
+    (home / "cache").mkdir()
+    vectors.parent.mkdir(parents=True, exist_ok=True)
+    (home / "cache" / "vectors.sqlite").symlink_to(vectors.absolute())
+    env = {**os.environ, "INGOT_HOME": str(home), "HF_HUB_OFFLINE": "1", "LOG_LEVEL": "WARNING"}
+    command = [sys.executable, "-m", "ingot.cli", "serve", "--no-ui", "--mcp-port", str(port)]
+    for root in skills:
+        command += ["--skills", str(root)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        yield Served(url, wait_ready(url, deadline_s, process), process.pid)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None

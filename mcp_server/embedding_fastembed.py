@@ -1,0 +1,111 @@
+"""The optional fastembed backend (`EMBED_BACKEND=fastembed`): the same `Embedder` seam, offline.
+
+`EMBED_MODEL` names a model folder (model.onnx, tokenizer.json, tokenizer_config.json; a model
+fastembed knows may instead be named, if it is already in its cache). Empty means the shipped
+all-MiniLM-L6-v2 int8: its files are linked into a folder under the vector cache with the
+tokenizer_config.json fastembed needs (truncation at 256, as the onnxruntime backend does).
+Loading never downloads: `local_files_only` is always set, and a missing file is an error that
+says what to do. The default backend stays the direct onnxruntime path (embedding.py): measured
+here, fastembed's per-query path is slower (ARCHITECTURE.md). Vectors are cached under a digest
+that names the backend, so the two backends never share cache rows.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ingot.errors import EmbeddingModelError
+from mcp_server.embedding import MAX_TOKENS, ModelFiles, _verified, default_model_files
+
+SHIPPED_NAME = "ingot/all-minilm-l6-v2-int8"
+BATCH_SIZE = 16
+
+
+def shipped_model_folder(cache_dir: Path) -> Path:
+    """A folder fastembed can load the shipped MiniLM from (links to the installed files)."""
+    files: ModelFiles = default_model_files()
+    _verified(files.model, files.model_sha256, "embedding model")
+    _verified(files.tokenizer, files.tokenizer_sha256, "tokenizer")
+    folder = cache_dir / "fastembed-minilm-int8"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, source in (("model.onnx", files.model), ("tokenizer.json", files.tokenizer)):
+        link = folder / name
+        if link.is_symlink() and link.resolve() != source.resolve():
+            link.unlink()
+        if not link.exists():
+            link.symlink_to(source)
+    config = folder / "tokenizer_config.json"
+    wanted = json.dumps({"model_max_length": MAX_TOKENS, "do_lower_case": True})
+    if not config.exists() or config.read_text() != wanted:
+        config.write_text(wanted)
+    return folder
+
+
+def _register(name: str, dim: int) -> None:
+    from fastembed import TextEmbedding
+    from fastembed.common.model_description import ModelSource, PoolingType
+
+    if any(m["model"].lower() == name.lower() for m in TextEmbedding.list_supported_models()):
+        return
+    TextEmbedding.add_custom_model(
+        model=name,
+        pooling=PoolingType.MEAN,
+        normalization=True,
+        sources=ModelSource(hf=name),  # never fetched: every load passes local_files_only
+        dim=dim,
+        model_file="model.onnx",
+    )
+
+
+class FastEmbedEmbedder:
+    """A sentence embedding model run through fastembed, from local files only."""
+
+    def __init__(self, model: str | None, cache_dir: Path, threads: int = 1, dim: int = 384) -> None:
+        try:
+            from fastembed import TextEmbedding
+        except ImportError as exc:
+            raise EmbeddingModelError(
+                "EMBED_BACKEND=fastembed needs the fastembed package: pip install 'ingot[fastembed]'"
+            ) from exc
+        folder = Path(model).expanduser() if model and Path(model).expanduser().is_dir() else None
+        if not model:
+            folder = shipped_model_folder(cache_dir)
+        kwargs: dict = {"local_files_only": True, "threads": threads, "cache_dir": str(cache_dir)}
+        if folder is not None:
+            model_file = folder / "model.onnx"
+            self._digest = "fastembed:" + _verified(model_file, None, "embedding model")
+            name = SHIPPED_NAME if not model else f"local/{folder.name}"
+            _register(name, dim)
+            kwargs["specific_model_path"] = str(folder)
+        else:
+            name = str(model)
+            self._digest = f"fastembed:{name}"
+        try:
+            self._model = TextEmbedding(model_name=name, **kwargs)
+        except Exception as exc:  # fastembed raises plain ValueErrors and OSErrors
+            raise EmbeddingModelError(
+                f"fastembed cannot load {model or 'the shipped model'} from local files ({exc}); set "
+                "EMBED_MODEL to a folder with model.onnx, tokenizer.json and tokenizer_config.json"
+            ) from exc
+        self._lock = threading.Lock()
+        self._dim = int(self.embed(["dimension probe"]).shape[1])
+
+    @property
+    def model_digest(self) -> str:
+        return self._digest
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, getattr(self, "_dim", 0)), dtype=np.float32)
+        with self._lock:
+            rows = list(self._model.embed(list(texts), batch_size=BATCH_SIZE))
+        return np.vstack(rows).astype(np.float32)

@@ -1,0 +1,199 @@
+"""Self-calibration: each library's decision rule is derived from the library, with the real model.
+
+Two shipped fixture libraries in different styles (descriptions only; descriptions with bodies)
+must both route their own pseudo-queries and real-style requests, and refuse off-library tasks,
+with the same procedure and no per-library constant."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ingot.bench.latency import write_library
+from mcp_server.calibration import BODY_MIN_TERMS, Procedure, _sentences, background_tasks
+from mcp_server.library import Library
+from tests.conftest import write_skill
+
+LIBRARIES = Path(__file__).resolve().parents[1] / "fixtures" / "libraries"
+BODYLESS, BODYRICH = LIBRARIES / "bodyless", LIBRARIES / "bodyrich"
+
+REQUESTS = {
+    BODYLESS: {
+        "Books do not balance: check supplier bills against POs and payments": "invoice-reconciliation",
+        "Roll out v2 of the checkout service to the cluster and be ready to roll back": "kubernetes-rollout",
+        "Here's the transcript of episode 12, write the notes with chapter times": "podcast-show-notes",
+        "Is this ALTER TABLE adding a NOT NULL column safe on production Postgres?": "sql-migration-review",
+        "Check our landing page for screen reader and colour contrast problems": "accessibility-audit",
+        "Tailor my CV for this data engineer job posting": "resume-tailoring",
+        "Security groups were edited by hand; compare Terraform state with live": "terraform-drift-check",
+    },
+    BODYRICH: {
+        "This parser has no tests; add pytest tests for the edge cases": "unit-test-writer",
+        "Our image is 1.4 GB, make it smaller with a multi-stage build": "dockerfile-slimming",
+        "Find which commit broke the login page between v1.2 and v1.3": "git-bisect-helper",
+        "Write a regex that pulls order ids like ORD-12345 out of these log lines": "regex-builder",
+        "Add sign in with GitHub to our web app": "oauth-integration",
+        "The export has duplicate rows and dates in three formats; clean the CSV": "csv-deduplication",
+        "Draft the postmortem for yesterday's two-hour outage": "incident-postmortem-writer",
+    },
+}
+OFF_LIBRARY = [  # none of these is in the shipped background tasks
+    "What year did the Berlin Wall fall?",
+    "Recommend a good sci-fi movie for tonight",
+    "How do I get chewing gum out of my hair?",
+    "Write a sonnet about the sea at night",
+    "Is a tomato a fruit or a vegetable?",
+    "What's a good stretch for a stiff neck?",
+]
+
+
+@pytest.fixture(scope="module")
+def libraries(embedder):
+    from mcp_server.library import Library
+
+    made = {}
+    for root in (BODYLESS, BODYRICH):
+        library = Library((root,), embedder)
+        library.reload()
+        made[root] = library
+    return made
+
+
+@pytest.mark.parametrize("root", [BODYLESS, BODYRICH], ids=["bodyless", "bodyrich"])
+def test_a_library_routes_its_own_pseudo_queries_to_their_skill(libraries, root):
+    """Description sentences route home; one too vague to say anything ("Use before a release.")
+    may be novel, but none is loaded as the wrong skill."""
+    library = libraries[root]
+    outcomes = []
+    for name, skill in library.skills().items():
+        for sentence in _sentences(skill.description):
+            result = library.route(sentence)
+            outcomes.append((name, result.skill.name if result.skill else None, sentence))
+    assert not [o for o in outcomes if o[1] is not None and o[1] != o[0]]
+    assert sum(o[1] == o[0] for o in outcomes) / len(outcomes) >= 0.9
+
+
+@pytest.mark.parametrize("root", [BODYLESS, BODYRICH], ids=["bodyless", "bodyrich"])
+def test_a_library_routes_real_requests_and_refuses_off_library_tasks(libraries, root):
+    library = libraries[root]
+    routed = {task: library.route(task) for task in REQUESTS[root]}
+    assert {t: (r.skill.name if r.skill else None) for t, r in routed.items()} == REQUESTS[root]
+    for task in OFF_LIBRARY:
+        result = library.route(task)
+        assert (result.match, result.related_match, result.skill) == (None, None, None), task
+
+
+def test_each_library_gets_its_own_thresholds_from_the_same_procedure(libraries):
+    bodyless, bodyrich = (libraries[r].calibration() for r in (BODYLESS, BODYRICH))
+    assert bodyless.tau_related == bodyrich.tau_related == Procedure().tau_related
+    assert bodyless.related_threshold != pytest.approx(bodyrich.related_threshold, abs=1e-3)
+    assert bodyless.body_less_skills == 12 and bodyrich.body_less_skills == 0
+    for derived in (bodyless, bodyrich):
+        assert derived.background_tasks == len(background_tasks())
+        assert derived.no_route_background >= 0.95 and derived.route_own >= 0.9
+        assert derived.background_anchor < derived.related_threshold < derived.own_anchor
+
+
+def test_calibration_is_deterministic_for_a_fixed_library(embedder):
+    from mcp_server.library import Library
+
+    summaries = []
+    for _ in range(2):
+        library = Library((BODYRICH,), embedder)
+        library.reload()
+        summaries.append(library.calibration().summary())
+    assert summaries[0] == summaries[1]
+
+
+def test_a_hundred_distractor_skills_do_not_turn_a_correct_route_novel(tmp_path, library_factory):
+    root = tmp_path / "skills"
+    shutil.copytree(BODYRICH, root)
+    before = library_factory(root)
+    routed = {t: before.route(t).skill.name for t in REQUESTS[BODYRICH]}
+    write_library(tmp_path / "distractors", 100)
+    for folder in (tmp_path / "distractors").iterdir():
+        folder.rename(root / folder.name)
+    after = library_factory(root)
+    assert after.status().skills == 112
+    assert {t: (after.route(t).skill or before.route(t).skill).name for t in routed} == routed
+    assert all(after.route(t).skill is not None for t in routed)
+
+
+def test_a_skill_without_a_body_is_scored_on_what_it_has(tmp_path, library_factory):
+    """In a mixed library a body-less skill still wins its request (components renormalised)."""
+    root = tmp_path / "skills"
+    shutil.copytree(BODYRICH, root)
+    shutil.copytree(BODYLESS / "sql-migration-review", root / "sql-migration-review")
+    shutil.copytree(BODYLESS / "accessibility-audit", root / "accessibility-audit")
+    library = library_factory(root)
+    index = library._router._state.index
+    assert index.body_terms("sql-migration-review") < BODY_MIN_TERMS <= index.body_terms("regex-builder")
+    task = "Is this ALTER TABLE adding a NOT NULL column safe on production Postgres?"
+    result = library.route(task)
+    assert result.skill is not None and result.skill.name == "sql-migration-review"
+    assert result.components["body_used"] == 0.0
+
+
+def test_min_score_raises_or_lowers_the_bar_for_one_call(libraries):
+    library = libraries[BODYRICH]
+    task = "Add sign in with GitHub to our web app"
+    normal = library.route(task)
+    assert normal.skill is not None
+    strict = library.route(task, min_score=normal.score + 0.01)
+    assert strict.novel and strict.nearest[0].name == "oauth-integration" and strict.nearest[0].fit == "none"
+    lenient = library.route(OFF_LIBRARY[0], min_score=-1.0)
+    assert lenient.skill is not None and lenient.related_match == lenient.skill.name
+
+
+def test_novel_decisions_still_name_the_three_nearest_skills(libraries):
+    result = libraries[BODYLESS].route("What year did the Berlin Wall fall?")
+    assert result.novel and result.alternatives == ()
+    assert len(result.nearest) == 3 and all(c.fit == "none" for c in result.nearest)
+    assert [c.name for c in result.nearest] == [c.name for c in result.ranked[:3]]
+
+
+def test_the_background_tasks_are_many_distinct_and_short():
+    tasks = background_tasks()
+    assert len(tasks) >= 200 and len(set(tasks)) == len(tasks)
+    assert all(0 < len(t) <= 200 for t in tasks)
+
+
+def test_thresholds_given_in_settings_override_the_procedure(embedder):
+    from mcp_server.library import Library
+
+    library = Library((BODYRICH,), embedder, procedure=replace(Procedure(), tau_related=0.9, tau_match=0.95))
+    library.reload()
+    assert library.calibration().tau_related == 0.9
+    assert library.route("Add sign in with GitHub to our web app").novel
+
+
+def test_a_library_of_one_skill_calibrates_and_routes(tmp_path, library_factory):
+    write_skill(tmp_path, "only-one", "Converts Markdown documents to PDF with a table of contents.")
+    library = library_factory(tmp_path)
+    assert library.route("Turn my Markdown notes into a PDF with a table of contents").skill is not None
+    assert library.route("What year did the Berlin Wall fall?").novel
+
+
+def test_an_edit_is_served_at_once_and_its_rule_is_re_derived_in_the_background(tmp_path, library_factory):
+    from tests.conftest import wait_for
+
+    root = tmp_path / "skills"
+    shutil.copytree(BODYRICH, root)
+    library = library_factory(root)
+    before = library.calibration()
+    assert not before.provisional
+    library.start_watching()
+    write_skill(root, "haiku-writer", "Writes haiku about nature. Counts the syllables of each line.")
+    wait_for(lambda: "haiku-writer" in library.skills(), timeout=20)
+    wait_for(lambda: not library.calibrating() and not library.calibration().provisional, timeout=60)
+    after = library.calibration()
+    assert after.pseudo_queries == before.pseudo_queries + 2
+    fresh = Library((root,), library._router.embedder)
+    fresh.reload()
+    assert after.summary() == fresh.calibration().summary()
+    assert (
+        library.route("Write a haiku about the autumn forest, five seven five").skill.name == "haiku-writer"
+    )

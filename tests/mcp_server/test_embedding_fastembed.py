@@ -1,0 +1,68 @@
+"""The fastembed backend loads the shipped model from local files, with no hub call, and embeds
+exactly what the default onnxruntime backend embeds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+from mcp_server.embedding import load_embedder
+
+REPO = Path(__file__).resolve().parents[2]
+TEXTS = ["Please audit our Kafka topics for the retail project using Python", "hello", "Draft a postmortem."]
+
+CHILD = textwrap.dedent(
+    """
+    import json, socket, sys
+    attempts = []
+    def hook(event, args):
+        if event in ("socket.connect", "socket.getaddrinfo", "socket.gethostbyname"):
+            attempts.append(f"{event} {args[1] if len(args) > 1 else args}")
+            raise OSError(f"network use during model load: {event}")
+    sys.addaudithook(hook)
+    from pathlib import Path
+    from mcp_server.embedding import load_embedder
+    embedder = load_embedder(None, None, Path(sys.argv[1]) / "vectors.sqlite", 1, backend="fastembed")
+    vectors = embedder.embed(json.loads(sys.argv[2]))
+    print(json.dumps({"attempts": attempts, "digest": embedder.model_digest,
+                      "vectors": vectors.tolist()}))
+    """
+)
+
+
+def test_fastembed_loads_the_shipped_model_offline_without_any_hub_call(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FASTEMBED"))}
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path), json.dumps(TEXTS)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["attempts"] == []
+    assert result["digest"].startswith("fastembed:8199be6f")
+    default = load_embedder(None, None, None, 1).embed(TEXTS)
+    cosines = (np.asarray(result["vectors"]) * default).sum(axis=1)
+    assert np.all(cosines > 0.9999)
+
+
+def test_an_unusable_fastembed_model_folder_is_one_clear_error(tmp_path):
+    import pytest
+
+    from ingot.errors import EmbeddingModelError
+
+    (tmp_path / "model").mkdir()
+    with pytest.raises(EmbeddingModelError, match="model.onnx"):
+        load_embedder(
+            None, None, tmp_path / "vectors.sqlite", 1, backend="fastembed", model=str(tmp_path / "model")
+        )
