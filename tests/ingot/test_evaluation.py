@@ -1,0 +1,247 @@
+"""`ingot evaluate` end to end: real CLI processes, the scripted model server, real files.
+
+An operator's hand-made rewrite is measured and approved; a description that steals another
+skill's routes is blocked with the stolen tasks named; a tampered champion cache entry is refused
+at approval; garbage replies end in one error and a rerun pays for nothing twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ingot.home import establish
+from optimize.control import evidence
+from optimize.control.changes import ChangeControl
+from tests.conftest import BUNDLED_SKILLS
+from tests.scripted_llm import scripted_llm
+
+ROUTING = [
+    {"task": "Draft release notes for v3.1 from the merged pull requests", "expected": "release-notes"},
+    {"task": "Summarise what changed in this release for customers", "expected": "release-notes"},
+    {"task": "Turn the merged PRs into a user-facing changelog entry", "expected": "release-notes"},
+    {"task": "Write release notes for version 2.4", "expected": "release-notes"},
+    {"task": "Write a commit message for this fix", "expected": "git-commit-messages"},
+    {"task": "Write a conventional commit message for the staged changes", "expected": "git-commit-messages"},
+    {"task": "Write a blameless postmortem for yesterday's outage", "expected": "incident-postmortem"},
+    {"task": "Plan a three-day itinerary for Lisbon", "expected": None},
+    {"task": "Recommend three novels like Dune", "expected": None},
+]
+HOLDOUT = ["Notes for 2.0", "Notes for 2.1", "Notes for 2.2", "Notes for 2.3", "Notes for 2.4"]
+
+
+@pytest.fixture
+def library(tmp_path):
+    root = tmp_path / "lib" / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    data = {
+        "train": ["Notes for 1.0", "Notes for 1.1", "Notes for 1.2"],
+        "holdout": HOLDOUT,
+        "routing": ROUTING,
+    }
+    (tasks / "release-notes.yaml").write_text(yaml.safe_dump(data))
+    return root, tasks
+
+
+def ingot(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("INGOT_HOME", "API_KEY")}
+    return subprocess.run(
+        [sys.executable, "-m", "ingot.cli", *args],
+        cwd=cwd,
+        env={**base, "HF_HUB_OFFLINE": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def models(server, tasks: Path) -> dict[str, str]:
+    return {
+        "BASE_URL": server.url,
+        "AGENT_MODEL": "agent-model",
+        "JUDGE_MODEL": "judge-model",
+        "TEACHER_MODEL": "teacher-model",
+        "TASKS_DIR": str(tasks),
+        "LLM_MAX_RETRIES": "1",
+    }
+
+
+def candidate(tmp_path: Path, root: Path, edit) -> Path:  # noqa: ANN001 - a function of the SKILL.md text
+    folder = tmp_path / "candidate" / "release-notes"
+    shutil.copytree(root / "release-notes", folder)
+    (folder / "SKILL.md").write_text(edit((folder / "SKILL.md").read_text()))
+    return folder
+
+
+def bundle(root: Path) -> dict:
+    home = establish((root,))
+    change = ChangeControl(home.path, home.roots).queue.get("release-notes")
+    return evidence.load(home.path / change.evidence_path).data, change.id
+
+
+def test_an_operators_rewrite_is_measured_and_can_be_approved(library, tmp_path):
+    root, tasks = library
+    folder = candidate(tmp_path, root, lambda text: text + "\nNEW-MARK: group the changes by theme.\n")
+    with scripted_llm() as server:
+        server.script_optimizer()
+        done = ingot(
+            "propose",
+            "release-notes",
+            "--from",
+            str(folder),
+            "--skills",
+            str(root),
+            cwd=tmp_path,
+            **models(server, tasks),
+        )
+    assert done.returncode == 0, done.stderr
+    assert (
+        "gate pass" in done.stdout
+        and "ab: measured" in done.stdout
+        and "routing_impact: measured" in done.stdout
+    )
+    data, change_id = bundle(root)
+    ab = data["measurements"]["ab"]
+    assert ab["samples"] == 5 and ab["pairwise"]["wins"] == 5 and ab["challenger_mean"] > ab["champion_mean"]
+    assert data["provenance"]["models"]["judge"]["model"] == "judge-model" and "key" not in json.dumps(
+        data["provenance"]
+    )
+    assert data["provenance"]["task_set"]["origin"] == "human" and data["gate"]["statistics"]
+    approved = ingot("approve", "release-notes", "--change", change_id, "--skills", str(root), cwd=tmp_path)
+    assert approved.returncode == 0, approved.stderr
+    assert "NEW-MARK" in (root / "release-notes" / "SKILL.md").read_text()
+
+
+def test_a_description_that_steals_another_skills_routes_is_blocked_with_the_tasks_named(library, tmp_path):
+    root, tasks = library
+    thief = (
+        "Writes commit messages for fixes and staged changes, and release notes from merged pull "
+        "requests. Use for any commit message, fix description or release note."
+    )
+
+    def steal(text: str) -> str:
+        front, body = text.split("---", 2)[1], text.split("---", 2)[2]
+        meta = yaml.safe_load(front)
+        meta["description"] = thief
+        return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body
+
+    folder = candidate(tmp_path, root, steal)
+    done = ingot(
+        "propose",
+        "release-notes",
+        "--from",
+        str(folder),
+        "--skills",
+        str(root),
+        cwd=tmp_path,
+        TASKS_DIR=str(tasks),
+    )
+    assert done.returncode == 0, done.stderr
+    data, change_id = bundle(root)
+    impact = data["measurements"]["routing_impact"]
+    stolen = {s["task"] for s in impact["shadowed"]}
+    assert "Write a commit message for this fix" in stolen, impact
+    assert data["gate"]["verdict"] == "blocked" and "git-commit-messages" in " ".join(data["gate"]["reasons"])
+    refused = ingot("approve", "release-notes", "--change", change_id, "--skills", str(root), cwd=tmp_path)
+    assert refused.returncode == 1 and "shadows" in refused.stderr
+    markdown = (
+        Path(data["id"])
+        if False
+        else establish((root,)).path / "evidence" / "release-notes" / data["id"] / "EVIDENCE.md"
+    ).read_text()
+    assert "SHADOWS git-commit-messages" in markdown
+
+
+def test_a_tampered_champion_cache_entry_is_refused_at_approval(library, tmp_path):
+    root, tasks = library
+    folder = candidate(tmp_path, root, lambda text: text + "\nNEW-MARK: group the changes by theme.\n")
+    with scripted_llm() as server:
+        server.script_optimizer()
+        done = ingot(
+            "propose",
+            "release-notes",
+            "--from",
+            str(folder),
+            "--skills",
+            str(root),
+            cwd=tmp_path,
+            **models(server, tasks),
+        )
+    assert done.returncode == 0 and "gate pass" in done.stdout, done.stdout + done.stderr
+    data, change_id = bundle(root)
+    entry = establish((root,)).path / "cache" / "ab" / data["measurements"]["ab"]["champion_cache"]["file"]
+    edited = json.loads(entry.read_text())
+    edited["results"][0]["score"] = 0.0
+    entry.write_text(json.dumps(edited))
+    refused = ingot("approve", "release-notes", "--change", change_id, "--skills", str(root), cwd=tmp_path)
+    assert refused.returncode == 1 and "champion results cannot be trusted" in refused.stderr
+    assert "NEW-MARK" not in (root / "release-notes" / "SKILL.md").read_text()
+
+
+def test_garbage_replies_are_one_error_and_a_rerun_pays_for_nothing_twice(library, tmp_path):
+    root, tasks = library
+    folder = candidate(tmp_path, root, lambda text: text + "\nNEW-MARK: group the changes by theme.\n")
+    queued = ingot(
+        "propose",
+        "release-notes",
+        "--from",
+        str(folder),
+        "--skills",
+        str(root),
+        "--no-evaluate",
+        cwd=tmp_path,
+    )
+    assert queued.returncode == 0, queued.stderr
+    _, change_id = bundle(root)
+    with scripted_llm() as server:
+        # The challenger's fourth answer comes back as an HTML page: after the calls before it were paid.
+        broken = server.add(
+            system_contains="NEW-MARK", user_contains="Notes for 2.3", garbage="<html>502 Bad Gateway</html>"
+        )
+        server.script_optimizer()
+        failed = ingot(
+            "evaluate",
+            "release-notes",
+            "--change",
+            change_id,
+            "--skills",
+            str(root),
+            cwd=tmp_path,
+            **models(server, tasks),
+        )
+        lines = failed.stderr.strip().splitlines()
+        assert (
+            failed.returncode == 1
+            and len(lines) == 1
+            and lines[0].startswith("Error: ")
+            and "not a chat completion" in lines[0]
+        )
+        assert "Traceback" not in failed.stderr
+        paid = [json.dumps(r.body, sort_keys=True) for r in server.chat_requests()]
+        broken.garbage = None
+        broken.reply = "strong answer"
+        again = ingot(
+            "evaluate",
+            "release-notes",
+            "--change",
+            change_id,
+            "--skills",
+            str(root),
+            cwd=tmp_path,
+            **models(server, tasks),
+        )
+        assert again.returncode == 0, again.stderr
+        repeated = [json.dumps(r.body, sort_keys=True) for r in server.chat_requests()[len(paid) :]]
+    good_before = {body for body in paid if "Notes for 2.3" not in body or "NEW-MARK" not in body}
+    assert not good_before & set(repeated)  # nothing the first run paid for was asked again
+    home = establish((root,)).path
+    assert len(list((home / "ledgers").glob("evaluate-release-notes-*.json"))) == 2  # both runs ledgered
+    assert not list((home / "journals").glob("*.jsonl"))  # the successful rerun cleared its journal
