@@ -10,6 +10,9 @@ the same command resumes.
 
 from __future__ import annotations
 
+import logging
+import queue
+import threading
 from dataclasses import dataclass
 
 from ingot.errors import IngotError
@@ -21,6 +24,8 @@ from optimize.control.evidence import Evidence
 from optimize.control.gate import evaluate as gate
 from optimize.measure.evaluate import Candidate
 from optimize.measure.evaluate import evaluate as measure
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -89,3 +94,33 @@ def evaluate_change(
     return Evaluated(
         change_id, bundle, verdict.status, verdict.reasons, cells, cost.get("ledger") if cost else None
     )
+
+
+class BackgroundEvaluator:
+    """Evaluates changes queued by agents (`create_skill`) one at a time in a worker thread of the
+    serving process, so a tool call never waits on a model. A failure is logged and leaves the
+    change pending with its admission evidence; `ingot evaluate` can run it again."""
+
+    def __init__(self, settings: Settings, library: Library, control: ChangeControl) -> None:
+        self.settings, self.library, self.control = settings, library, control
+        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        self._worker = threading.Thread(target=self._run, name="ingot-evaluator", daemon=True)
+        self._worker.start()
+
+    def submit(self, skill: str, change_id: str) -> None:
+        self._queue.put((skill, change_id))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._worker.join(timeout=30)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            skill, change_id = item
+            try:
+                result = evaluate_change(
+                    self.settings, self.library, self.control, skill, change_id, by="ingot-auto"
+                )
+                log.info("evaluated %s %s: %s", skill, change_id, result.verdict)
+            except Exception as exc:  # the worker must outlive one bad evaluation
+                log.warning("could not evaluate %s %s: %s (run `ingot evaluate`)", skill, change_id, exc)

@@ -88,6 +88,7 @@ def change_control(settings: Settings, library: Library | None = None) -> Change
         min_samples=settings.promote_min_samples,
         retention_warn=settings.retention_warn,
         alpha=settings.promote_alpha,
+        min_routing_cases=settings.promote_min_routing_cases,
     )
     home = establish(settings.skills_dirs, settings.ingot_home)
     opened: list[Library] = [library] if library is not None else []

@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     promote_min_margin: float = Field(default=0.15, ge=0, le=1)
     promote_min_samples: int = Field(default=3, ge=1)
     promote_alpha: float = Field(default=0.1, gt=0, lt=1)
+    promote_min_routing_cases: int = Field(
+        default=5, ge=1, description="Routing cases each routing metric needs before it can decide."
+    )
     retention_warn: float = Field(default=0.5, ge=0, le=1)
     actor: str | None = Field(default=None, description="Name recorded in the audit log; default: $USER.")
     # -- models (one client layer: optimize/models/llm.py) --

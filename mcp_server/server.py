@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -119,10 +119,12 @@ def build_server(
     control: ChangeControl | None = None,
     sessions: SessionRoutes | None = None,
     limits: ToolLimits | None = None,
+    queued: Callable[[str, str], None] | None = None,
 ) -> FastMCP:
     """An MCP server whose tools and resources read from `library`.
 
-    With `control`, agents may also propose new skills through `create_skill` (quarantined)."""
+    With `control`, agents may also propose new skills through `create_skill` (quarantined);
+    `queued(skill, change_id)` is told of each one (e.g. to evaluate it in the background)."""
     limits = limits or ToolLimits()
     labels = _root_labels(library.roots)
     mcp = FastMCP(
@@ -242,11 +244,17 @@ def build_server(
         }
 
     if control is not None:
-        _add_create_skill(mcp, library, control, limits)
+        _add_create_skill(mcp, library, control, limits, queued)
     return mcp
 
 
-def _add_create_skill(mcp: FastMCP, library: Library, control: ChangeControl, limits: ToolLimits) -> None:
+def _add_create_skill(
+    mcp: FastMCP,
+    library: Library,
+    control: ChangeControl,
+    limits: ToolLimits,
+    queued: Callable[[str, str], None] | None,
+) -> None:
     quick = replace(control, lock_wait_s=limits.create_lock_wait_s)
     rate = RateLimit(limits.create_per_minute, burst=limits.create_burst)
     working = threading.BoundedSemaphore(limits.create_concurrency)
@@ -283,6 +291,8 @@ def _add_create_skill(mcp: FastMCP, library: Library, control: ChangeControl, li
             raise ToolError(f"not queued: {exc}") from exc
         finally:
             working.release()
+        if queued is not None:
+            queued(change.skill, change.id)
         return {
             "status": "pending",
             "skill": change.skill,

@@ -106,12 +106,12 @@ def running_asgi(app, lifespan: str = "on", log_level: str = "warning") -> Itera
 
 @contextmanager
 def running_mcp(
-    library: Library, allowed_hosts: tuple[str, ...] = (), control=None, limits=None
+    library: Library, allowed_hosts: tuple[str, ...] = (), control=None, limits=None, queued=None
 ) -> Iterator[str]:
     """The real MCP app on a free loopback port; yields the /mcp URL."""
     from ingot.cli.serve import mcp_app
 
-    with running_asgi(mcp_app(library, "127.0.0.1", allowed_hosts, control, limits)) as base:
+    with running_asgi(mcp_app(library, "127.0.0.1", allowed_hosts, control, limits, queued)) as base:
         yield f"{base}/mcp"
 
 

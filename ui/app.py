@@ -119,7 +119,20 @@ def build_app(
                 cards.append(views.review(control, change))
             except (IngotError, OSError, ValueError, TypeError) as exc:  # one bad change, not the page
                 problems.append(f"cannot show the change for {change.skill}: {exc}")
-        return page(request, "review.html", cards=cards, problems=problems, notice=NOTICES.get(done or ""))
+        return page(
+            request,
+            "review.html",
+            cards=cards,
+            problems=problems,
+            set_aside=views.set_aside(control),
+            notice=NOTICES.get(done or ""),
+        )
+
+    @app.post("/changes/{skill}/evaluate")
+    def evaluate_change(skill: str, change_id: Annotated[str, Form()]) -> RedirectResponse:
+        """Measure a pending change in the background (`ingot evaluate`); its log is a run page."""
+        run = runs.start(skill, "evaluate", change_id)
+        return RedirectResponse(f"/runs/{run.id}", status_code=303)
 
     @app.post("/changes/{skill}/approve")
     def approve(skill: str, change_id: Annotated[str, Form()]) -> RedirectResponse:

@@ -31,9 +31,10 @@ from pathlib import Path
 from ingot.errors import IngotError
 from ingot.fsutil import write_atomic
 from optimize.control.lock import PromotionConflict
+from optimize.control.pending import ID_PATTERN
 from optimize.control.promote import check_skill_name
 
-MODES = ("body", "description")
+MODES = ("body", "description", "evaluate")
 MAX_LOG_BYTES = 2 << 20
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _BAR = re.compile(r"(?P<desc>[^|\r\n]*?):\s*(?P<pct>\d+)%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)")
@@ -111,18 +112,25 @@ class RunManager:
         self._lock = threading.Lock()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, skill: str, mode: str) -> Run:
+    def start(self, skill: str, mode: str, change_id: str | None = None) -> Run:
+        """Start `ingot optimize` (mode body / description) or `ingot evaluate --change ID`."""
         check_skill_name(skill)
         if mode not in MODES:
             raise IngotError(f"unknown pass {mode!r}; choose one of {', '.join(MODES)}")
+        if mode == "evaluate" and not (change_id and ID_PATTERN.match(change_id)):
+            raise IngotError("an evaluation needs the pending change's id")
         with self._lock:
             busy = [r for r in self.list() if r.skill == skill and r.status in ("running", "stopping")]
             if busy:
                 raise RunConflict(f"an optimize run for {skill!r} is already in progress ({busy[0].id})")
             now = dt.datetime.now(dt.UTC)
             run_id = f"run-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
-            args = [*self.command, "optimize", skill]
-            args += ["--description"] if mode == "description" else []
+            if mode == "evaluate":
+                args = [*self.command, "evaluate", skill, "--change", str(change_id)]
+            else:
+                args = [*self.command, "optimize", skill] + (
+                    ["--description"] if mode == "description" else []
+                )
             for root in self.roots:
                 args += ["--skills", str(root)]
             self.folder.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ and the server never disagree about a button.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,13 +19,17 @@ from ingot.errors import IngotError
 from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditEntry
 from optimize.control.changes import ChangeControl
-from optimize.control.gate import evaluate
+from optimize.control.gate import evaluate, format_p
 from optimize.control.pending import PendingChange
 from optimize.control.status import Status
 from ui.diffs import FileDiff, file_diffs
 
-# What the gate needs for each kind of change (gate.py): shown as missing when absent.
-EXPECTED = {"rewrite": ("ab",), "description": ("routing",), "create": ("checks",)}
+# The cells each kind of change is measured by (measure/evaluate.py): shown as missing when absent.
+EXPECTED = {
+    "rewrite": ("ab", "routing_impact"),
+    "description": ("routing_impact",),
+    "create": ("checks", "routing_impact", "ab"),
+}
 ROUTING_METRICS = ("top1", "recall_at_3", "no_route_precision")
 
 
@@ -44,6 +49,7 @@ class Measurement:
     name: str
     measured: bool
     why: str | None  # why it was not measured
+    applicable: bool = True  # False: does not apply to this kind of change (and says why)
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class Case:
     divergence: int | None  # first line where the two answers differ
     divergence_champion: str = ""  # that line in each answer
     divergence_challenger: str = ""
+    pairwise: str | None = None  # win / tie / loss for the challenger, asked in both orders
 
     @property
     def delta(self) -> float | None:
@@ -72,6 +79,24 @@ class Metric:
     name: str
     champion: float | None
     challenger: float | None
+    n: int | None = None  # routing cases the metric was measured on
+
+
+@dataclass(frozen=True)
+class Moved:
+    """Routing impact on one other skill: tasks it gains and loses with the change."""
+
+    skill: str
+    gained: tuple[str, ...]
+    lost: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Statistic:
+    name: str
+    n: int | None
+    statistic: float | None
+    p: str  # "< 0.001", "0.125", or "undefined"
 
 
 @dataclass(frozen=True)
@@ -113,6 +138,15 @@ class Review:
     challenger_usd: float | None
     evidence_id: str | None
     diffs: tuple[FileDiff, ...]
+    pairwise: tuple[int, int, int] | None = None  # challenger wins, ties, losses
+    statistics: tuple[Statistic, ...] = ()
+    routing_cases: int | None = None  # routing cases and real tasks the impact was measured on
+    traffic: int | None = None
+    shadowed: tuple[str, ...] = ()  # "task (expects skill)" the change would take
+    moved: tuple[Moved, ...] = ()
+    provenance: tuple[str, ...] = ()  # models and endpoints, task-set origin (never keys)
+    ledger: str | None = None  # the run's ledger, relative to the state home
+    sampling: str | None = None  # "5 holdout items, 4 distinct"
 
     @property
     def champion_tokens(self) -> int | None:
@@ -193,7 +227,8 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
     ]
     measurements = tuple(_measurement(name, blocks.get(name)) for name in names)
     ab = _block(blocks, "ab")
-    routing = _block(blocks, "routing")
+    impact = _block(blocks, "routing_impact")
+    metrics = impact.get("metrics") if isinstance(impact.get("metrics"), Mapping) else {}
     live = _live_files(control, change)
     cost = data.get("cost") if isinstance(data.get("cost"), Mapping) else {}
     raw_cases = ab.get("cases")
@@ -214,8 +249,13 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         retention=_num(ab.get("retention")),
         serving_model=ab.get("serving_model") if isinstance(ab.get("serving_model"), str) else None,
         routing=tuple(
-            Metric(m, _num(_get(routing, "champion", m)), _num(_get(routing, "challenger", m)))
-            for m in (ROUTING_METRICS if routing or change.kind == "description" else ())
+            Metric(
+                m,
+                _num(_get(metrics, "champion", m)),
+                _num(_get(metrics, "challenger", m)),
+                _int(_get(metrics, "n", m)),
+            )
+            for m in (ROUTING_METRICS if impact or change.kind == "description" else ())
         ),
         checks=_checks(_block(blocks, "checks")),
         search=_search(_block(blocks, "search")),
@@ -224,7 +264,92 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         challenger_usd=_num(ab.get("challenger_usd")),
         evidence_id=evidence_id,
         diffs=tuple(file_diffs(live, change.files)),
+        pairwise=_pairwise(ab.get("pairwise")),
+        statistics=tuple(_statistic(s) for s in _list(_get_gate(data, "statistics"))),
+        routing_cases=_int(_get(impact, "cases", "total")),
+        traffic=_int(_get(impact, "cases", "traffic")),
+        shadowed=tuple(
+            f"{s.get('task')} (expects {s.get('expected')})"
+            for s in _list(impact.get("shadowed"))
+            if isinstance(s, Mapping)
+        ),
+        moved=tuple(
+            Moved(str(name), tuple(map(str, _list(m.get("gained")))), tuple(map(str, _list(m.get("lost")))))
+            for name, m in (impact.get("by_skill") or {}).items()
+            if isinstance(m, Mapping) and name != change.skill
+        ),
+        provenance=_provenance(data.get("provenance")),
+        ledger=cost.get("ledger") if isinstance(cost.get("ledger"), str) else None,
+        sampling=_sampling(ab.get("sampling")),
     )
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _get_gate(data: Mapping[str, Any], key: str) -> Any:
+    gate = data.get("gate")
+    return gate.get(key) if isinstance(gate, Mapping) else None
+
+
+def _pairwise(block: Any) -> tuple[int, int, int] | None:
+    if not isinstance(block, Mapping) or block.get("status") != "measured":
+        return None
+    counts = tuple(_int(block.get(k)) for k in ("wins", "ties", "losses"))
+    return counts if all(c is not None for c in counts) else None  # type: ignore[return-value]
+
+
+def _statistic(block: Any) -> Statistic:
+    block = block if isinstance(block, Mapping) else {}
+    return Statistic(
+        str(block.get("test", "?")),
+        _int(block.get("n")),
+        _num(block.get("statistic")),
+        format_p(_num(block.get("p"))),
+    )
+
+
+def _provenance(block: Any) -> tuple[str, ...]:
+    if not isinstance(block, Mapping):
+        return ()
+    lines = [
+        f"{role}: {m.get('model')} at {m.get('endpoint')}"
+        for role, m in (block.get("models") or {}).items()
+        if isinstance(m, Mapping)
+    ]
+    task_set = block.get("task_set")
+    if isinstance(task_set, Mapping) and task_set.get("origin"):
+        lines.append(f"task set: {task_set.get('origin')}, sha256 {str(task_set.get('sha256'))[:12]}")
+    return tuple(lines)
+
+
+def _sampling(block: Any) -> str | None:
+    if not isinstance(block, Mapping) or _int(block.get("holdout_items")) is None:
+        return None
+    return f"{block['holdout_items']} holdout items, {block.get('distinct')} distinct"
+
+
+def set_aside(control: ChangeControl, limit: int = 10) -> list[dict[str, Any]]:
+    """Recently displaced or withheld candidates (kept in the archive, never silently dropped)."""
+    folder = control.queue.archive_folder
+    found = []
+    for path in folder.glob("*/*.json") if folder.is_dir() else []:
+        try:
+            record = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        if record.get("archived_status") in ("displaced", "withheld"):
+            found.append(
+                {
+                    "skill": path.parent.name,
+                    "id": record.get("id"),
+                    "status": record.get("archived_status"),
+                    "reason": record.get("archived_reason"),
+                    "at": record.get("archived_at", ""),
+                }
+            )
+    return sorted(found, key=lambda r: r["at"], reverse=True)[:limit]
 
 
 def _live_files(control: ChangeControl, change: PendingChange) -> Mapping[str, bytes]:
@@ -267,7 +392,8 @@ def _measurement(name: str, block: Any) -> Measurement:
         return Measurement(name, False, "not in the evidence bundle")
     if block.get("status") == "measured":
         return Measurement(name, True, None)
-    return Measurement(name, False, str(block.get("why") or "no reason given"))
+    applicable = block.get("status") != "not_applicable"
+    return Measurement(name, False, str(block.get("why") or "no reason given"), applicable)
 
 
 def _case(case: Mapping[str, Any]) -> Case:
@@ -286,6 +412,7 @@ def _case(case: Mapping[str, Any]) -> Case:
         divergence_challenger=str(divergence.get("challenger", ""))
         if isinstance(divergence, Mapping)
         else "",
+        pairwise=case.get("pairwise") if case.get("pairwise") in ("win", "tie", "loss") else None,
     )
 
 

@@ -40,7 +40,8 @@ def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
     """Open the library and change control (settling any interrupted change), report, serve."""
     from ingot.cli.serve import serve as run
     from ingot.cli.serve import tool_limits, ui_options
-    from ingot.runtime import change_control, open_library
+    from ingot.evaluation import BackgroundEvaluator
+    from ingot.runtime import change_control, models_missing, open_library
 
     options = ui_options(settings) if ui else None  # a bad token setting fails before any work
     setup_logging(settings.log_level)
@@ -59,6 +60,10 @@ def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
     )
     for problem in status.invalid:
         click.echo(f"  skipped {problem.folder}: {problem.reason}", err=True)
+    # Agents' new skills are measured in the background when models are configured (else by hand).
+    evaluator = (
+        BackgroundEvaluator(settings, library, control) if mcp and models_missing(settings) is None else None
+    )
     endpoints = [f"MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"] if mcp else []
     endpoints += [f"UI at http://{settings.bind_host}:{settings.ui_port}/"] if ui else []
     click.echo(f"ingot: {', '.join(endpoints)}", err=True)
@@ -73,7 +78,10 @@ def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
         log_level=settings.log_level.lower(),
         ui=options,
         limits=tool_limits(settings),
+        queued=evaluator.submit if evaluator else None,
     )
+    if evaluator is not None:
+        evaluator.close()
 
 
 @click.command()

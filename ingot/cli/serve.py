@@ -10,6 +10,7 @@ import asyncio
 import ipaddress
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def mcp_app(
     allowed_hosts: tuple[str, ...],
     control: ChangeControl | None = None,
     limits: ToolLimits | None = None,
+    queued: Callable[[str, str], None] | None = None,
 ):
     """The MCP ASGI app with strict Host/Origin checking (DNS-rebinding protection)."""
     hosts = ["127.0.0.1", "localhost", "[::1]", *allowed_hosts]
@@ -49,7 +51,7 @@ def mcp_app(
         hosts.append(host)
     patterns = [p for h in hosts for p in (h, f"{h}:*")]
     sessions = SessionRoutes(control.runs_dir) if control is not None else None
-    return build_server(library, control, sessions, limits).http_app(
+    return build_server(library, control, sessions, limits, queued).http_app(
         path="/mcp",
         host_origin_protection=True,
         allowed_hosts=patterns,
@@ -138,6 +140,7 @@ def serve(
     log_level: str = "info",
     ui: UIOptions | None = None,
     limits: ToolLimits | None = None,
+    queued: Callable[[str, str], None] | None = None,
 ) -> None:
     """Block serving MCP and/or the UI (a None port is not served) until interrupted."""
     if ui_port is not None and (control is None or ui is None):
@@ -162,7 +165,7 @@ def serve(
         servers.append(
             uvicorn.Server(
                 uvicorn.Config(
-                    mcp_app(library, host, allowed_hosts, control, limits),
+                    mcp_app(library, host, allowed_hosts, control, limits, queued),
                     host=host,
                     port=mcp_port,
                     log_level=log_level,

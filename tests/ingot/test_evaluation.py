@@ -245,3 +245,53 @@ def test_garbage_replies_are_one_error_and_a_rerun_pays_for_nothing_twice(librar
     home = establish((root,)).path
     assert len(list((home / "ledgers").glob("evaluate-release-notes-*.json"))) == 2  # both runs ledgered
     assert not list((home / "journals").glob("*.jsonl"))  # the successful rerun cleared its journal
+
+
+def test_an_agents_new_skill_is_evaluated_in_the_background_when_models_are_configured(
+    library, tmp_path, library_factory
+):
+    import asyncio
+
+    from fastmcp import Client
+
+    from ingot.evaluation import BackgroundEvaluator
+    from ingot.settings import load_settings
+    from tests.conftest import running_mcp, wait_for
+
+    root, tasks = library
+    home = establish((root,))
+    served = library_factory(root)
+    control = ChangeControl(home.path, home.roots, neighbours=served.current)
+    with scripted_llm() as server:
+        settings = load_settings(
+            skills_dirs=(root,),
+            ingot_home=home.path,
+            tasks_dir=tasks,
+            base_url=server.url,
+            agent_model="agent-model",
+            judge_model="judge-model",
+        )
+        evaluator = BackgroundEvaluator(settings, served, control)
+        try:
+            with running_mcp(served, control=control, queued=evaluator.submit) as url:
+
+                async def create() -> dict:
+                    async with Client(url) as client:
+                        args = {
+                            "name": "kiln-firing",
+                            "description": "Plans glaze firing schedules for an electric ceramic kiln.",
+                            "body": "# Kiln\n\n1. Ramp slowly to 1000C.\n",
+                        }
+                        return (await client.call_tool("create_skill", args)).structured_content
+
+                created = asyncio.run(create())
+            change = wait_for(
+                lambda: (c := control.queue.get("kiln-firing")) and c.evidence_history and c, timeout=120
+            )
+        finally:
+            evaluator.close()
+    assert change.id == created["change_id"]
+    data = evidence.load(home.path / change.evidence_path).data
+    assert data["measurements"]["routing_impact"]["status"] == "measured"
+    assert "no task set for 'kiln-firing'" in data["measurements"]["ab"]["why"]
+    assert data["gate"]["verdict"] == "admissible"

@@ -275,3 +275,49 @@ def test_the_ui_answers_to_its_bind_address_and_allowed_hosts_with_or_without_po
 
 def test_health_checks_may_use_head(world):
     assert httpx.head(f"{world.ui}/healthz").status_code == 200
+
+
+def test_evaluate_on_a_card_measures_the_change_again_and_the_card_shows_the_new_bundle(world):
+    from tests.conftest import wait_for
+
+    change = world.change(GOOD)
+    before = change.evidence_path
+    response = post(world, f"/changes/{GOOD}/evaluate", {"change_id": change.id})
+    assert response.status_code == 303 and "/runs/run-" in response.headers["location"]
+    run_id = response.headers["location"].rsplit("/", 1)[1]
+    done = wait_for(
+        lambda: (
+            (r := httpx.get(f"{world.ui}/api/runs/{run_id}").json())["status"] in ("succeeded", "failed")
+            and r
+        ),
+        timeout=120,
+    )
+    assert done["status"] == "succeeded", done
+    after = world.control.queue.get(GOOD)
+    assert after.id == change.id and after.evidence_path != before
+    assert [e["path"] for e in after.evidence_history] == [before]  # the old bundle is kept and listed
+    card = httpx.get(f"{world.ui}/review").text.split(f'data-skill="{GOOD}"')[1].split("</article>")[0]
+    assert "routing_impact" in card and after.evidence_path.split("/")[-2] in card
+
+
+def test_a_withheld_candidate_is_listed_as_set_aside_not_dropped(world):
+    waiting = world.change(GOOD)
+    proposed = world.control.propose(GOOD, "rewrite", "optimizer", rewrite(world.root, GOOD, "WORSE"), {})
+    assert proposed.withheld and world.control.queue.get(GOOD).id == waiting.id
+    page = httpx.get(f"{world.ui}/review").text
+    aside = page.split('data-testid="set-aside"')[1]
+    assert proposed.change.id in aside and "withheld" in aside and waiting.id in aside
+
+
+def test_a_new_skill_whose_quality_was_not_measured_shows_amber_admissible(world):
+    from tests.optimize.conftest import checks, skill_md
+
+    files = {
+        "SKILL.md": skill_md(
+            "kiln-firing", "Plans glaze firings for an electric ceramic kiln.", "Ramp slowly."
+        )
+    }
+    world.control.propose("kiln-firing", "create", "agent", files, checks())
+    card = httpx.get(f"{world.ui}/review").text.split('data-skill="kiln-firing"')[1].split("</article>")[0]
+    assert 'class="verdict admissible"' in card and "quality not measured" in card
+    assert 'data-testid="approve" disabled' not in card  # a person may approve it
