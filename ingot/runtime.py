@@ -25,6 +25,7 @@ from optimize.models.traces import LocalTraceStore, TraceStore
 if TYPE_CHECKING:
     from agent.run import AgentLimits
     from optimize.measure.judge import Judge
+    from optimize.measure.regress import ReplayContext
     from optimize.measure.sandbox import Sandbox
     from optimize.search.research import Researcher
 
@@ -119,7 +120,11 @@ def llm_config(settings: Settings) -> LLMConfig:
         "agent": settings.agent_model,
         "strong": settings.strong_model or settings.teacher_model,
         "teacher": settings.teacher_model,
-        "judge": settings.judge_model or next(iter(settings.judge_models), None),
+        "judge": settings.judge_model
+        or next(iter(settings.judge_models), None)
+        or settings.judge_l3_model
+        or settings.judge_l2_model
+        or settings.judge_l1_model,
     }
     endpoints = {}
     for role, model in models.items():
@@ -213,3 +218,53 @@ def agent_limits(settings: Settings) -> AgentLimits:
     from agent.run import AgentLimits
 
     return AgentLimits(model_calls=settings.agent_max_model_calls, tool_calls=settings.agent_max_tool_calls)
+
+
+def replay_context(settings: Settings) -> ReplayContext:
+    """What the replay cell needs: goldens and controls cache in the state home, the judge tiers
+    (L3 defaults to JUDGE_MODEL), bounds, side-effect and sandbox tools, and world sources."""
+    from optimize.measure.cascade import JudgeTiers
+    from optimize.measure.drift import ResearchCheck, WorldEndpoint
+    from optimize.measure.regress import ReplayContext, ReplaySettings
+    from optimize.measure.replay import ReplayLimits
+
+    if settings.replay_world_tools and not settings.replay_world_url:
+        raise ConfigError(
+            "REPLAY_WORLD_TOOLS is set but REPLAY_WORLD_URL is empty: set the endpoint that runs them"
+        )
+    home = state_home(settings)
+    default_judge = settings.judge_model or next(iter(settings.judge_models), None)
+    tiers = JudgeTiers(
+        settings.judge_l1_model, settings.judge_l2_model, settings.judge_l3_model or default_judge
+    )
+    limits = ReplayLimits(
+        max_turns=settings.replay_max_turns,
+        max_tokens=settings.replay_max_tokens,
+        timeout_s=settings.replay_timeout_s,
+        max_tool_calls=settings.agent_max_tool_calls,
+        sandbox_tools=frozenset(settings.replay_sandbox_tools),
+    )
+    sources = ()
+    if settings.replay_world_url:
+        sources = (WorldEndpoint(settings.replay_world_url, frozenset(settings.replay_world_tools)),)
+    research = None
+    if settings.replay_research and not settings.tavily_api_key:
+        raise ConfigError(
+            "REPLAY_RESEARCH=true needs TAVILY_API_KEY (the research tool it corroborates with)"
+        )
+    if settings.replay_research and settings.tavily_api_key:
+        research = ResearchCheck(settings.tavily_api_key.get_secret_value(), settings.tavily_base_url)
+    return ReplayContext(
+        goldens_dir=home / "goldens",
+        cache_dir=home / "cache" / "replay",
+        tiers=tiers,
+        settings=ReplaySettings(
+            controls=settings.replay_controls,
+            concurrency=settings.replay_concurrency,
+            limits=limits,
+            side_effects=frozenset(settings.replay_side_effect_tools),
+        ),
+        world_sources=sources,
+        research=research,
+        teacher_model=settings.teacher_model,
+    )

@@ -22,6 +22,7 @@ from optimize.control.gate import evaluate
 from optimize.control.pending import PendingChange
 from optimize.control.status import Status
 from ui.diffs import FileDiff, file_diffs
+from ui.replay import ReplayView, replay_view
 
 # What the gate needs for each kind of change (gate.py): shown as missing when absent.
 EXPECTED = {"rewrite": ("ab",), "description": ("routing",), "create": ("checks",)}
@@ -113,6 +114,7 @@ class Review:
     challenger_usd: float | None
     evidence_id: str | None
     diffs: tuple[FileDiff, ...]
+    replay: ReplayView | None = None  # the regression replay cell
 
     @property
     def champion_tokens(self) -> int | None:
@@ -224,6 +226,7 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         challenger_usd=_num(ab.get("challenger_usd")),
         evidence_id=evidence_id,
         diffs=tuple(file_diffs(live, change.files)),
+        replay=replay_view(data) if data else None,
     )
 
 

@@ -26,7 +26,15 @@ from ingot.errors import ConfigError
 )
 def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, description_pass: bool) -> None:
     """Search for a better body (or description) for SKILL and queue it, with evidence, for review."""
-    from ingot.runtime import change_control, llm_client, open_library, researcher, run_id, sandbox
+    from ingot.runtime import (
+        change_control,
+        llm_client,
+        open_library,
+        replay_context,
+        researcher,
+        run_id,
+        sandbox,
+    )
     from ingot.runtime import judge as make_judge
     from optimize.search.pipeline import optimize_body
 
@@ -73,6 +81,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
         candidates or settings.optimize_candidates,
         sandbox=sandbox(settings),
         research=researcher(settings),
+        replay=replay_context(settings),
     )
     click.echo(outcome.reason)
     if outcome.proposed:
@@ -122,6 +131,7 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
         change_control,
         llm_client,
         open_library,
+        replay_context,
         researcher,
         run_id,
         sandbox,
@@ -149,6 +159,7 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
         progress=lambda message: click.echo(f"... {message}", err=True),
         sandbox=sandbox(settings),
         research=researcher(settings),
+        replay=replay_context(settings),
     )
     for entry in entries:
         score = "-" if entry.mean_score is None else f"{entry.mean_score:.2f}"
