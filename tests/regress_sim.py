@@ -1,11 +1,13 @@
 """Scripted models for regression replay, served by tests/scripted_llm.py (real HTTP, no patches).
 
 Deterministic stand-ins with just enough behaviour to exercise the mechanics:
-- `agent`: follows the skill in its system prompt (inside `<skill ...>` tags). Every step line
+- `agent`: follows the skill in its system prompt (inside `<skill ...>` tags), or the one a
+  `route_and_load` call returned when that tool is offered instead. Every step line
   (`1.` / `-` / `*`) becomes a line of the answer, markdown stripped (so a formatting-only edit
   answers identically); a step naming an offered tool in backticks calls it first (arguments
   `{"for": task}`, or `{"file_path": "/skill/<path>"}` for `read_file` with a backticked path)
-  and its answer line carries the tool's result.
+  (`{"command": ...}` for `execute` with a backticked command) and its answer line carries
+  the tool's result.
 - `judge(tier)`: reads the prompt's checklist. A criterion's quoted phrases ("...") and every
   world fact's value (as the prompt states it now) must be in the replay's answer. L1 is also
   nervous: it is "unsure" when the answer's line count moved by more than one. L2 cites the
@@ -45,10 +47,20 @@ def plain(line: str) -> str:
     return " ".join(line.replace("`", "").split())
 
 
-def skill_steps(system: str) -> list[str]:
+def skill_steps(system: str, routed: str | None = None) -> list[str]:
+    """The step lines of the skill: inside `<skill>` tags, else in a `route_and_load` result."""
     found = SKILL_TAG.search(system)
-    body = found.group(1) if found else system
+    body = found.group(1) if found else (routed or "")
     return [m.group(1) for m in (STEP.match(line) for line in body.splitlines()) if m]
+
+
+def _arguments(tool: str, step: str, task: str, offered: set[str]) -> dict[str, Any]:
+    ticked = [t for t in TICKED.findall(step) if t not in offered]
+    if tool == "read_file" and ticked:
+        return {"file_path": f"/skill/{ticked[0]}"}
+    if tool == "execute" and ticked:
+        return {"command": ticked[0]}
+    return {"for": task}
 
 
 def agent(body: dict[str, Any]) -> str | dict[str, Any]:
@@ -61,17 +73,21 @@ def agent(body: dict[str, Any]) -> str | dict[str, Any]:
     for m in messages:
         if m.get("role") == "tool":
             results[names.get(m.get("tool_call_id"), "?")] = _text(m)
+    if "route_and_load" in offered and "route_and_load" not in results and not SKILL_TAG.search(system):
+        call = {"id": "call_route", "name": "route_and_load", "arguments": {"task": task}}
+        return {"reply": None, "tool_calls": [call]}
+    routed = json.loads(results["route_and_load"]).get("skill_body") if "route_and_load" in results else None
     lines = []
-    for n, step in enumerate(skill_steps(system)):
+    for n, step in enumerate(skill_steps(system, routed)):
         tools = [t for t in TICKED.findall(step) if t in offered]
         for tool in tools:
             if tool not in results:
-                paths = [t for t in TICKED.findall(step) if "/" in t or "." in t and t not in offered]
-                args = {"file_path": f"/skill/{paths[0]}"} if tool == "read_file" and paths else {"for": task}
-                return {
-                    "reply": None,
-                    "tool_calls": [{"id": f"call_{n}_{tool}", "name": tool, "arguments": args}],
+                call = {
+                    "id": f"call_{n}_{tool}",
+                    "name": tool,
+                    "arguments": _arguments(tool, step, task, offered),
                 }
+                return {"reply": None, "tool_calls": [call]}
         said = plain(step)
         if tools:
             said += ": " + " ".join(" ".join(results[t].split())[:300] for t in tools)
@@ -249,8 +265,9 @@ class RegressWorld:
         folder = self.root / skill
         return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
-    def record(self, task: str = FX_TASK, skill: str = "fx-quote") -> Any:
-        """Run the stand-in harness through the proxy; the trace of its final (answering) call."""
+    def record(self, task: str = FX_TASK, skill: str = "fx-quote", system: str | None = None) -> Any:
+        """Run the stand-in harness through the proxy (the skill in its system prompt, unless
+        `system` is given); the trace of its final (answering) call."""
         from agent.workspace import revision_of
         from mcp_server.registry import parse_skill_md
         from tests.conftest import wait_for
@@ -259,7 +276,7 @@ class RegressWorld:
         body = parse_skill_md(files["SKILL.md"].decode(), skill)[2]
         before, sent = len(self.store.read().records), len(self.server.chat_requests())
         header = f"{skill}@{revision_of(files)}"
-        run_harness(self.proxy_url, header, harness_prompt(body), task, self.tools)
+        run_harness(self.proxy_url, header, system or harness_prompt(body), task, self.tools)
         calls = len(self.server.chat_requests()) - sent
         wait_for(lambda: len(self.store.read().records) >= before + calls)
         records = self.store.read().records[before:]

@@ -402,8 +402,12 @@ class GoldenStore:
         return self.folder / skill
 
     def _write(self, path: Path, data: Mapping[str, Any]) -> None:
-        for parent in (self.folder, path.parent):
-            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.folder.parent.mkdir(parents=True, exist_ok=True)
+        folder = self.folder
+        for part in ("", *path.parent.relative_to(self.folder).parts):  # every level private
+            folder = folder / part if part else folder
+            folder.mkdir(mode=0o700, exist_ok=True)
+            folder.chmod(0o700)
         write_atomic(
             path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False).encode(), mode=0o600
         )
