@@ -24,6 +24,7 @@ from optimize.models.traces import LocalTraceStore, TraceStore
 
 if TYPE_CHECKING:
     from agent.run import AgentLimits
+    from optimize.measure.cascade import JudgeTiers
     from optimize.measure.judge import Judge
     from optimize.measure.regress import ReplayContext
     from optimize.measure.sandbox import Sandbox
@@ -220,10 +221,17 @@ def agent_limits(settings: Settings) -> AgentLimits:
     return AgentLimits(model_calls=settings.agent_max_model_calls, tool_calls=settings.agent_max_tool_calls)
 
 
+def judge_tiers(settings: Settings) -> JudgeTiers:
+    """The replay judge's tiers (JUDGE_L1/L2/L3_MODEL); L3 defaults to JUDGE_MODEL."""
+    from optimize.measure.cascade import JudgeTiers
+
+    default = settings.judge_model or next(iter(settings.judge_models), None)
+    return JudgeTiers(settings.judge_l1_model, settings.judge_l2_model, settings.judge_l3_model or default)
+
+
 def replay_context(settings: Settings) -> ReplayContext:
     """What the replay cell needs: goldens and controls cache in the state home, the judge tiers
     (L3 defaults to JUDGE_MODEL), bounds, side-effect and sandbox tools, and world sources."""
-    from optimize.measure.cascade import JudgeTiers
     from optimize.measure.drift import ResearchCheck, WorldEndpoint
     from optimize.measure.regress import ReplayContext, ReplaySettings
     from optimize.measure.replay import ReplayLimits

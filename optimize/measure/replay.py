@@ -79,6 +79,7 @@ class ReplayRun:
     stopped: str | None = None  # a bound or an error ended it before an answer
     seconds: float = 0.0
     observed: tuple[tuple[str, Any], ...] = ()  # world calls observed live (tool, arguments)
+    transcript: tuple[Mapping[str, Any], ...] = ()  # the replay's messages, wire shape, before the answer
 
     @property
     def tokens(self) -> int:
@@ -101,6 +102,7 @@ class ReplayRun:
             "stopped": self.stopped,
             "seconds": round(self.seconds, 3),
             "observed": [list(o) for o in self.observed],
+            "transcript": list(self.transcript),
         }
 
     @classmethod
@@ -116,6 +118,7 @@ class ReplayRun:
             stopped=data.get("stopped"),
             seconds=float(data.get("seconds") or 0.0),
             observed=tuple((o[0], o[1]) for o in data.get("observed") or ()),
+            transcript=tuple(data.get("transcript") or ()),
         )
 
 
@@ -253,7 +256,19 @@ class Replayer:
             ReplayStep(s.index, s.name, s.arguments, s.result, "workspace") for s in steps_of(served.messages)
         )
         where = ("system prompt", "/skill/ files (reference agent workspace)")
-        return ReplayRun(golden.id, revision, served.answer or None, steps, (), where, stopped=served.stopped)
+        messages = list(served.messages)
+        if messages and messages[-1].get("role") == "assistant" and not messages[-1].get("tool_calls"):
+            messages.pop()  # the answer is kept apart
+        return ReplayRun(
+            golden.id,
+            revision,
+            served.answer or None,
+            steps,
+            (),
+            where,
+            stopped=served.stopped,
+            transcript=tuple(messages),
+        )
 
     def _loop(
         self, golden: Golden, swap: Swap, files: Mapping[str, bytes], revision: str, bounded: _Bounded
@@ -297,6 +312,7 @@ class Replayer:
                     tuple(dict.fromkeys(placements)),
                     partial=any(s.source == "unavailable" for s in steps),
                     observed=tuple(observed),
+                    transcript=tuple(messages),
                 )
             messages.append(
                 {
