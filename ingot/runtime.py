@@ -241,10 +241,7 @@ def replay_context(settings: Settings) -> ReplayContext:
             "REPLAY_WORLD_TOOLS is set but REPLAY_WORLD_URL is empty: set the endpoint that runs them"
         )
     home = state_home(settings)
-    default_judge = settings.judge_model or next(iter(settings.judge_models), None)
-    tiers = JudgeTiers(
-        settings.judge_l1_model, settings.judge_l2_model, settings.judge_l3_model or default_judge
-    )
+    tiers = judge_tiers(settings)
     limits = ReplayLimits(
         max_turns=settings.replay_max_turns,
         max_tokens=settings.replay_max_tokens,

@@ -245,6 +245,7 @@ FX_DESCRIPTION = (
     "convert or quote an amount in another currency."
 )
 FX_TASK = "Quote 250 EUR in USD for Dana"
+NO_FEES_STEP = '3. Mention "no fees" for transfers under 1000 EUR.\n'
 RATE = "EUR/USD 1.0842 (ECB fixing)"
 
 
@@ -260,6 +261,7 @@ class RegressWorld:
     store: Any
     admin: Any
     tools: dict[str, Callable[[dict[str, Any]], str]]
+    library: Any = None
 
     def files(self, skill: str = "fx-quote") -> dict[str, bytes]:
         folder = self.root / skill
@@ -305,7 +307,9 @@ def regress_world(tmp_path: Path, library_factory: Callable[..., Any]) -> Iterat
     with scripted_llm() as server:
         install(server)
         with running_asgi(build_proxy(server.url, store, harness="quote-bot"), lifespan="off") as proxy:
-            yield RegressWorld(root, control, server, f"{proxy}/v1", store, GoldenAdmin(control), tools)
+            yield RegressWorld(
+                root, control, server, f"{proxy}/v1", store, GoldenAdmin(control), tools, library
+            )
 
 
 def edited(files: Mapping[str, bytes], old: str, new: str, path: str = "SKILL.md") -> dict[str, bytes]:

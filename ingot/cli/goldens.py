@@ -150,6 +150,13 @@ def show(skills: tuple[Path, ...], golden_id: str, as_yaml: bool) -> None:
     _echo_review(stored)
 
 
+def _one_line(exc: Exception) -> str:
+    """A YAML or OS error as one line: the problem and where it is."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{getattr(exc, 'problem', None) or exc}{where}".replace("\n", " ")
+
+
 def _editable(stored) -> dict[str, Any]:
     return {
         "criteria": [c.text for c in stored.review.criteria],
@@ -191,7 +198,7 @@ def approve(skills: tuple[Path, ...], golden_id: str, source: Path | None) -> No
         try:
             data = yaml.safe_load(source.read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{source} is not readable YAML: {exc}") from exc
+            raise ConfigError(f"{source} is not readable YAML: {_one_line(exc)}") from exc
         if not isinstance(data, dict) or not isinstance(data.get("criteria", []), list):
             raise ConfigError(f"{source} needs a `criteria` list (and optionally `world_facts`)")
     stored = admin.approve(
@@ -238,6 +245,10 @@ def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
     sys.exit(0 if cell.get("verdict") == "PASS" else 1)
 
 
+def _usd(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:.4f}"
+
+
 def _echo_cell(skill: str, cell: dict[str, Any]) -> None:
     if cell["status"] != "measured":
         click.echo(f"replay not measured: {cell['why']}")
@@ -257,9 +268,10 @@ def _echo_cell(skill: str, cell: dict[str, Any]) -> None:
     click.echo(f"verdict: {cell['verdict']}")
     click.echo(cell["rationale"])
     cost = cell["cost"]
-    usd = "unknown" if cost["usd"] is None else f"${cost['usd']:.4f}"
-    tiers = ", ".join(f"{t} ${b['usd']:.4f} ({b['calls']} calls)" for t, b in cost["judging"].items())
-    click.echo(f"cost: {usd} (serving ${cost['serving']['usd']:.4f}{', ' + tiers if tiers else ''})")
+    tiers = ", ".join(f"{t} {_usd(b['usd'])} ({b['calls']} calls)" for t, b in cost["judging"].items())
+    click.echo(
+        f"cost: {_usd(cost['usd'])} (serving {_usd(cost['serving']['usd'])}{', ' + tiers if tiers else ''})"
+    )
     counter = cell["counterfactual"]
     if counter.get("all_strongest_usd") is not None:
         click.echo(

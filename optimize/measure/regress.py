@@ -386,12 +386,25 @@ def _noise_floor(works: list[_Work], champion: str | None, settings: ReplaySetti
     }
 
 
+def _bucket() -> dict[str, Any]:
+    return {"calls": 0, "tokens_in": 0, "tokens_out": 0, "usd": 0.0, "unknown_cost_calls": 0}
+
+
+def _add(bucket: dict[str, Any], tokens_in: int, tokens_out: int, cost: float | None) -> None:
+    bucket["calls"] += 1
+    bucket["tokens_in"] += tokens_in
+    bucket["tokens_out"] += tokens_out
+    if cost is None:
+        bucket["unknown_cost_calls"] += 1
+    else:
+        bucket["usd"] += cost
+
+
 def _costs(works: list[_Work], rationale: Mapping[str, Any]) -> dict[str, Any]:
-    """Tokens and cost of what this measurement sent (cached controls sent nothing)."""
+    """Tokens and cost of what this measurement sent (cached controls and cassette replays sent
+    nothing). A bucket with a call of unknown cost has `usd` None, never a partial sum."""
     by_tier: dict[str, dict[str, Any]] = {}
-    serving = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "usd": 0.0}
-    controls = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "usd": 0.0}
-    unknown = False
+    serving, controls = _bucket(), _bucket()
     fresh = [(w.candidate, w.judgement, serving) for w in works]
     fresh += [
         (r, j, controls)
@@ -401,33 +414,19 @@ def _costs(works: list[_Work], rationale: Mapping[str, Any]) -> dict[str, Any]:
     ]
     for run, judgement, bucket in fresh:
         for call in run.calls if run else ():
-            if call.get("from_cassette"):
-                continue
-            bucket["calls"] += 1
-            bucket["tokens_in"] += call["tokens_in"]
-            bucket["tokens_out"] += call["tokens_out"]
-            unknown |= call.get("cost_usd") is None
-            bucket["usd"] += call.get("cost_usd") or 0.0
+            if not call.get("from_cassette"):
+                _add(bucket, call["tokens_in"], call["tokens_out"], call.get("cost_usd"))
         for d in judgement.decisions if judgement else ():
-            if d.model is None or d.from_cassette or d.verdict == "skipped":
-                continue
-            tier = by_tier.setdefault(d.tier, {"calls": 0, "tokens_in": 0, "tokens_out": 0, "usd": 0.0})
-            tier["calls"] += 1
-            tier["tokens_in"] += d.tokens_in
-            tier["tokens_out"] += d.tokens_out
-            unknown |= d.cost_usd is None
-            tier["usd"] += d.cost_usd or 0.0
+            if d.model is not None and not d.from_cassette and d.verdict != "skipped":
+                _add(by_tier.setdefault(d.tier, _bucket()), d.tokens_in, d.tokens_out, d.cost_usd)
     if rationale.get("model") and not rationale.get("from_cassette"):
-        tier = by_tier.setdefault("rationale", {"calls": 0, "tokens_in": 0, "tokens_out": 0, "usd": 0.0})
-        tier["calls"] += 1
-        tier["tokens_in"] += rationale["tokens_in"]
-        tier["tokens_out"] += rationale["tokens_out"]
-        unknown |= rationale.get("cost_usd") is None
-        tier["usd"] += rationale.get("cost_usd") or 0.0
+        bucket = by_tier.setdefault("rationale", _bucket())
+        _add(bucket, rationale["tokens_in"], rationale["tokens_out"], rationale.get("cost_usd"))
     buckets = [serving, controls, *by_tier.values()]
+    known = round(sum(b["usd"] for b in buckets), 8)
+    unknown = any(b["unknown_cost_calls"] for b in buckets)
     for bucket in buckets:
-        bucket["usd"] = round(bucket["usd"], 8)
-    total = round(sum(b["usd"] for b in buckets), 8)
+        bucket["usd"] = None if bucket["unknown_cost_calls"] else round(bucket["usd"], 8)
     return {
         "serving": serving,
         "controls_serving": controls,
@@ -435,8 +434,8 @@ def _costs(works: list[_Work], rationale: Mapping[str, Any]) -> dict[str, Any]:
         "calls": sum(b["calls"] for b in buckets),
         "tokens_in": sum(b["tokens_in"] for b in buckets),
         "tokens_out": sum(b["tokens_out"] for b in buckets),
-        "usd": None if unknown else total,
-        "usd_known_part": total,
+        "usd": None if unknown else known,
+        "usd_known_part": known,
     }
 
 

@@ -225,6 +225,22 @@ def test_costs_per_tier_add_up_to_the_ledgers(world):
     )  # the ledger reports 6 decimals
 
 
+def test_without_prices_costs_are_unknown_never_zero(world):
+    result = cell(
+        world,
+        edited(world.files(), '3. Mention "no fees" for transfers under 1000 EUR.\n', ""),
+        ledger=UsageLedger("no-prices"),
+    )
+    cost = result["cost"]
+    assert cost["usd"] is None and cost["serving"]["usd"] is None and cost["serving"]["calls"] == 3
+    assert all(tier["usd"] is None for tier in cost["judging"].values())
+    assert (
+        result["counterfactual"]["all_strongest_usd"] is None
+        and "no price for judge-l3" in result["counterfactual"]["why"]
+    )
+    assert only(result)["usd"] is None
+
+
 def test_controls_are_cached_by_champion_revision(world):
     cell(world, world.files())
     before = len(world.server.chat_requests())
