@@ -103,8 +103,12 @@ def ui_options(settings: Settings) -> UIOptions:
     if settings.teacher_model:
         from optimize.measure.goldens import draft_review
 
-        llm = llm_client(settings, run_id("ui-bless"))
-        drafter = lambda golden: draft_review(llm, golden)[0]  # noqa: E731
+        try:
+            llm = llm_client(settings, run_id("ui-bless"))
+        except ConfigError as exc:  # the UI still serves; blessing just drafts nothing
+            log.warning("the teacher cannot draft criteria for blessed runs: %s", exc)
+        else:
+            drafter = lambda golden: draft_review(llm, golden)[0]  # noqa: E731
     return UIOptions(actor(settings), token, traces=trace_store(settings), drafter=drafter)
 
 

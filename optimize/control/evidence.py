@@ -128,7 +128,13 @@ def render_markdown(data: Mapping[str, Any], verdict: Verdict) -> str:
         if block.get("status") != "measured":
             lines.append(f"- {name}: **not measured** ({block.get('why', 'no reason given')})")
             continue
-        lines.append(f"- {name}: measured")
+        lines.append(
+            f"- {name}: measured" + (f", verdict **{block['verdict']}**" if "verdict" in block else "")
+        )
+        for golden in block.get("goldens", []):  # the replay cell (optimize/measure/regress.py)
+            lines.append(
+                f"  - {golden.get('id')}: {golden.get('verdict')} at {golden.get('tier')}: {golden.get('why')}"
+            )
         for case in block.get("cases", []):
             lines.append(
                 f"  - {case.get('id')}: champion {case.get('champion')} -> challenger "

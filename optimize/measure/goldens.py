@@ -17,6 +17,7 @@ import base64
 import datetime as dt
 import hashlib
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -34,6 +35,10 @@ from optimize.models.traces import TraceRecord
 
 SCHEMA_VERSION = 1
 MAX_SHOWN = 1500  # characters of a tool result the teacher sees per step
+# A trace's skill and revision come from a harness (the proxy's X-Ingot-Skill header): only a
+# real skill name and a content revision may name files in the store.
+SKILL_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+REVISION = re.compile(r"^[0-9a-f]{64}$")
 
 
 class GoldenError(IngotError):
@@ -212,6 +217,11 @@ def golden_from_trace(record: TraceRecord) -> Golden:
             f"trace {record.id} was not served by a skill (route {record.route}); only runs a skill "
             "served, attributed to its revision, can become goldens"
         )
+    if not SKILL_NAME.match(record.skill) or len(record.skill) > 64 or not REVISION.match(record.revision):
+        raise GoldenError(
+            f"trace {record.id} names {record.skill!r}@{record.revision[:20]!r}, which is not a skill "
+            "revision Ingot serves; only runs attributed to a served revision can become goldens"
+        )
     if record.errors:
         raise GoldenError(f"trace {record.id} failed ({'; '.join(record.errors)}); bless a run that worked")
     if not record.answer or not record.answer.strip():
@@ -376,6 +386,8 @@ def _review_from(data: Mapping[str, Any]) -> Review:
 def _golden_from(data: Mapping[str, Any]) -> Golden:
     if data.get("schema_version") != SCHEMA_VERSION:
         raise GoldenError("not a version-1 golden")
+    if not SKILL_NAME.match(str(data["skill"])) or not REVISION.match(str(data["revision"])):
+        raise GoldenError("its skill or revision is malformed")
     return Golden(
         skill=str(data["skill"]),
         revision=str(data["revision"]),
@@ -470,6 +482,8 @@ class GoldenStore:
         return replace(stored, review=review)
 
     def revision_files(self, skill: str, revision: str) -> dict[str, bytes]:
+        if not REVISION.match(revision):
+            raise GoldenError(f"{revision[:20]!r} is not a revision")
         path = self._skill_dir(skill) / "revisions" / f"{revision}.json"
         try:
             data = json.loads(path.read_bytes())

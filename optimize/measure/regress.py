@@ -245,7 +245,13 @@ def _measure(
         "drift": [card.to_json() for w in works for card in w.drift],
         "cost": _costs(works, by),
         "counterfactual": _counterfactual(llm, tiers, works, by),
-        "warnings": _warnings(tiers, teacher_model),
+        "warnings": _warnings(tiers, teacher_model)
+        + [
+            f"{w.stored.id}: criteria {w.stored.review.status}, not approved by a person; "
+            "its verdict rests on them"
+            for w in works
+            if w.stored.review.status != "human-approved"
+        ],
         "skipped_goldens": problems,
         "inputs": {
             "golden_digests": [w.stored.golden.digest for w in works],

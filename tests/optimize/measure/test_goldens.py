@@ -104,6 +104,8 @@ def test_goldens_are_redacted_like_traces_even_from_an_unredacted_store(tmp_path
         ({"answer": "", "tool_calls": ({"name": "get_rate"},)}, "it asked for tools: get_rate"),
         ({"messages": ()}, "has no transcript"),
         ({"errors": ("upstream answered 500",)}, "failed (upstream answered 500)"),
+        ({"revision": "../../../etc/x"}, "not a skill revision Ingot serves"),
+        ({"skill": "../fx"}, "not a skill revision Ingot serves"),
     ],
 )
 def test_a_trace_that_cannot_be_a_golden_says_why(overrides, says):
