@@ -132,9 +132,8 @@ def render_markdown(data: Mapping[str, Any], verdict: Verdict) -> str:
             f"- {name}: measured" + (f", verdict **{block['verdict']}**" if "verdict" in block else "")
         )
         for golden in block.get("goldens", []):  # the replay cell (optimize/measure/regress.py)
-            lines.append(
-                f"  - {golden.get('id')}: {golden.get('verdict')} at {golden.get('tier')}: {golden.get('why')}"
-            )
+            verdict, tier, why = golden.get("verdict"), golden.get("tier"), golden.get("why")
+            lines.append(f"  - {golden.get('id')}: {verdict} at {tier}: {why}")
         for case in block.get("cases", []):
             lines.append(
                 f"  - {case.get('id')}: champion {case.get('champion')} -> challenger "
