@@ -94,6 +94,12 @@ def test_a_run_of_a_revision_that_is_neither_live_nor_snapshotted_cannot_be_bles
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Better step one.")}
     change, _ = control.propose("alpha", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1], [0.9, 0.8, 0.9]))
     control.approve("alpha", "ana", change.id)
+    snapshot = control.promoter.revisions / "alpha" / old.revision / "SKILL.md"
+    original = snapshot.read_bytes()
+    snapshot.write_bytes(original + b"tampered\n")
+    with pytest.raises(GoldenError, match="neither live nor snapshotted"):
+        admin.bless(old, "ana")  # a snapshot that no longer hashes to its revision is not used
+    snapshot.write_bytes(original)
     stored, _ = admin.bless(old, "ana")  # the displaced revision's snapshot is used, verified
     assert stored.golden.revision == old.revision != control.live_revision("alpha")
 
