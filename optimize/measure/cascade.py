@@ -178,6 +178,24 @@ def side_effect_diff(
     return labels, cited
 
 
+def sequence_diff(golden: Golden, replay: ReplayRun) -> dict[str, Any]:
+    """L0's tool-call comparison: the same calls in the same order, or which are missing / extra."""
+    recorded = [call_key(s.name, s.arguments) for s in golden.steps]
+    replayed = [call_key(s.name, s.arguments) for s in replay.steps]
+    left, right = Counter(recorded), Counter(replayed)
+    missing = [
+        s for s in golden.steps if left[call_key(s.name, s.arguments)] > right[call_key(s.name, s.arguments)]
+    ]
+    extra = [
+        s for s in replay.steps if right[call_key(s.name, s.arguments)] > left[call_key(s.name, s.arguments)]
+    ]
+    return {
+        "same": recorded == replayed,
+        "missing": [f"step {s.index}: {s.name}({_args(s.arguments)})" for s in missing],
+        "extra": [f"step {s.index}: {s.name}({_args(s.arguments)})" for s in extra],
+    }
+
+
 def _args(arguments: Any) -> str:
     return json.dumps(arguments, ensure_ascii=False, sort_keys=True)[:160]
 

@@ -32,6 +32,7 @@ from optimize.measure.cascade import (
     Judgement,
     JudgeTiers,
     prompt_values,
+    sequence_diff,
 )
 from optimize.measure.drift import ResearchCheck, World, WorldSource, drift_cards
 from optimize.measure.goldens import GoldenError, GoldenStore, Stored
@@ -347,6 +348,7 @@ def _entry(work: _Work) -> dict[str, Any]:
         "steps": [
             {"index": s.index, "name": s.name, "source": s.source, "matched": s.matched} for s in run.steps
         ],
+        "tool_calls": sequence_diff(golden, run),
         "serving": {"calls": len(run.calls), "tokens": run.tokens, "usd": run.cost_usd},
         "drift": [card.to_json() for card in work.drift],
         "controls": [

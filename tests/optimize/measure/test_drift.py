@@ -66,7 +66,7 @@ def golden():
         answer="1.0842",
         route="match",
         skill="fx",
-        revision="r" * 64,
+        revision="ab" * 32,
         model="m",
         messages=messages,
     )

@@ -107,6 +107,11 @@ def test_dropping_a_side_effect_is_L0_evidence_and_blocks_without_a_model(world)
     }
     assert all(d["model"] is None for d in golden["decisions"])
     assert result["cost"]["judging"] == {}  # no judge was called
+    assert golden["tool_calls"] == {
+        "same": False,
+        "missing": ['step 2: send_quote({"for": "Quote 250 EUR in USD for Dana"})'],
+        "extra": [],
+    }
 
 
 def test_a_block_needs_L2_and_L3_agreeing_a_missing_tier_is_skipped_and_recorded(world):

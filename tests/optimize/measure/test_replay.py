@@ -66,13 +66,18 @@ def test_a_harness_that_loads_the_skill_through_route_and_load_gets_the_candidat
         (golden,) = result["goldens"]
         assert golden["placements"] == ["step 1 (route_and_load) result"]
         assert result["verdict"] == "BLOCK" and golden["cited"]["quote"].startswith('Mention "no fees"')
-        replayed = [
-            m["content"]
+        routed = [
+            json.loads(m["content"])
             for r in w.server.chat_requests()[before:]
             for m in r.body["messages"]
             if m["role"] == "tool" and "skill_body" in m["content"]
         ]
-        assert replayed and all("no fees" not in json.loads(c)["skill_body"] for c in replayed[:1])
+        candidate = revision_of(edited(w.files(), NO_FEES, ""))
+        as_candidate = [r for r in routed if r["revision"] == candidate]
+        as_champion = [r for r in routed if r["revision"] == revision]  # the controls
+        assert as_candidate and all("no fees" not in r["skill_body"] for r in as_candidate)
+        assert as_champion and all("no fees" in r["skill_body"] for r in as_champion)
+        assert len(as_candidate) + len(as_champion) == len(routed)
 
 
 def test_a_sandbox_tool_runs_the_candidates_script_in_bubblewrap(tmp_path, library_factory):
