@@ -94,6 +94,34 @@ class Settings(BaseSettings):
     judge_models: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(), description="Ensemble, comma-separated."
     )
+    judge_l1_model: str | None = Field(default=None, description="Replay judge, cheap screen (L1).")
+    judge_l2_model: str | None = Field(
+        default=None, description="Replay judge, mid re-check that cites (L2)."
+    )
+    judge_l3_model: str | None = Field(
+        default=None, description="Replay judge, strongest (L3); default JUDGE_MODEL."
+    )
+    replay_controls: int = Field(default=2, ge=0, le=10, description="Unchanged-champion replays per golden.")
+    replay_concurrency: int = Field(default=4, ge=1, le=64, description="Replays running at once.")
+    replay_max_turns: int = Field(default=8, ge=1, le=100, description="Model calls per replay.")
+    replay_max_tokens: int = Field(default=60_000, ge=1000, description="Tokens in + out per replay.")
+    replay_timeout_s: float = Field(default=300.0, gt=0, description="Wall clock per replay.")
+    replay_side_effect_tools: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("write_file", "edit_file", "delete", "create_skill"),
+        description="Tools whose calls are side effects (a missing or extra one is L0 evidence).",
+    )
+    replay_sandbox_tools: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("execute",), description="Tools whose `command` replays run in the execution sandbox."
+    )
+    replay_world_url: str | None = Field(
+        default=None, description="Endpoint that executes REPLAY_WORLD_TOOLS live during replays."
+    )
+    replay_world_tools: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), description="Read-only tools replays may call live (world drift); never side effects."
+    )
+    replay_research: bool = Field(
+        default=False, description="Corroborate a moved world fact by a web search of its label (Tavily)."
+    )
     llm_timeout_s: float = Field(default=60.0, gt=0)
     llm_max_retries: int = Field(default=3, ge=0, le=10)
     llm_concurrency: int = Field(default=4, ge=1, le=64)
@@ -143,7 +171,15 @@ class Settings(BaseSettings):
             return tuple(Path(p.strip()) for p in value.split(",") if p.strip())
         return value
 
-    @field_validator("allowed_hosts", "judge_models", "loop_passes", mode="before")
+    @field_validator(
+        "allowed_hosts",
+        "judge_models",
+        "loop_passes",
+        "replay_side_effect_tools",
+        "replay_sandbox_tools",
+        "replay_world_tools",
+        mode="before",
+    )
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):

@@ -23,6 +23,7 @@ from optimize.control.gate import evaluate, format_p
 from optimize.control.pending import PendingChange
 from optimize.control.status import Status
 from ui.diffs import FileDiff, file_diffs
+from ui.replay import ReplayView, replay_view
 
 # The cells each kind of change is measured by (measure/evaluate.py): shown as missing when absent.
 EXPECTED = {
@@ -147,6 +148,7 @@ class Review:
     provenance: tuple[str, ...] = ()  # models and endpoints, task-set origin (never keys)
     ledger: str | None = None  # the run's ledger, relative to the state home
     sampling: str | None = None  # "5 holdout items, 4 distinct"
+    replay: ReplayView | None = None  # the regression replay cell
 
     @property
     def champion_tokens(self) -> int | None:
@@ -281,6 +283,7 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         provenance=_provenance(data.get("provenance")),
         ledger=cost.get("ledger") if isinstance(cost.get("ledger"), str) else None,
         sampling=_sampling(ab.get("sampling")),
+        replay=replay_view(data) if data else None,
     )
 
 

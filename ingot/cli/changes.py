@@ -63,22 +63,25 @@ def propose(
 def list_pending(skills: tuple[Path, ...]) -> None:
     """List the changes waiting for a decision, with their gate verdicts."""
     from optimize.control import evidence as evidence_mod
+    from optimize.control.gate import replay_rule
 
     control, _ = _control(skills)
     changes = control.pending()
     if not changes:
         click.echo("nothing pending")
     for change in changes:
-        verdict = "no evidence"
+        verdict, replay = "no evidence", "not measured"
         if change.evidence_path:
             try:
-                verdict = evidence_mod.load(control.runs_dir / change.evidence_path).data["gate"]["verdict"]
+                data = evidence_mod.load(control.runs_dir / change.evidence_path).data
+                verdict = data["gate"]["verdict"]
+                replay = replay_rule(data).verdict or "not measured"
             except (evidence_mod.EvidenceError, KeyError):
                 verdict = "evidence unreadable"
         click.echo(
             f"{change.skill}  {change.id}  {change.kind}  from {change.source}  "
             f"{(change.champion_revision or 'new')[:12]} -> {change.candidate_revision[:12]}  "
-            f"gate: {verdict}"
+            f"gate: {verdict}  replay: {replay}"
         )
 
 
@@ -91,10 +94,20 @@ def list_pending(skills: tuple[Path, ...]) -> None:
     required=True,
     help="The change id you reviewed (from `ingot pending`); a newer candidate is a conflict.",
 )
-def approve(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
-    """Re-verify SKILL's pending change against its evidence and promote it."""
+@click.option("--reason", default=None, help="Why you approve despite a replay WARN (audited).")
+@click.option(
+    "--override-reason",
+    default=None,
+    help="Override a replay BLOCK: why this regression is acceptable (audited).",
+)
+def approve(
+    skills: tuple[Path, ...], skill: str, change_id: str, reason: str | None, override_reason: str | None
+) -> None:
+    """Re-verify SKILL's pending change against its evidence and promote it.
+
+    A regression-replay WARN needs --reason; a BLOCK needs --override-reason."""
     control, who = _control(skills)
-    outcome = control.approve(skill, who, change_id)
+    outcome = control.approve(skill, who, change_id, reason=reason, override_reason=override_reason)
     click.echo(f"promoted {skill}: {(outcome.from_revision or 'new')[:12]} -> {outcome.to_revision[:12]}")
 
 

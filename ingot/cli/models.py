@@ -28,7 +28,15 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
     """Search for a better body (or description) for SKILL and queue it, with evidence, for review.
 
     Every paid call is journaled until the run succeeds: rerunning after a failure resumes."""
-    from ingot.runtime import change_control, model_run, open_library, provenance, recent_traffic, researcher
+    from ingot.runtime import (
+        change_control,
+        model_run,
+        open_library,
+        provenance,
+        recent_traffic,
+        replay_context,
+        researcher,
+    )
     from ingot.runtime import judge as make_judge
     from ingot.runtime import sandbox as make_sandbox
     from optimize.measure.taskset import draft_task_set, load_task_set
@@ -78,6 +86,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
             sandbox=make_sandbox(settings),
             research=researcher(settings),
             provenance=provenance(settings, llm),
+            replay=replay_context(settings),
         )
         click.echo(outcome.reason)
         if outcome.proposed:
@@ -141,7 +150,15 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
 @click.argument("targets", nargs=-1)
 def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
     """Mine every skill with a task set (or TARGETS) and optimize the unhealthy ones (quarantined)."""
-    from ingot.runtime import change_control, model_run, open_library, researcher, sandbox, trace_store
+    from ingot.runtime import (
+        change_control,
+        model_run,
+        open_library,
+        replay_context,
+        researcher,
+        sandbox,
+        trace_store,
+    )
     from ingot.runtime import judge as make_judge
     from optimize.search.loop import run_loop
 
@@ -164,6 +181,7 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
             progress=lambda message: click.echo(f"... {message}", err=True),
             sandbox=sandbox(settings),
             research=researcher(settings),
+            replay=replay_context(settings),
         )
     for entry in entries:
         score = "-" if entry.mean_score is None else f"{entry.mean_score:.2f}"

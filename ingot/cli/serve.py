@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -70,6 +71,8 @@ class UIOptions:
     actor: str  # recorded in the audit log for decisions taken in the UI
     token: str | None = None  # required on every UI request when set
     runs_env: dict[str, str] | None = None  # environment for optimize runs (default: ours)
+    traces: Any = None  # the trace store the Traces page lists (None: no page content)
+    drafter: Callable[[Any], Any] | None = None  # the teacher drafting a blessed golden's criteria
 
 
 def tool_limits(settings: Settings) -> ToolLimits:
@@ -95,7 +98,19 @@ def ui_options(settings: Settings) -> UIOptions:
             raise ConfigError(f"UI_ACCESS_TOKEN_FILE: {exc}") from exc
     if token is not None and len(token) < 16:
         raise ConfigError("UI_ACCESS_TOKEN must be at least 16 characters; use a long random string")
-    return UIOptions(actor(settings), token)
+    from ingot.runtime import llm_client, run_id, trace_store
+
+    drafter = None
+    if settings.teacher_model:
+        from optimize.measure.goldens import draft_review
+
+        try:
+            llm = llm_client(settings, run_id("ui-bless"))
+        except ConfigError as exc:  # the UI still serves; blessing just drafts nothing
+            log.warning("the teacher cannot draft criteria for blessed runs: %s", exc)
+        else:
+            drafter = lambda golden: draft_review(llm, golden)[0]  # noqa: E731
+    return UIOptions(actor(settings), token, traces=trace_store(settings), drafter=drafter)
 
 
 def ui_app(
@@ -113,7 +128,16 @@ def ui_app(
     from ui.runs import RunManager
 
     runs = RunManager(control.runs_dir, control.roots, options.runs_env)
-    app = build_app(library, control, runs, mcp_url, f"{options.actor} (ui)", options.token)
+    app = build_app(
+        library,
+        control,
+        runs,
+        mcp_url,
+        f"{options.actor} (ui)",
+        options.token,
+        options.traces,
+        options.drafter,
+    )
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=ui_hosts(bind_host, allowed_hosts))
     return app
 

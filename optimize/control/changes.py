@@ -23,7 +23,7 @@ from mcp_server.library import Similarity
 from mcp_server.registry import Limits, parse_skill_md
 from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditEntry, AuditError, AuditLog
-from optimize.control.gate import Thresholds, Verdict, evaluate
+from optimize.control.gate import ReplayRequirement, Thresholds, Verdict, evaluate, replay_rule
 from optimize.control.lock import PromotionConflict, change_lock
 from optimize.control.pending import PendingChange, PendingQueue, new_change
 from optimize.control.promote import Outcome, Promoter, check_skill_name, tree_revision
@@ -360,17 +360,27 @@ class ChangeControl:
                 raise
             return updated, bundle
 
-    def approve(self, skill: str, actor: str, change_id: str) -> Outcome:
+    def approve(
+        self,
+        skill: str,
+        actor: str,
+        change_id: str,
+        reason: str | None = None,
+        override_reason: str | None = None,
+    ) -> Outcome:
         """Re-verify everything from disk, then promote; see the module docstring.
 
         `change_id` pins the change the reviewer actually looked at: if another candidate has
-        displaced it since, this is a conflict, never a promotion of something unreviewed."""
+        displaced it since, this is a conflict, never a promotion of something unreviewed.
+        A replay WARN needs `reason` (or `override_reason`); a replay BLOCK needs
+        `override_reason`. Either is recorded in the audit chain's promotion lines."""
         check_skill_name(skill)
         with change_lock(self.runs_dir, self.lock_wait_s):
             self._recover()
             change = self._reviewed(skill, change_id)
             try:
                 evidence, root = self._verify(change)
+                accepted = _replay_accepted(replay_rule(evidence.data), reason, override_reason)
             except ApprovalRefused as exc:
                 self.audit.append(
                     action="approve-refused", skill=skill, actor=actor, reason=str(exc), change_id=change.id
@@ -384,7 +394,7 @@ class ChangeControl:
                     expected_from=change.champion_revision,
                     action="promote",
                     actor=actor,
-                    reason=f"approved {change.kind} from {change.source}",
+                    reason=f"approved {change.kind} from {change.source}{accepted}",
                     evidence_digest=evidence.digest,
                     change_id=change.id,
                 )
@@ -621,6 +631,30 @@ class ChangeControl:
             f"could not {what} {skill!r}: {reason}. Nothing was changed: {(live or 'nothing')[:12]} is "
             "still served. Free disk space or fix permissions, then retry"
         )
+
+
+def _replay_accepted(rule: ReplayRequirement, reason: str | None, override: str | None) -> str:
+    """What the audit line adds for the replay verdict; `ApprovalRefused` when its requirement
+    is not met (a BLOCK without an override reason, a WARN without any reason)."""
+    reason, override = (reason or "").strip(), (override or "").strip()
+    if rule.needs == "override":
+        if not override:
+            raise ApprovalRefused(
+                "the regression replay BLOCKs this change ("
+                + "; ".join(rule.reasons)
+                + "); approve only with an explicit override and its reason (--override-reason), "
+                "which is audited"
+            )
+        return f"; replay BLOCK overridden: {override[:2000]}"
+    if rule.needs == "reason":
+        if not (reason or override):
+            raise ApprovalRefused(
+                "the regression replay WARNs ("
+                + "; ".join(rule.reasons)
+                + "); say why you approve it anyway (--reason)"
+            )
+        return f"; replay WARN accepted: {(reason or override)[:2000]}"
+    return ""
 
 
 def _os_reason(exc: OSError) -> str:
