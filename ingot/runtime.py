@@ -102,14 +102,17 @@ def change_control(settings: Settings, library: Library | None = None) -> Change
             opened.append(open_library(settings))
         return opened[0].current()
 
-    return ChangeControl(
+    control = ChangeControl(
         home.path,
         home.roots,
         thresholds,
         limits,
         prepare=library.prewarm if library is not None else None,
         neighbours=neighbours,
+        autonomy_streak=settings.autonomy_streak,
+        review_window_s=settings.review_window,
     )
+    return control
 
 
 def actor(settings: Settings) -> str:

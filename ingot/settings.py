@@ -79,6 +79,17 @@ class Settings(BaseSettings):
         default=5, ge=1, description="Routing cases each routing metric needs before it can decide."
     )
     retention_warn: float = Field(default=0.5, ge=0, le=1)
+    review_window: float = Field(
+        default=86400,
+        gt=0,
+        description="Seconds a supervised change waits for a rejection before it is promoted.",
+    )
+    autonomy_streak: int = Field(
+        default=3, ge=1, description="Clean changes in a row that lift a class one level."
+    )
+    autopilot_tick_s: float = Field(
+        default=5.0, gt=0, description="How often `ingot serve` checks what autonomy may do."
+    )
     actor: str | None = Field(default=None, description="Name recorded in the audit log; default: $USER.")
     # -- models (one client layer: optimize/models/llm.py) --
     base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint for every role.")

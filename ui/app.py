@@ -200,6 +200,8 @@ def build_app(
             entries=entries,
             snapshots=snapshots,
             live=control.live_revision(skill),
+            trust=control.autonomy.table(skill)[skill],
+            streak_needed=control.autonomy.streak_needed,
             notice=NOTICES.get(done or ""),
         )
 

@@ -226,7 +226,8 @@ def retire(skills: tuple[Path, ...], golden_id: str, reason: str) -> None:
 def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
     """Replay SKILL's goldens with its live revision alone (catches a serving-model change).
 
-    Exits 0 on PASS, 1 on WARN, BLOCK or nothing to replay."""
+    A BLOCK is an incident: every change class of SKILL drops to manual autonomy, and a revision
+    autonomy promoted is rolled back. Exits 0 on PASS, 1 on WARN, BLOCK or nothing to replay."""
     from ingot.runtime import change_control, llm_client, replay_context, run_id, sandbox
 
     settings = settings_for(skills)
@@ -242,6 +243,11 @@ def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
         print_json(cell)
     else:
         _echo_cell(skill, cell)
+    if cell.get("verdict") == "BLOCK":
+        live = control.live_revision(skill) or "none"
+        why = f"replay of the live revision {live[:12]} is BLOCK: {'; '.join(cell.get('reasons') or [])}"
+        for note in control.report_incident(skill, why, "ingot-replay", key=f"replay:{live}"):
+            click.echo(f"incident: {note}", err=True)
     sys.exit(0 if cell.get("verdict") == "PASS" else 1)
 
 

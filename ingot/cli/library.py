@@ -5,6 +5,7 @@ Registered on the group by `main.py`; this module imports only `options` and `se
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -42,6 +43,7 @@ def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
     from ingot.cli.serve import tool_limits, ui_options
     from ingot.evaluation import BackgroundEvaluator
     from ingot.runtime import change_control, models_missing, open_library
+    from optimize.control.autopilot import Autopilot
 
     options = ui_options(settings) if ui else None  # a bad token setting fails before any work
     setup_logging(settings.log_level)
@@ -60,28 +62,40 @@ def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
     )
     for problem in status.invalid:
         click.echo(f"  skipped {problem.folder}: {problem.reason}", err=True)
-    # Agents' new skills are measured in the background when models are configured (else by hand).
+    # Agents' new skills are measured in the background when models are configured (else by hand);
+    # the autopilot promotes what earned autonomy and reports incidents, in this process.
     evaluator = (
         BackgroundEvaluator(settings, library, control) if mcp and models_missing(settings) is None else None
     )
+    stop = threading.Event()
+    if mcp:  # one autopilot per deployment: the MCP-serving process (not a UI-only one)
+        threading.Thread(
+            target=Autopilot(control).run,
+            args=(stop, settings.autopilot_tick_s),
+            name="ingot-autopilot",
+            daemon=True,
+        ).start()
     endpoints = [f"MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"] if mcp else []
     endpoints += [f"UI at http://{settings.bind_host}:{settings.ui_port}/"] if ui else []
     click.echo(f"ingot: {', '.join(endpoints)}", err=True)
-    run(
-        library,
-        control,
-        settings.bind_host,
-        settings.mcp_port if mcp else None,
-        settings.ui_port if ui else None,
-        settings.allowed_hosts,
-        watch=settings.watch_skills,
-        log_level=settings.log_level.lower(),
-        ui=options,
-        limits=tool_limits(settings),
-        queued=evaluator.submit if evaluator else None,
-    )
-    if evaluator is not None:
-        evaluator.close()
+    try:
+        run(
+            library,
+            control,
+            settings.bind_host,
+            settings.mcp_port if mcp else None,
+            settings.ui_port if ui else None,
+            settings.allowed_hosts,
+            watch=settings.watch_skills,
+            log_level=settings.log_level.lower(),
+            ui=options,
+            limits=tool_limits(settings),
+            queued=evaluator.submit if evaluator else None,
+        )
+    finally:
+        stop.set()
+        if evaluator is not None:
+            evaluator.close()
 
 
 @click.command()

@@ -1,7 +1,7 @@
 """The `ingot` command group. Errors are caught here, once: `Error: ...` and a non-zero exit.
 
 The commands live in one module per area (library, calibrate, changes, models, goldens,
-bench); this module builds the group from them, so they never import it back."""
+autonomy, bench); this module builds the group from them, so they never import it back."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from ingot.cli import bench, calibrate, changes, goldens, library, models
+from ingot.cli import autonomy, bench, calibrate, changes, goldens, library, models
 from ingot.errors import IngotError
 
 
@@ -25,6 +25,7 @@ for _command in (
     *changes.COMMANDS,
     *models.COMMANDS,
     *goldens.COMMANDS,
+    *autonomy.COMMANDS,
     bench.bench,
 ):
     main.add_command(_command)

@@ -117,8 +117,8 @@ def evaluate(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
 @click.argument("skill")
 def mine(skills: tuple[Path, ...], skill: str) -> None:
     """How SKILL does on recorded traffic: mean score, failing dimensions, weakest tasks."""
+    from ingot.runtime import change_control, model_run, open_library, state_home, trace_store
     from ingot.runtime import judge as make_judge
-    from ingot.runtime import model_run, open_library, state_home, trace_store
     from optimize.measure.mining import mine as run_mining
 
     settings = settings_for(skills)
@@ -137,6 +137,13 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
         f"{report.clusters} clusters, {report.judged} newly judged"
     )
     click.echo(f"mean score: {report.mean_score if report.mean_score is not None else 'no traffic'}")
+    control = change_control(settings, library=library)
+    if report.mean_score is not None and control.autonomy.mined(
+        skill, report.mean_score, settings.loop_health_threshold
+    ):
+        why = f"mined live score {report.mean_score:.2f} dropped below {settings.loop_health_threshold:.2f}"
+        for note in control.report_incident(skill, why, "ingot-mine"):
+            click.echo(f"incident: {note}", err=True)
     for dimension, count in sorted(report.failing_dimensions.items(), key=lambda x: -x[1]):
         click.echo(f"  failing {dimension}: {count}")
     for score, task in report.weakest:

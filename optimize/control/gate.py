@@ -329,6 +329,29 @@ def _description(evidence: Mapping[str, Any], t: Thresholds) -> Verdict:
     )
 
 
+def cell_rules(evidence: Mapping[str, Any], t: Thresholds) -> dict[str, list[str]]:
+    """Each cell's own failures, for the passport (control/passport.py): "ab" (the held-out rules,
+    including "not enough evidence") and "routing_impact" (the rules for this kind of change)."""
+    failures: dict[str, list[str]] = {}
+    try:
+        ab = _Rules()
+        verdict = _quality(evidence, t, ab, "")
+        failures["ab"] = list(verdict.reasons) if verdict.status != "pass" else []
+        routing = _Rules()
+        kind = evidence.get("kind")
+        impact = _impact(evidence, routing, required=True)
+        if impact is not None and kind == "description":
+            _routing_metrics(impact, routing, t, must_improve=True)
+            collisions = impact.get("collisions", [])
+            routing.check("collides with no skill", not collisions, f"would shadow {', '.join(collisions)}")
+        elif impact is not None and kind == "rewrite" and evidence.get("changes", {}).get("description"):
+            _routing_metrics(impact, routing, t, must_improve=False)
+        failures["routing_impact"] = routing.failed
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        failures = {"ab": [f"malformed evidence ({exc})"], "routing_impact": [f"malformed evidence ({exc})"]}
+    return failures
+
+
 def _p(p: float | None) -> str:
     if p is None:
         return "undefined"

@@ -70,6 +70,9 @@ def run_loop(
         progress(f"mining {skill}")
         try:
             report = mine(skill, store, library, judge, control.runs_dir / "cache" / "verdicts.jsonl")
+            if report.mean_score is not None and control.autonomy.mined(skill, report.mean_score, threshold):
+                why = f"mined live score {report.mean_score:.2f} dropped below {threshold:.2f}"
+                progress("; ".join(control.report_incident(skill, why, "ingot-loop")))
             if report.mean_score is None:
                 entries.append(LoopEntry(skill, None, "no traffic", "no scored traces; nothing to fix"))
                 continue

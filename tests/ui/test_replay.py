@@ -55,7 +55,7 @@ def blocked_change(w):
         JudgeTiers(TIERS["L1"], TIERS["L2"], TIERS["L3"]),
         settings=ReplaySettings(side_effects=SIDE_EFFECT_TOOLS | {"send_quote"}),
     )
-    measurements = {**ab([0.2, 0.3, 0.1], [0.9, 0.8, 0.9]), "replay": replay}
+    measurements = {**ab([0.2, 0.3, 0.1, 0.2], [0.9, 0.8, 0.9, 0.8]), "replay": replay}
     return w.control.propose("fx-quote", "rewrite", "optimizer", candidate, measurements)[0]
 
 

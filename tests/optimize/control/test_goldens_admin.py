@@ -92,7 +92,9 @@ def test_a_run_of_a_revision_that_is_neither_live_nor_snapshotted_cannot_be_bles
         admin.bless(run_of(control, revision="cd" * 32), "ana")
     old = run_of(control)
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Better step one.")}
-    change, _ = control.propose("alpha", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1], [0.9, 0.8, 0.9]))
+    change, _ = control.propose(
+        "alpha", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1, 0.2], [0.9, 0.8, 0.9, 0.8])
+    )
     control.approve("alpha", "ana", change.id)
     snapshot = control.promoter.revisions / "alpha" / old.revision / "SKILL.md"
     original = snapshot.read_bytes()
