@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +26,7 @@ from optimize.models.traces import LocalTraceStore, TraceStore
 
 if TYPE_CHECKING:
     from agent.run import AgentLimits
+    from optimize.control.inbox import Inbox
     from optimize.measure.cascade import JudgeTiers
     from optimize.measure.evaluate import Inputs as EvaluationInputs
     from optimize.measure.judge import Judge
@@ -113,6 +114,27 @@ def change_control(settings: Settings, library: Library | None = None) -> Change
         review_window_s=settings.review_window,
     )
     return control
+
+
+def inbox(
+    settings: Settings,
+    library: Library,
+    control: ChangeControl,
+    queued: Callable[[str, str], None] | None = None,
+) -> Inbox | None:
+    """The candidate inbox (CANDIDATE_ROOTS, CANDIDATE_BRANCH), or None when neither is set."""
+    if not settings.candidate_roots and not settings.candidate_branch:
+        return None
+    from optimize.control.inbox import Inbox
+
+    return Inbox(
+        control,
+        settings.candidate_roots,
+        library.similarity,
+        branch=settings.candidate_branch,
+        settle_s=settings.inbox_settle_s,
+        queued=queued,
+    )
 
 
 def actor(settings: Settings) -> str:

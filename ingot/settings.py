@@ -90,6 +90,28 @@ class Settings(BaseSettings):
     autopilot_tick_s: float = Field(
         default=5.0, gt=0, description="How often `ingot serve` checks what autonomy may do."
     )
+    candidate_roots: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(),
+        description="Folders agents write candidate skills to (never served); each becomes a pending change.",
+    )
+    candidate_branch: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._/-]+$",
+        description="In a git skills root: commits on this branch that touch a skill become pending changes.",
+    )
+    inbox_settle_s: float = Field(
+        default=2.0, ge=0, description="A candidate folder must be this many seconds unchanged to be read."
+    )
+    live_edits: Literal["serve", "quarantine"] = Field(
+        default="serve",
+        description="serve: edits to live skills are served (drift); quarantine: queued and restored.",
+    )
+    git_history: bool = Field(
+        default=True, description="In a git skills root, commit every promotion and rollback."
+    )
+    git_push_remote: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9._-]+$", description="Push each such commit to this remote."
+    )
     actor: str | None = Field(default=None, description="Name recorded in the audit log; default: $USER.")
     # -- models (one client layer: optimize/models/llm.py) --
     base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint for every role.")
@@ -175,7 +197,7 @@ class Settings(BaseSettings):
     watch_skills: bool = Field(default=True, description="Re-index skills when files change on disk.")
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
 
-    @field_validator("skills_dirs", "allowed_caller_roots", mode="before")
+    @field_validator("skills_dirs", "allowed_caller_roots", "candidate_roots", mode="before")
     @classmethod
     def _split_paths(cls, value: object) -> object:
         if isinstance(value, str):

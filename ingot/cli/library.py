@@ -39,10 +39,11 @@ def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
 
 def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
     """Open the library and change control (settling any interrupted change), report, serve."""
+    from ingot import background
     from ingot.cli.serve import serve as run
     from ingot.cli.serve import tool_limits, ui_options
     from ingot.evaluation import BackgroundEvaluator
-    from ingot.runtime import change_control, models_missing, open_library
+    from ingot.runtime import change_control, inbox, models_missing, open_library
     from optimize.control.autopilot import Autopilot
 
     options = ui_options(settings) if ui else None  # a bad token setting fails before any work
@@ -63,18 +64,19 @@ def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
     for problem in status.invalid:
         click.echo(f"  skipped {problem.folder}: {problem.reason}", err=True)
     # Agents' new skills are measured in the background when models are configured (else by hand);
-    # the autopilot promotes what earned autonomy and reports incidents, in this process.
+    # the inbox, the live-root guard and the autopilot run in this process (ingot/background.py).
     evaluator = (
         BackgroundEvaluator(settings, library, control) if mcp and models_missing(settings) is None else None
     )
+    queued = evaluator.submit if evaluator else None
     stop = threading.Event()
-    if mcp:  # one autopilot per deployment: the MCP-serving process (not a UI-only one)
-        threading.Thread(
-            target=Autopilot(control).run,
-            args=(stop, settings.autopilot_tick_s),
-            name="ingot-autopilot",
-            daemon=True,
-        ).start()
+    if mcp:  # one set of background duties per deployment: the MCP-serving process
+        duties: list[background.Duty] = []
+        candidates = inbox(settings, library, control, queued)
+        if candidates is not None:
+            duties.append(("inbox", candidates.scan))
+        duties.append(("autonomy", Autopilot(control).tick))
+        background.start(duties, stop, settings.autopilot_tick_s)
     endpoints = [f"MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"] if mcp else []
     endpoints += [f"UI at http://{settings.bind_host}:{settings.ui_port}/"] if ui else []
     click.echo(f"ingot: {', '.join(endpoints)}", err=True)
@@ -90,7 +92,7 @@ def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
             log_level=settings.log_level.lower(),
             ui=options,
             limits=tool_limits(settings),
-            queued=evaluator.submit if evaluator else None,
+            queued=queued,
         )
     finally:
         stop.set()

@@ -1,7 +1,7 @@
 """The `ingot` command group. Errors are caught here, once: `Error: ...` and a non-zero exit.
 
 The commands live in one module per area (library, calibrate, changes, models, goldens,
-autonomy, bench); this module builds the group from them, so they never import it back."""
+autonomy, inbox, bench); this module builds the group from them, so they never import it back."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from ingot.cli import autonomy, bench, calibrate, changes, goldens, library, models
+from ingot.cli import autonomy, bench, calibrate, changes, goldens, inbox, library, models
 from ingot.errors import IngotError
 
 
@@ -26,6 +26,7 @@ for _command in (
     *models.COMMANDS,
     *goldens.COMMANDS,
     *autonomy.COMMANDS,
+    *inbox.COMMANDS,
     bench.bench,
 ):
     main.add_command(_command)

@@ -1,19 +1,18 @@
 """The autopilot: promotes what earned it, and takes it back at the first incident.
 
-Runs in the long-lived process (`ingot serve`, or `ingot autonomy tick` / `ingot loop` from cron or
-Compose). Each tick, for every pending change: its class's trust, its passport, and (supervised)
-its review window, which starts at the change's latest `propose` / `evidence` line in the audit
-chain, so a restart mid-window loses nothing. A change autonomy may promote goes through the
-same `ChangeControl.approve` as a person's click, with actor `autonomy`, under the same lock and
-with every re-verification. It also watches: a skill that drifted is an incident.
-Nothing here writes a skills root itself.
+Runs in the long-lived process (`ingot serve`'s background thread, ingot/background.py; or
+`ingot autonomy tick` from cron). Each tick, for every pending change: its class's trust, its
+passport, and (supervised) its review window, which starts at the change's latest `propose` /
+`evidence` line in the audit chain, so a restart mid-window loses nothing. A change autonomy
+may promote goes through the same `ChangeControl.approve` as a person's click, with actor
+`autonomy`, under the same lock and with every re-verification. It also watches: a skill that
+drifted is an incident. Nothing here writes a skills root itself.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +31,14 @@ class Step:
     change_id: str | None
     did: str  # "promoted" | "waiting" | "left for a person" | "incident" | "failed"
     why: str
+
+    @property
+    def quiet(self) -> bool:
+        """Repeated every tick while nothing changes: not worth a log line at INFO."""
+        return self.did in ("waiting", "left for a person")
+
+    def __str__(self) -> str:
+        return f"{self.skill} {self.change_id or '-'} {self.did}: {self.why}"
 
 
 def utcnow() -> dt.datetime:
@@ -94,16 +101,3 @@ class Autopilot:
             if reported:
                 steps.append(Step(skill.name, None, "incident", "; ".join(reported)))
         return steps
-
-    def run(self, stop: threading.Event, every_s: float) -> None:
-        """Tick until `stop` is set (the serving process's background thread)."""
-        while not stop.is_set():
-            try:
-                for step in self.tick():
-                    level = logging.INFO if step.did in ("promoted", "incident", "failed") else logging.DEBUG
-                    log.log(
-                        level, "autonomy: %s %s %s: %s", step.skill, step.change_id or "-", step.did, step.why
-                    )
-            except Exception as exc:  # the serving process must outlive one bad tick
-                log.warning("autonomy tick failed: %s", exc)
-            stop.wait(every_s)

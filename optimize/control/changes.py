@@ -172,8 +172,9 @@ class ChangeControl:
                 and str(entry.get("outcome", "")).startswith("done")
             ):
                 settled[change_id] = ("approved", f"promoted (recovered; audit line {entry.seq})")
-            elif change_id and entry.get("action") == "reject":
-                settled[change_id] = ("rejected", entry.get("reason") or "rejected")
+            elif change_id and entry.get("action") in ("reject", "withdraw"):
+                status = "rejected" if entry.get("action") == "reject" else "withdrawn"
+                settled[change_id] = (status, entry.get("reason") or status)
         for change in self.queue.all():
             if change.id in settled:
                 status, reason = settled[change.id]
@@ -418,7 +419,7 @@ class ChangeControl:
         None: whichever is pending). A change decided or displaced since is a conflict."""
         change = self.queue.get(skill)
         decided = self.queue.decided(skill, change_id) if change_id is not None else None
-        if decided is not None and decided.get("archived_status") in ("approved", "rejected"):
+        if decided is not None and decided.get("archived_status") in ("approved", "rejected", "withdrawn"):
             raise PromotionConflict(
                 f"change {change_id} for {skill!r} was already {decided.get('archived_status')} "
                 f"by {decided.get('archived_by')} at {decided.get('archived_at')}"
@@ -454,6 +455,32 @@ class ChangeControl:
                     f"the rejection of {change.id} is recorded in the audit chain, but its pending record "
                     f"could not be archived: {_os_reason(exc)}; the next command archives it"
                 ) from exc
+
+    def withdraw(self, skill: str, change_id: str, actor: str, reason: str) -> bool:
+        """Archive `change_id` as withdrawn (its author took it back: a deleted candidate) if it
+        is still the pending change of `skill`; False if it was decided or displaced already."""
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            self._recover()
+            change = self.queue.get(skill)
+            if change is None or change.id != change_id:
+                return False
+            line = self.audit.append(
+                action="withdraw",
+                skill=skill,
+                to_revision=change.candidate_revision,
+                evidence_digest=change.evidence_digest,
+                actor=actor,
+                reason=reason,
+                change_id=change.id,
+            )
+            try:
+                self.queue.archive(skill, reason, "withdrawn", actor, line.seq)
+            except OSError as exc:
+                raise WriteFailed(
+                    f"the withdrawal of {change.id} is in the audit chain, but its pending record could "
+                    f"not be archived: {_os_reason(exc)}; the next command archives it"
+                ) from exc
+            return True
 
     def rollback(
         self,
