@@ -100,7 +100,7 @@ def test_approve_takes_an_override_reason_for_a_blocked_change(tmp_path, library
             JudgeTiers(TIERS["L1"], TIERS["L2"], TIERS["L3"]),
             settings=ReplaySettings(side_effects=SIDE_EFFECT_TOOLS | {"send_quote"}),
         )
-        measurements = {**ab([0.2, 0.3, 0.1], [0.9, 0.8, 0.9]), "replay": replay}
+        measurements = {**ab([0.2, 0.3, 0.1, 0.2], [0.9, 0.8, 0.9, 0.8]), "replay": replay}
         change, _ = w.control.propose("fx-quote", "rewrite", "optimizer", candidate, measurements)
         env = env_for(w)
         pending = ingot("pending", cwd=tmp_path, env=env)
