@@ -16,7 +16,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ingot.errors import IngotError
 from ingot.runtime import (
     actor,
     evaluation_inputs,
@@ -57,12 +56,7 @@ def evaluate_change(
     by: str | None = None,
 ) -> Evaluated:
     """Measure the pending `change_id` of `skill` and rest it on the new bundle."""
-    change = control.queue.get(skill)
-    if change is None or change.id != change_id:
-        current = f"; the pending change is {change.id}" if change else ""
-        raise IngotError(
-            f"{change_id} is not the pending change for {skill!r}{current} (`ingot pending` lists them)"
-        )
+    change = control.pending_change(skill, change_id)  # unknown, decided or displaced: one clear error
     candidate = Candidate(
         skill,
         change.kind,

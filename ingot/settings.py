@@ -8,6 +8,7 @@ field here with a comment, and a test keeps the two in step.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -241,16 +242,33 @@ def _retired_settings() -> list[str]:
     return [f"{name} is no longer read: {why}" for name, why in RETIRED.items() if found.get(name)]
 
 
-def load_settings(**overrides: object) -> Settings:
-    """Build `Settings` from env/.env plus explicit overrides; raise `ConfigError` listing every problem."""
+def load_settings(flags: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Build `Settings` from env/.env plus explicit overrides; raise `ConfigError` listing every problem.
+
+    `flags` maps an override's field to the command-line flag it came from (`mcp_port` ->
+    `--mcp-port`), so a bad value is reported against the flag the user typed, not the environment."""
     retired = _retired_settings()
     if retired:
         raise ConfigError("; ".join(retired))
+    given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return Settings(**given)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']).upper() or 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ConfigError(f"invalid settings: {problems}. Fix them in the environment or .env") from exc
+        flags = flags or {}
+        from_flags, from_env = [], []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else ""
+            if field in flags and field in given:
+                from_flags.append(f"{flags[field]} {_shown(given[field])}: {err['msg'].lower()}")
+            else:
+                where = ".".join(str(p) for p in err["loc"]).upper() or "settings"
+                from_env.append(f"{where}: {err['msg']}")
+        problems = from_flags + ([f"invalid settings: {'; '.join(from_env)}"] if from_env else [])
+        fix = ". Fix them in the environment or .env" if from_env else ""
+        raise ConfigError("; ".join(problems) + fix) from exc
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple | list):
+        return ",".join(str(v) for v in value)
+    return str(value)

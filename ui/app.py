@@ -26,7 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from ingot import __version__
-from ingot.errors import IngotError, SkillNotFound
+from ingot.errors import IngotError, NotFound, SkillNotFound
 from mcp_server.library import Library
 from optimize.control.changes import ApprovalRefused, ChangeControl
 from optimize.control.goldens_admin import GoldenAdmin
@@ -47,13 +47,14 @@ HTTP_STATUS: tuple[tuple[type[IngotError], int], ...] = (
     (PromotionConflict, 409),  # in flight elsewhere, already decided, or displaced since viewed
     (ApprovalRefused, 422),  # re-verification failed: blocked, stale, tampered
     (GoldenError, 422),  # a run that cannot be a golden, criteria that do not hold
-    (SkillNotFound, 404),
+    (NotFound, 404),
     (RunNotFound, 404),
 )
 NOTICES = {
     "approved": "Approved and promoted; the new revision is being served.",
     "rejected": "Rejected; the change is archived with your reason.",
     "rolled-back": "Rolled back; the selected revision is being served.",
+    "removed": "Removed; the skill is no longer served. Its last revision is kept in the snapshots.",
     "blessed": "Blessed: the run is a golden. Review its criteria below; every change to the skill "
     "is replayed against it.",
     "criteria": "Criteria and world facts approved (recorded as yours in the audit chain).",
@@ -108,9 +109,8 @@ def build_app(
         )
 
     def refresh(skill: str) -> None:
-        root = control.root_of(skill)
-        if root is not None:  # serve the new revision now rather than at the watcher's next event
-            library.reload([root / skill])
+        # Serve the new revision (or stop serving a removed skill) now, not at the watcher's next event.
+        library.reload([root / skill for root in control.roots])
 
     @app.exception_handler(IngotError)
     def ingot_error(request: Request, exc: IngotError) -> Response:
@@ -189,10 +189,8 @@ def build_app(
     @app.get("/history/{skill}", response_class=HTMLResponse)
     def history(request: Request, skill: str, done: str | None = None) -> HTMLResponse:
         check_skill_name(skill)
-        entries = views.timeline(control, skill)
+        entries = views.timeline(control, skill)  # SkillNotFound (404) for a name nothing knows
         snapshots = control.snapshots(skill)
-        if not entries and not snapshots and control.root_of(skill) is None:
-            raise SkillNotFound(f"no skill or history named {skill!r}")
         return page(
             request,
             "history.html",
@@ -210,10 +208,15 @@ def build_app(
         skill: str, revision: Annotated[str, Form()], live: Annotated[str, Form()] = ""
     ) -> RedirectResponse:
         check_skill_name(skill)
+        if not live:
+            raise ApprovalRefused(
+                "the rollback does not say which revision you saw live; reload the history page"
+            )
         with exclusive():  # `live` pins the revision the page showed: replacing anything else is a conflict
-            control.rollback(skill, revision, actor, "rollback from the UI", expected_live=live or None)
+            outcome = control.rollback(skill, revision, actor, "rollback from the UI", expected_live=live)
         refresh(skill)
-        return RedirectResponse(f"/history/{skill}?done=rolled-back", status_code=303)
+        done = "removed" if outcome.to_revision is None else "rolled-back"
+        return RedirectResponse(f"/history/{skill}?done={done}", status_code=303)
 
     @app.get("/evidence/{skill}/{bundle}", response_class=HTMLResponse)
     def evidence(request: Request, skill: str, bundle: str) -> HTMLResponse:
@@ -360,6 +363,7 @@ def _library_values(library: Library, status: Status) -> dict[str, Any]:
     managed = {s.name: s for s in status.skills}
     served = library.skills()
     skills = sorted(served.values(), key=lambda s: s.name)
-    # Skills Ingot put live that are no longer served (deleted or broken on disk): drifted.
-    missing = [s for name, s in sorted(managed.items()) if name not in served]
+    # Skills Ingot put live that are no longer served (deleted or broken on disk): drifted. One
+    # Ingot removed itself (rolled back to absent) is not missing; its history lists it.
+    missing = [s for name, s in sorted(managed.items()) if name not in served and not s.removed]
     return {"skills": skills, "managed": managed, "missing": missing, "problems": library.status().invalid}

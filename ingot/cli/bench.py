@@ -21,7 +21,12 @@ def bench() -> None:
 
 @bench.command(name="routing")
 @skills_option
-@click.option("--cases", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
+@click.option(
+    "--cases",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help='Labelled routing cases, JSON lines: {"task": ..., "expected": a skill name or null}.',
+)
 @click.option("--details", is_flag=True, help="Also list every miss.")
 def bench_routing(skills: tuple[Path, ...], cases: Path, details: bool) -> None:
     """Routing quality over MCP (an `ingot serve` child) on labelled cases."""

@@ -30,6 +30,11 @@ def _control(skills: tuple[Path, ...]):
     required=True,
     help="Folder holding the candidate SKILL.md and its files.",
 )
+@click.option(
+    "--new",
+    is_flag=True,
+    help="SKILL is a new skill (by default SKILL must be live, and the candidate rewrites it).",
+)
 @click.option("--note", default=None, help="Why you propose it (shown to the reviewer).")
 @click.option(
     "--no-evaluate",
@@ -37,21 +42,31 @@ def _control(skills: tuple[Path, ...]):
     help="Only queue it; measure later with `ingot evaluate` (by default every cell that can run does).",
 )
 def propose(
-    skills: tuple[Path, ...], skill: str, source_dir: Path, note: str | None, no_evaluate: bool
+    skills: tuple[Path, ...], skill: str, source_dir: Path, new: bool, note: str | None, no_evaluate: bool
 ) -> None:
     """Quarantine a hand-made candidate for SKILL (operator source; never served until approved),
-    then evaluate it: routing impact always, the held-out A/B when models and a task set exist."""
+    then evaluate it: routing impact always, the held-out A/B when models and a task set exist.
+
+    The folder may be called anything; its SKILL.md must declare SKILL as its name."""
     from ingot.evaluation import evaluate_change
     from ingot.runtime import change_control, open_library
     from optimize.control.quarantine import admit, read_candidate
 
-    settings = settings_for(skills)
+    settings = settings_for(skills, may_be_empty=True)  # an empty library gets its first skill here
     setup_logging("WARNING")
     library = open_library(settings)
     control = change_control(settings, library=library)
-    files, description = read_candidate(source_dir, skill, control)
+    files, description = read_candidate(source_dir, skill, control, new=new)
     change, displaced = admit(control, skill, files, "operator", library.similarity(skill, description), note)
-    click.echo(f"pending {change.id}: {change.kind} of {skill} -> {change.candidate_revision[:12]}")
+    what = (
+        f"new skill {skill}"
+        if change.kind == "create"
+        else f"{change.kind} of {skill} {(change.champion_revision or '')[:12]}"
+    )
+    click.echo(
+        f"pending {change.id}: {what} -> {change.candidate_revision[:12]} (not served until approved: "
+        f"ingot approve {skill} --change {change.id})"
+    )
     if displaced:
         click.echo(f"displaced the previous candidate to {displaced}")
     if not no_evaluate:
@@ -114,39 +129,79 @@ def approve(
 @click.command()
 @skills_option
 @click.argument("skill")
+@click.option(
+    "--change",
+    "change_id",
+    required=True,
+    help="The change id you reviewed (from `ingot pending`); a newer candidate is a conflict.",
+)
 @click.option("--reason", required=True, help="Why (kept in the archive and the audit log).")
-def reject(skills: tuple[Path, ...], skill: str, reason: str) -> None:
+def reject(skills: tuple[Path, ...], skill: str, change_id: str, reason: str) -> None:
     """Reject SKILL's pending change; it stays in the archive with the reason."""
     control, who = _control(skills)
-    click.echo(f"rejected; archived at {control.reject(skill, reason, who)}")
+    click.echo(f"rejected {change_id}; archived at {control.reject(skill, reason, who, change_id)}")
 
 
 @click.command()
 @skills_option
 @click.argument("skill")
 @click.argument("revision")
-@click.option("--reason", default=None)
-def rollback(skills: tuple[Path, ...], skill: str, revision: str, reason: str | None) -> None:
-    """Restore a snapshot of SKILL (a revision prefix from `ingot history`)."""
+@click.option(
+    "--live",
+    "live",
+    required=True,
+    help="The live revision you saw in `ingot history` (8+ characters, or `absent` if SKILL is not "
+    "live); if another is live now, nothing changes (exit 3).",
+)
+@click.option("--reason", default=None, help="Why (kept in the audit log).")
+def rollback(skills: tuple[Path, ...], skill: str, revision: str, live: str, reason: str | None) -> None:
+    """Restore SKILL to the snapshot REVISION (a prefix from `ingot history`), or remove a skill
+    Ingot created with REVISION `absent`. The replaced revision is snapshotted first, so this can
+    be undone the same way."""
     control, who = _control(skills)
-    outcome = control.rollback(skill, revision, who, reason)
-    click.echo(f"rolled back {skill}: {(outcome.from_revision or '')[:12]} -> {outcome.to_revision[:12]}")
+    outcome = control.rollback(skill, revision, who, reason, expected_live=live)
+    was = (outcome.from_revision or "absent")[:12]
+    if outcome.to_revision is None:
+        click.echo(f"removed {skill} (was {was}); `ingot rollback {skill} {was} --live absent` restores it")
+        return
+    click.echo(f"rolled back {skill}: {was} -> {outcome.to_revision[:12]}")
 
 
 @click.command()
 @skills_option
 @click.argument("skill")
 def history(skills: tuple[Path, ...], skill: str) -> None:
-    """SKILL's audited changes and the snapshots that can be restored."""
+    """SKILL's audited changes and the snapshots that can be restored (`absent`, for a skill
+    Ingot created, removes it), with the rollback command that pins what is live now."""
+    from optimize.control.promote import ABSENT
+
     control, _ = _control(skills)
-    for entry in control.history(skill):
+    entries = control.history(skill)
+    live = control.live_revision(skill)
+    root = control.root_of(skill)
+    click.echo(f"{skill}: " + (f"live {live[:12]} in {root}" if live else "not live (absent)"))
+    if not entries:
+        click.echo("  no change-control events yet (Ingot has not changed it)")
+    for entry in entries:
         click.echo(
             f"{entry.seq:>5}  {entry.time}  {entry.get('action'):<16} "
             f"{(entry.get('from_revision') or '-')[:12]:>12} -> {(entry.get('to_revision') or '-')[:12]:<12}"
             f"  {entry.get('actor', '')}  {entry.get('outcome') or entry.get('reason') or ''}"
         )
-    for revision in control.snapshots(skill):
-        click.echo(f"snapshot {revision}")
+    snapshots = control.snapshots(skill)
+    for revision in snapshots:
+        note = "  (live)" if revision == live else ""
+        if revision == ABSENT:
+            note = (
+                "  (live: not served now)"
+                if live is None
+                else "  removes the skill (it did not exist before)"
+            )
+        click.echo(f"snapshot {revision}{note}")
+    if snapshots:
+        click.echo(f"roll back with: ingot rollback {skill} REVISION --live {(live or ABSENT)[:12]}")
+    else:
+        click.echo("no snapshots: Ingot has not replaced a revision of it yet")
 
 
 @click.command()
@@ -163,11 +218,14 @@ def status(skills: tuple[Path, ...]) -> None:
             if skill.recovery_pending
             else "DRIFTED"
             if skill.drifted
+            else "removed by Ingot"
+            if skill.removed
             else ("unaudited" if skill.audited_revision is None else "ok")
         )
+        shown = skill.live_revision or ("absent" if skill.removed else "MISSING/INVALID")
         click.echo(
-            f"{skill.name}  {(skill.live_revision or 'MISSING/INVALID')[:15]}  {flag}"
-            + (f"  (audited {skill.audited_revision[:12]})" if skill.drifted else "")
+            f"{skill.name}  {shown[:15]}  {flag}"
+            + (f"  (audited {(skill.audited_revision or 'absent')[:12]})" if skill.drifted else "")
             + (f"  pending {skill.pending}" if skill.pending else "")
         )
     for problem in report.invalid:

@@ -233,9 +233,9 @@ def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
     settings = settings_for(skills)
     setup_logging("WARNING")
     control = change_control(settings)
-    root = control.root_of(skill)
+    root = control.root_of(control.require_skill(skill))  # an unknown name: the nearest known ones
     if root is None:
-        raise IngotError(f"skill {skill!r} is not in any skills root")
+        raise IngotError(f"skill {skill!r} is not live (`ingot history {skill}` shows what happened)")
     files = control.promoter.read_tree(root / skill, skill)
     llm = llm_client(settings, run_id(f"replay-{skill}"), cassette_name=f"replay-{skill}")
     cell = replay_context(settings).cell(skill, None, files, llm, sandbox(settings))

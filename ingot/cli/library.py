@@ -4,15 +4,20 @@ Registered on the group by `main.py`; this module imports only `options` and `se
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ingot.cli.options import print_json, settings_for, setup_logging, skills_option
 from ingot.errors import IngotError
 from ingot.settings import Settings
+
+if TYPE_CHECKING:
+    from ingot.cli.serve import UIOptions
 
 
 @click.command()
@@ -25,7 +30,11 @@ def serve(
     skills: tuple[Path, ...], mcp_port: int | None, ui_port: int | None, host: str | None, no_ui: bool
 ) -> None:
     """Serve the skills over MCP (streamable HTTP at /mcp) and the UI."""
-    _serve(settings_for(skills, mcp_port=mcp_port, ui_port=ui_port, bind_host=host), mcp=True, ui=not no_ui)
+    settings = settings_for(skills, mcp_port=mcp_port, ui_port=ui_port, bind_host=host)
+    ports = {"mcp": _named("--mcp-port", mcp_port, "MCP_PORT")}
+    if not no_ui:
+        ports["ui"] = _named("--ui-port", ui_port, "UI_PORT")
+    _serve(settings, ports)
 
 
 @click.command()
@@ -34,19 +43,42 @@ def serve(
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
 def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
     """Serve only the UI (the MCP server runs elsewhere, e.g. its own compose service)."""
-    _serve(settings_for(skills, ui_port=ui_port, bind_host=host), mcp=False, ui=True)
+    _serve(
+        settings_for(skills, ui_port=ui_port, bind_host=host), {"ui": _named("--ui-port", ui_port, "UI_PORT")}
+    )
 
 
-def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
-    """Open the library and change control (settling any interrupted change), report, serve."""
+def _named(flag: str, value: int | None, setting: str) -> str:
+    """Where a port came from, for the error when it is taken."""
+    return flag if value is not None else f"{setting} or {flag}"
+
+
+def _serve(settings: Settings, ports: dict[str, str]) -> None:
+    """Bind the ports, open the library and change control (settling any interrupted change),
+    report, serve. `ports` names the servers to run ("mcp", "ui") and where each port came from."""
+    from ingot.cli.serve import listen, ui_options
+
+    options = ui_options(settings) if "ui" in ports else None  # a bad token setting fails before any work
+    wanted = {"mcp": settings.mcp_port, "ui": settings.ui_port}
+    sockets: dict[str, socket.socket] = {}
+    try:
+        for name, named in ports.items():  # a taken port fails now, before the model loads
+            sockets[name] = listen(settings.bind_host, wanted[name], named)
+        _open_and_serve(settings, options, sockets)
+    finally:
+        for sock in sockets.values():
+            sock.close()
+
+
+def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict[str, socket.socket]) -> None:
     from ingot import background
     from ingot.cli.serve import serve as run
-    from ingot.cli.serve import tool_limits, ui_options
+    from ingot.cli.serve import tool_limits
     from ingot.evaluation import BackgroundEvaluator
     from ingot.runtime import change_control, inbox, models_missing, open_library
     from optimize.control.autopilot import Autopilot
 
-    options = ui_options(settings) if ui else None  # a bad token setting fails before any work
+    mcp, ui = "mcp" in sockets, "ui" in sockets
     setup_logging(settings.log_level)
     library = open_library(settings)
     control = change_control(settings, library=library)
@@ -93,6 +125,7 @@ def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
             ui=options,
             limits=tool_limits(settings),
             queued=queued,
+            sockets=sockets,
         )
     finally:
         stop.set()
@@ -175,6 +208,8 @@ def list_skills(skills: tuple[Path, ...]) -> None:
     for skill in sorted(library.skills().values(), key=lambda s: s.name):
         click.echo(f"{skill.name}  {skill.short_revision}  {skill.root}")
     status = library.status()
+    if not library.skills():
+        click.echo(f"no skills are served from {', '.join(map(str, status.roots))}", err=True)
     for problem in status.invalid:
         click.echo(f"SKIPPED {problem.folder}: {problem.reason}")
     for name, reason in status.disabled.items():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ingot.cli.options import print_evaluation, settings_for, setup_logging, skills_option
+from ingot.cli.options import print_evaluation, served_skill, settings_for, setup_logging, skills_option
 from ingot.errors import ConfigError
 
 
@@ -47,7 +47,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
     setup_logging("WARNING")
     library = open_library(settings)
     control = change_control(settings, library=library)
-    champion = library.get(skill)
+    champion = served_skill(library, skill)
     kind = "description" if description_pass else "body"
     with model_run(
         settings, f"optimize-{kind}-{skill}", journal=f"optimize-{kind}-{skill}-{champion.short_revision}"
@@ -124,6 +124,7 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
     settings = settings_for(skills)
     setup_logging("WARNING")
     library = open_library(settings)
+    served_skill(library, skill)
     with model_run(settings, f"mine-{skill}") as llm:
         report = run_mining(
             skill,
@@ -172,6 +173,8 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
     settings = settings_for(skills)
     setup_logging("WARNING")
     library = open_library(settings)
+    for target in targets:
+        served_skill(library, target)
     control = change_control(settings, library=library)
     with model_run(settings, "loop") as llm:
         entries = run_loop(

@@ -18,16 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ingot.errors import IngotError, SkillChanged
+from ingot.errors import IngotError, NotFound, SkillChanged
 from mcp_server.registry import Limits
 from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditEntry, AuditError, AuditLog
 from optimize.control.autonomy import CLASSES, Autonomy
 from optimize.control.gate import ReplayRequirement, Thresholds, Verdict, evaluate, replay_rule
 from optimize.control.lock import PromotionConflict, change_lock
+from optimize.control.names import known_changes, known_skills, pins, require_skill, unknown_change
 from optimize.control.passport import CELLS, Cell, Passport, change_class, passport
 from optimize.control.pending import PendingChange, PendingQueue, new_change
-from optimize.control.promote import Outcome, Promoter, check_skill_name, tree_revision
+from optimize.control.promote import ABSENT, Outcome, Promoter, check_skill_name, tree_revision
 from optimize.control.status import Status, report
 from optimize.control.verify import ApprovalRefused, Neighbours, Verifier, what_changes
 
@@ -105,14 +106,28 @@ class ChangeControl:
         return self.queue.all()
 
     def history(self, skill: str) -> list[AuditEntry]:
-        check_skill_name(skill)
+        """`skill`'s audit lines; `SkillNotFound` (with the nearest names) if no root, pending
+        change, audit line or snapshot knows it."""
+        self.require_skill(skill)
         return [e for e in self.audit.entries() if e.get("skill") == skill]
 
     def snapshots(self, skill: str) -> list[str]:
+        """The revisions `skill` can be rolled back to, then `ABSENT` if Ingot created it (rolling
+        back to it removes the skill)."""
         folder = self.promoter.revisions / check_skill_name(skill)
-        return (
-            sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.exists() else []
-        )
+        names = [p.name for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
+        absent = [ABSENT] if self.promoter.absent_recorded(skill) else []
+        return sorted(n for n in names if not n.startswith(".")) + absent
+
+    def require_skill(self, skill: str) -> str:
+        """`skill` if change control knows it, else `SkillNotFound` naming the nearest known ones."""
+        known = known_skills(self.roots, self.queue, self.audit, self.promoter.revisions)
+        return require_skill(skill, known)
+
+    def pending_change(self, skill: str, change_id: str) -> PendingChange:
+        """The pending change `change_id` of `skill`, read without the lock (for `ingot evaluate`,
+        which measures before it takes the lock to attach). Same errors as approving it."""
+        return self._reviewed(skill, change_id)
 
     def status(self) -> Status:
         """What is served, what Ingot last put live, what waits, and the audit chain's state."""
@@ -416,8 +431,13 @@ class ChangeControl:
 
     def _reviewed(self, skill: str, change_id: str | None) -> PendingChange:
         """The pending change for `skill`, if it is still `change_id` (the one the reviewer saw;
-        None: whichever is pending). A change decided or displaced since is a conflict."""
-        change = self.queue.get(skill)
+        None: whichever is pending). A change decided or displaced since is a conflict; a skill
+        or change id never known is `NotFound`, with the nearest names."""
+        change = self.queue.get(self.require_skill(skill))
+        if change_id is not None and (change is None or change.id != change_id):
+            known = known_changes(skill, self.queue, self.audit)
+            if change_id not in known:
+                raise unknown_change(skill, change_id, change.id if change else None, known)
         decided = self.queue.decided(skill, change_id) if change_id is not None else None
         if decided is not None and decided.get("archived_status") in ("approved", "rejected", "withdrawn"):
             raise PromotionConflict(
@@ -490,29 +510,33 @@ class ChangeControl:
         reason: str | None = None,
         expected_live: str | None = None,
     ) -> Outcome:
-        """Restore the snapshot `revision` (a unique prefix will do). With `expected_live`, refuse
-        (conflict) if the live revision is no longer the one the caller saw."""
+        """Restore the snapshot `revision` (a unique prefix will do; `absent` removes a skill
+        Ingot created). With `expected_live` (a revision, a prefix of at least 8 characters, or
+        `absent`), refuse (conflict) if the live revision is no longer the one the caller saw."""
         with change_lock(self.runs_dir, self.lock_wait_s):
             self._recover()
-            root = self.root_of(skill)
-            if root is None:
-                raise IngotError(f"skill {skill!r} is not in any skills root")
-            live = self.live_revision(skill)
-            if expected_live is not None and live != expected_live:
-                raise PromotionConflict(
-                    f"{skill!r} is now at {(live or 'none')[:12]}, not the {expected_live[:12]} you saw; "
-                    "reload its history and decide again"
-                )
-            matches = [r for r in self.snapshots(skill) if r.startswith(revision)] if revision else []
+            self.require_skill(skill)
+            root = self.root_of(skill) or self.roots[0]  # a removed skill: where Ingot creates skills
+            snapshots = self.snapshots(skill)
+            exact = [r for r in snapshots if r == revision]
+            matches = exact or [r for r in snapshots if r != ABSENT and revision and r.startswith(revision)]
             if len(matches) != 1:
-                raise IngotError(
-                    f"{revision!r} matches {len(matches)} snapshots of {skill!r}; "
+                listed = ", ".join(r[:12] for r in snapshots) or "none"
+                raise NotFound(
+                    f"{revision!r} matches {len(matches)} snapshots of {skill!r} (snapshots: {listed}); "
                     f"`ingot history {skill}` lists them"
                 )
+            live = self.live_revision(skill)
+            if expected_live is not None and not pins(live, expected_live):
+                raise PromotionConflict(
+                    f"{skill!r} is now at {(live or ABSENT)[:12]}, not the {expected_live[:12]} you saw; "
+                    "reload its history and decide again"
+                )
+            target = None if matches[0] == ABSENT else matches[0]
             try:
                 outcome = self.promoter.rollback(skill, root, matches[0], actor, reason)
             except (OSError, AuditError) as exc:
-                raise self._fault("roll back", skill, matches[0], exc) from exc
+                raise self._fault("roll back", skill, target, exc) from exc
             self.autonomy.incident(skill, CLASSES, f"rolled back to {matches[0][:12]} by {actor}", actor)
             return outcome
 
@@ -569,16 +593,18 @@ class ChangeControl:
                     notes.append(f"{skill}: the automatic rollback failed ({exc}); roll it back by hand")
             return notes
 
-    def _fault(self, what: str, skill: str, target: str, exc: Exception) -> WriteFailed:
-        """One line saying what a failed write left: the disk decides, not the code path."""
+    def _fault(self, what: str, skill: str, target: str | None, exc: Exception) -> WriteFailed:
+        """One line saying what a failed write left: the disk decides, not the code path.
+        `target` None: the write was removing the skill."""
         reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc)
         try:
             live = self.live_revision(skill)
         except IngotError:
             live = None
         if live == target:
+            now = "removed" if target is None else f"served at {target[:12]}"
             return WriteFailed(
-                f"{skill!r} is now served at {target[:12]}, but finishing the record failed: {reason}. "
+                f"{skill!r} is now {now}, but finishing the record failed: {reason}. "
                 "The next change-control command completes it (`ingot status` shows recovery pending)"
             )
         return WriteFailed(

@@ -155,7 +155,7 @@ class Inbox:
             why = f"{name!r} is not a skill name (lowercase letters, digits, single hyphens)"
             return self._refused(key, name, key, None, why, before)
         try:
-            files, description = read_candidate(folder, name, self.control)
+            files, description = read_candidate(folder, name, self.control, new=self._new(name))
         except CandidateRefused as exc:
             return self._refused(key, name, key, None, str(exc), before)
         return self._candidate(key, name, "inbox", key, files, description, before)
@@ -189,7 +189,7 @@ class Inbox:
             with tempfile.TemporaryDirectory(prefix="ingot-git-candidate-") as scratch:
                 try:
                     folder = repo.export(sha, rel_path, Path(scratch), self.control.limits)
-                    files, description = read_candidate(folder, skill, self.control)
+                    files, description = read_candidate(folder, skill, self.control, new=self._new(skill))
                 except (GitError, CandidateRefused) as exc:
                     events.append(self._refused(key, skill, origin, tree, str(exc), before))
                     continue
@@ -197,6 +197,10 @@ class Inbox:
             if event is not None:
                 events.append(event)
         return events
+
+    def _new(self, skill: str) -> bool:
+        """A candidate for a skill that is not live is a create (an inbox may hold new skills)."""
+        return self.control.live_revision(skill) is None
 
     def _candidate(
         self,

@@ -12,6 +12,11 @@ happen crash-safely:
    skill uses `RENAME_NOREPLACE`), then fsync the root;
 5. delete the displaced tree and append the outcome.
 
+A new skill has no tree to snapshot, so step 1 records an "absent" snapshot instead (a marker,
+`revisions/<skill>/absent`); rolling back to it removes the skill (`_remove`): snapshot the live
+tree, audit the intent, rename the live folder into a dot-prefixed trash folder in the same root
+(one atomic rename: the skill is served whole or not at all), delete it, audit the outcome.
+
 Guarantee: at every instant each skill is served at exactly one complete revision, old or new,
 whatever is killed when. A kill leaves at most a stage folder and an intent without outcome;
 `recover()` (run before every write) settles both from what is actually live.
@@ -23,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import json
 import os
 import secrets
 import shutil
@@ -44,6 +50,7 @@ from mcp_server.registry import (
 from optimize.control.audit import AuditError, AuditLog
 
 STAGE_PREFIX = ".ingot-stage-"
+ABSENT = "absent"  # the snapshot of a skill before Ingot created it: rolling back to it removes it
 StepHook = Callable[[str], None]
 
 
@@ -53,7 +60,7 @@ class Outcome:
 
     skill: str
     from_revision: str | None
-    to_revision: str
+    to_revision: str | None  # None: the skill was removed (rolled back to "absent")
     root: Path
     intent_seq: int
     seq: int  # the outcome line's sequence number: this decision's unique, increasing id
@@ -202,6 +209,8 @@ class Promoter:
             raise PromotionError(f"skill {skill!r} is already live at {to_revision[:12]}")
         if from_revision is not None:
             self._snapshot(skill, root, from_revision)
+        else:
+            self._record_absent(skill, root)
         stage = root / f"{STAGE_PREFIX}{skill}-{secrets.token_hex(4)}"
         try:
             self._write_tree(stage, files, "stage")
@@ -237,7 +246,10 @@ class Promoter:
         return Outcome(skill, from_revision, to_revision, root, intent.seq, done.seq)
 
     def rollback(self, skill: str, root: Path, revision: str, actor: str, reason: str | None) -> Outcome:
-        """Restore a snapshot (itself snapshotting what it displaces) after checking its hash."""
+        """Restore a snapshot (itself snapshotting what it displaces) after checking its hash;
+        `ABSENT` removes a skill Ingot created."""
+        if revision == ABSENT:
+            return self._remove(skill, root, actor=actor, reason=reason)
         snapshot = self.snapshot_path(skill, revision)
         if not snapshot.is_dir():
             raise PromotionError(
@@ -259,6 +271,85 @@ class Promoter:
             actor=actor,
             reason=reason,
         )
+
+    # -- removal: rolling a skill Ingot created back to "absent" -----------------------------
+
+    def _record_absent(self, skill: str, root: Path) -> None:
+        """Step 1 for a new skill: the snapshot of "nothing here", written like any snapshot
+        (temp file, fsync, rename). Kept once recorded; a marker left by a creation that was
+        then aborted is harmless, because `absent_recorded` also wants the creation in the chain."""
+        marker = self.snapshot_path(skill, ABSENT)
+        if marker.is_file():
+            return
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        temp = marker.parent / f".tmp-{ABSENT}-{secrets.token_hex(4)}"
+        data = {"schema_version": 1, "skill": skill, "root": str(root)}
+        self._step("snapshot: write absent")
+        with open(temp, "xb") as handle:
+            handle.write(json.dumps(data, sort_keys=True).encode())
+            handle.flush()
+            self._step("snapshot: fsync absent")
+            os.fsync(handle.fileno())
+        self._step("snapshot: rename absent into place")
+        os.rename(temp, marker)
+        fsync_dir(marker.parent)
+
+    def absent_recorded(self, skill: str) -> bool:
+        """Whether `skill` may be rolled back to absent: its marker is there and names it, and
+        the keyed chain holds a completed creation of it (from no revision) by Ingot."""
+        marker = self.snapshot_path(skill, ABSENT)
+        try:
+            if marker.is_symlink() or json.loads(marker.read_bytes()).get("skill") != skill:
+                return False
+        except (OSError, ValueError, AttributeError):
+            return False
+        return any(
+            e.get("skill") == skill
+            and e.get("from_revision") is None
+            and e.get("to_revision")
+            and str(e.get("outcome", "")).startswith("done")
+            for e in self.audit.entries()
+        )
+
+    def _remove(self, skill: str, root: Path, *, actor: str, reason: str | None) -> Outcome:
+        """Roll `skill` back to absent: snapshot it (so this, too, can be undone), audit the
+        intent, then one atomic rename of the live folder into a dot-prefixed trash folder in the
+        same root. A kill leaves the skill whole or gone, plus at most a trash folder and an intent
+        without outcome, which `recover` settles like a stage folder (it has the stage prefix)."""
+        check_skill_name(skill)
+        self.recover((root,))
+        if not self.absent_recorded(skill):
+            raise PromotionError(
+                f"no absent snapshot of {skill!r}: Ingot did not create it, so it will not remove it; "
+                f"`ingot history {skill}` lists the revisions that can be restored"
+            )
+        live = root / skill
+        from_revision = self.live_revision(root, skill)
+        if from_revision is None:
+            raise PromotionError(f"skill {skill!r} is already absent from {root}; nothing was changed")
+        self._snapshot(skill, root, from_revision)
+        record = {
+            "skill": skill,
+            "root": str(root),
+            "from_revision": from_revision,
+            "to_revision": None,
+            "evidence_digest": None,
+            "actor": actor,
+            "reason": reason,
+            "change_id": None,
+        }
+        self._step("audit: intent")
+        intent = self.audit.append(action="rollback-intent", **record)
+        trash = root / f"{STAGE_PREFIX}{skill}-{secrets.token_hex(4)}"
+        self._step("remove: rename into trash")
+        _rename2(live, trash, _RENAME_NOREPLACE)
+        self._step("remove: fsync root")
+        fsync_dir(root)
+        self._step("cleanup: remove displaced tree")
+        shutil.rmtree(trash, ignore_errors=True)
+        self._step("audit: outcome")
+        done = self.audit.append(action="rollback", outcome="done", intent_seq=intent.seq, **record)
+        return Outcome(skill, from_revision, None, root, intent.seq, done.seq)
 
     # -- recovery --------------------------------------------------------------------------
 
@@ -315,6 +406,9 @@ class Promoter:
             for stale in root.glob(f"{STAGE_PREFIX}*"):
                 shutil.rmtree(stale, ignore_errors=True)
         if self.revisions.exists():
-            for stale in self.revisions.glob("*/.tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True)
+            for stale in self.revisions.glob("*/.tmp-*"):  # snapshot folders, absent markers
+                if stale.is_dir() and not stale.is_symlink():
+                    shutil.rmtree(stale, ignore_errors=True)
+                else:
+                    stale.unlink(missing_ok=True)
         return notes

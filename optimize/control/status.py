@@ -2,7 +2,8 @@
 
 Read-only. Also reports whether the execution sandbox can run here (`sandbox_status`).
 Drift is a skill whose revision on disk is not the one Ingot's audit chain last put
-live (edited by hand, deleted, or broken). The report keeps working over damaged state: an
+live (edited by hand, deleted, or broken); a skill Ingot removed (rolled back to "absent") has
+drifted only if it is back on disk. The report keeps working over damaged state: an
 unreadable audit chain leaves drift unknown (the chain's own verification says where it
 breaks), and an unreadable pending record is listed under `invalid` instead of failing.
 """
@@ -27,6 +28,7 @@ class SkillStatus:
     audited_revision: str | None  # last revision Ingot itself put live; None if never
     pending: str | None  # id of the pending change, if any
     recovery_pending: bool = False  # an audited intent has no outcome yet (a killed promotion)
+    removed: bool = False  # Ingot's last completed change to it removed it (rolled back to absent)
 
     @property
     def drifted(self) -> bool:
@@ -34,6 +36,8 @@ class SkillStatus:
         from what is live, and until then either revision may be the truth."""
         if self.recovery_pending:
             return False
+        if self.removed:
+            return self.live_revision is not None
         return self.audited_revision is not None and self.audited_revision != self.live_revision
 
 
@@ -49,9 +53,9 @@ class Status:
         return tuple(s for s in self.skills if s.drifted)
 
 
-def _audited(audit: AuditLog) -> tuple[dict[str, str], set[str]]:
-    """Each skill's revision as of Ingot's last completed change to it, and the skills with an
-    intent that has no outcome yet."""
+def _audited(audit: AuditLog) -> tuple[dict[str, str | None], set[str]]:
+    """Each skill's revision as of Ingot's last completed change to it (None: it removed the
+    skill), and the skills with an intent that has no outcome yet."""
     try:
         entries = audit.entries()
     except AuditError:
@@ -84,17 +88,32 @@ def report(
     changes, unreadable = queue.scan()
     pending = {c.skill: c.id for c in changes}
     served = registry.skills()
+    removed = {name for name, revision in audited.items() if revision is None}
     skills = [
         SkillStatus(
-            s.name, s.root, s.revision, audited.get(s.name), pending.get(s.name), s.name in interrupted
+            s.name,
+            s.root,
+            s.revision,
+            audited.get(s.name),
+            pending.get(s.name),
+            s.name in interrupted,
+            s.name in removed,
         )
         for s in served.values()
     ]
-    # A skill Ingot put live that is now missing or unreadable has drifted too.
+    # A skill Ingot put live that is now missing or unreadable has drifted; one it removed has not.
     skills += [
-        SkillStatus(name, root_of(name) or roots[0], None, revision, pending.get(name), name in interrupted)
+        SkillStatus(
+            name,
+            root_of(name) or roots[0],
+            None,
+            revision,
+            pending.get(name),
+            name in interrupted,
+            name in removed,
+        )
         for name, revision in audited.items()
-        if name not in served and revision is not None
+        if name not in served
     ]
     invalid = tuple(f"{p.folder}: {p.reason}" for p in registry.problems()) + tuple(unreadable)
     return Status(tuple(sorted(skills, key=lambda s: s.name)), invalid, audit.verify(), len(pending))
