@@ -19,6 +19,7 @@ from mcp_server.library import Library
 from mcp_server.registry import Limits
 from optimize.control.changes import ChangeControl
 from optimize.control.gate import Thresholds
+from optimize.control.gitrepo import GitHistory
 from optimize.models.cassette import Cassette
 from optimize.models.ledger import UsageLedger, load_prices
 from optimize.models.llm import LLMClient, LLMConfig, make_endpoint
@@ -76,7 +77,14 @@ def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> L
         model=settings.embed_model,
     )
     limits = skill_limits(settings)
-    library = Library(roots or settings.skills_dirs, embedder, limits, procedure_from(settings))
+    pin = None
+    if settings.live_edits == "quarantine" and roots is None:  # serve approved revisions only
+        from optimize.control.approved import MARKER, ApprovedRevisions, Pinned
+        from optimize.control.audit import AuditLog
+
+        home = state_home(settings)
+        pin = Pinned(ApprovedRevisions(AuditLog(home)), home / "revisions", limits, home / MARKER)
+    library = Library(roots or settings.skills_dirs, embedder, limits, procedure_from(settings), pin)
     library.reload()
     return library
 
@@ -112,6 +120,8 @@ def change_control(settings: Settings, library: Library | None = None) -> Change
         neighbours=neighbours,
         autonomy_streak=settings.autonomy_streak,
         review_window_s=settings.review_window,
+        git=GitHistory(settings.git_history, settings.git_push_remote),
+        live_edits=settings.live_edits,
     )
     return control
 

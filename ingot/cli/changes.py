@@ -235,6 +235,8 @@ def status(skills: tuple[Path, ...]) -> None:
         f"audit: {'ok' if audit.ok else f'BROKEN at line {audit.bad_line}: {audit.problem}'}"
         f" ({audit.lines} lines, head {audit.head_hash[:16]})"
     )
+    for root in report.roots:
+        click.echo(f"root {root.root}: live edits {root.live_edits}{_git_line(root.git)}")
     interrupted = [s.name for s in report.skills if s.recovery_pending]
     if interrupted:
         click.echo(
@@ -244,6 +246,26 @@ def status(skills: tuple[Path, ...]) -> None:
     _echo_sandbox(skills)
     if report.drifted or not audit.ok:
         sys.exit(1)
+
+
+def _git_line(git) -> str:  # noqa: ANN001 - a GitState or None
+    """How a git skills root's HEAD compares with the audit chain."""
+    if git is None:
+        return ""
+    if git.problem:
+        return f"; git: unreadable ({git.problem})"
+    head = f"HEAD {git.head[:12]}" if git.head else "no commits"
+    recorded = f"audit line {git.recorded_seq}" if git.recorded_seq is not None else "no Ingot commit"
+    if git.in_step:
+        return f"; git: {head} records {recorded}, the chain's last switch here (in step)"
+    notes = []
+    if git.recorded_seq != git.audit_seq:
+        notes.append(
+            f"the chain's last switch here is line {git.audit_seq}: run any change command to commit it"
+        )
+    if git.foreign:
+        notes.append(f"{git.foreign} commit(s) since touch the skills without Ingot")
+    return f"; git: {head} records {recorded}; " + "; ".join(notes)
 
 
 def _echo_sandbox(skills: tuple[Path, ...]) -> None:

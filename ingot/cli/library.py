@@ -107,6 +107,14 @@ def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict
         candidates = inbox(settings, library, control, queued)
         if candidates is not None:
             duties.append(("inbox", candidates.scan))
+        if settings.live_edits == "quarantine":
+            from optimize.control.guard import Guard
+
+            guard = Guard(control, library.similarity, settle_s=settings.inbox_settle_s)
+            for event in guard.adopt():  # the baseline, before the first request
+                click.echo(f"ingot: {event}", err=True)
+            library.reload()
+            duties.append(("guard", guard.check))
         duties.append(("autonomy", Autopilot(control).tick))
         background.start(duties, stop, settings.autopilot_tick_s)
     endpoints = [f"MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"] if mcp else []

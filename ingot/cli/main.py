@@ -1,7 +1,7 @@
 """The `ingot` command group. Errors are caught here, once: `Error: ...` and a non-zero exit.
 
 The commands live in one module per area (library, calibrate, changes, models, goldens,
-autonomy, inbox, bench); this module builds the group from them, so they never import it back."""
+autonomy, protect, bench); this module builds the group from them, so they never import it back."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import textwrap
 
 import click
 
-from ingot.cli import autonomy, bench, calibrate, changes, goldens, inbox, library, models
+from ingot.cli import autonomy, bench, calibrate, changes, goldens, library, models, protect
 from ingot.errors import EXIT_CODES, IngotError
 
 
@@ -38,7 +38,7 @@ for _command in (
     *models.COMMANDS,
     *goldens.COMMANDS,
     *autonomy.COMMANDS,
-    *inbox.COMMANDS,
+    *protect.COMMANDS,
     bench.bench,
 ):
     main.add_command(_command)

@@ -21,9 +21,11 @@ from typing import Any
 from ingot.errors import IngotError, NotFound, SkillChanged
 from mcp_server.registry import Limits
 from optimize.control import evidence as evidence_mod
+from optimize.control.approved import ApprovedRevisions
 from optimize.control.audit import AuditEntry, AuditError, AuditLog
 from optimize.control.autonomy import CLASSES, Autonomy
 from optimize.control.gate import ReplayRequirement, Thresholds, Verdict, evaluate, replay_rule
+from optimize.control.gitrepo import GitHistory
 from optimize.control.lock import PromotionConflict, change_lock
 from optimize.control.names import known_changes, known_skills, pins, require_skill, unknown_change
 from optimize.control.passport import CELLS, Cell, Passport, change_class, passport
@@ -73,11 +75,14 @@ class ChangeControl:
     neighbours: Callable[[], Neighbours] | None = None
     autonomy_streak: int = 3  # clean changes in a row that lift a class one level (AUTONOMY_STREAK)
     review_window_s: float = 86400.0  # how long a supervised change waits for a rejection (REVIEW_WINDOW)
+    git: GitHistory = GitHistory(enabled=False)  # commit each switch in a git skills root (GIT_HISTORY)
+    live_edits: str = "serve"  # or "quarantine": edits to live folders are queued and restored
 
     def __post_init__(self) -> None:
         self.queue = PendingQueue(self.runs_dir)
         self.audit = AuditLog(self.runs_dir)
-        self.promoter = Promoter(self.runs_dir, self.limits)
+        self.promoter = Promoter(self.runs_dir, self.limits, git=self.git)
+        self.approvals = ApprovedRevisions(self.audit)
         self.autonomy = Autonomy(self.runs_dir, self.audit, self.autonomy_streak)
         self.verifier = Verifier(
             self.runs_dir,
@@ -112,8 +117,8 @@ class ChangeControl:
         return [e for e in self.audit.entries() if e.get("skill") == skill]
 
     def snapshots(self, skill: str) -> list[str]:
-        """The revisions `skill` can be rolled back to, then `ABSENT` if Ingot created it (rolling
-        back to it removes the skill)."""
+        """The stored revisions of `skill` (every one Ingot put live or replaced, the live one
+        included), then `ABSENT` if Ingot created it (rolling back to it removes the skill)."""
         folder = self.promoter.revisions / check_skill_name(skill)
         names = [p.name for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
         absent = [ABSENT] if self.promoter.absent_recorded(skill) else []
@@ -131,7 +136,9 @@ class ChangeControl:
 
     def status(self) -> Status:
         """What is served, what Ingot last put live, what waits, and the audit chain's state."""
-        return report(self.roots, self.limits, self.audit, self.queue, self.root_of)
+        return report(
+            self.roots, self.limits, self.audit, self.queue, self.root_of, self.live_edits, self.git.enabled
+        )
 
     def verdict(self, change: PendingChange) -> Verdict | None:
         """The gate's verdict on `change`'s current evidence under today's thresholds (None:
@@ -559,6 +566,68 @@ class ChangeControl:
             if e.get("change_id") == change.id and e.get("action") in ("propose", "evidence")
         ]
         return dt.datetime.fromisoformat(lines[-1].time) if lines else None
+
+    # -- protected live roots (LIVE_EDITS=quarantine; guard.py decides when) ------------------
+
+    def approved_revision(self, skill: str) -> tuple[bool, str | None]:
+        """(known, revision): whether the chain has approved anything for `skill`, and what
+        (None: approved absent)."""
+        approved = self.approvals.current()
+        return skill in approved, approved.get(skill)
+
+    def adopt(self, actor: str, baseline: bool = True) -> list[str]:
+        """With `baseline`, take the live skills as they are as the approved baseline: each skill
+        the chain has never approved gets a snapshot and an audited `adopt` line. Always, an
+        approved revision that is live without a snapshot (promoted before new revisions were
+        snapshotted) gets one."""
+        notes = []
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            self._recover()
+            approved = self.approvals.current()
+            for skill in self.status().skills:
+                if skill.live_revision is None:
+                    continue
+                known = skill.name in approved
+                if (known and approved[skill.name] != skill.live_revision) or (not known and not baseline):
+                    continue  # edited behind Ingot's back, or new since: the guard's case
+                try:
+                    self.promoter.snapshot_live(skill.name, skill.root, skill.live_revision)
+                except (OSError, IngotError) as exc:
+                    notes.append(f"{skill.name}: could not snapshot {skill.live_revision[:12]}: {exc}")
+                    continue
+                if not known:
+                    self.audit.append(
+                        action="adopt",
+                        skill=skill.name,
+                        root=str(skill.root),
+                        to_revision=skill.live_revision,
+                        actor=actor,
+                        outcome="done",
+                        reason="approved as found: the baseline when its live folder came under protection",
+                    )
+                    notes.append(f"{skill.name}: adopted at {skill.live_revision[:12]}")
+        return notes
+
+    def restore(self, skill: str, actor: str, reason: str, change_id: str | None = None) -> Outcome:
+        """Put `skill`'s live folder back to its approved revision (see Promoter.restore); a
+        folder that was never approved is removed (the guard has kept it)."""
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            self._recover()
+            _, revision = self.approved_revision(skill)
+            root = self.root_of(skill) or self._recorded_root(skill)
+            try:
+                return self.promoter.restore(
+                    skill, root, revision, actor=actor, reason=reason, change_id=change_id
+                )
+            except (OSError, AuditError) as exc:
+                raise self._fault("restore", skill, revision, exc) from exc
+
+    def _recorded_root(self, skill: str) -> Path:
+        """The root the chain last recorded for `skill` (its folder is gone), else the first."""
+        for entry in reversed(self.audit.entries()):
+            if entry.get("skill") == skill and entry.get("root") and Path(entry.get("root")) in self.roots:
+                return Path(entry.get("root"))
+        return self.roots[0]
 
     def report_incident(self, skill: str, why: str, actor: str, key: str | None = None) -> list[str]:
         """An incident after a promotion (drift, a failing replay of the live revision, a mined score

@@ -35,6 +35,15 @@ class GitError(IngotError):
 
 
 @dataclass(frozen=True)
+class GitHistory:
+    """Whether promote.py records each switch as a commit (in a skills root that is a git work
+    tree; GIT_HISTORY), and the remote each such commit is pushed to (GIT_PUSH_REMOTE)."""
+
+    enabled: bool = True
+    push_remote: str | None = None
+
+
+@dataclass(frozen=True)
 class IngotCommit:
     """A commit Ingot made for a promotion or rollback, read back from its trailers."""
 

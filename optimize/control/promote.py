@@ -29,10 +29,12 @@ import contextlib
 import ctypes
 import ctypes.util
 import json
+import logging
 import os
 import secrets
 import shutil
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +49,11 @@ from mcp_server.registry import (
     read_skill,
     read_skill_files,
 )
-from optimize.control.audit import AuditError, AuditLog
+from optimize.control.approved import FOLDER_SWITCHES
+from optimize.control.audit import AuditEntry, AuditError, AuditLog
+from optimize.control.gitrepo import GitError, GitHistory, GitRepo
+
+log = logging.getLogger(__name__)
 
 STAGE_PREFIX = ".ingot-stage-"
 ABSENT = "absent"  # the snapshot of a skill before Ingot created it: rolling back to it removes it
@@ -113,15 +119,56 @@ def _rename2(source: Path, target: Path, flags: int) -> None:
         )
 
 
+def commit_message(entry: AuditEntry, reconciled: bool = False) -> str:
+    """A promotion's commit message: what happened in one line, then trailers that tie the commit
+    to its audit line and evidence (`git log --grep=Ingot-Change: chg-...` finds a change)."""
+    action, skill = entry.get("action"), entry.get("skill")
+    before, after = entry.get("from_revision"), entry.get("to_revision")
+    change = f" {entry.get('change_id')}" if entry.get("change_id") else ""
+    subject = f"ingot: {action} {skill}{change} ({str(before or ABSENT)[:12]} -> {str(after or ABSENT)[:12]})"
+    body = [str(entry.get("reason"))] if entry.get("reason") else []
+    if reconciled:
+        body.append("Committed on recovery: the process was stopped between the switch and this commit.")
+    trailers = [
+        f"Ingot-Skill: {skill}",
+        f"Ingot-Audit: {entry.seq} {entry.hash}",
+        f"Ingot-Revision: {after or ABSENT}",
+        f"Ingot-Actor: {entry.get('actor')}",
+    ]
+    if entry.get("change_id"):
+        trailers.append(f"Ingot-Change: {entry.get('change_id')}")
+    if entry.get("evidence_digest"):
+        trailers.append(f"Ingot-Evidence: {entry.get('evidence_digest')}")
+    return "\n\n".join([subject, *body, "\n".join(trailers)]) + "\n"
+
+
+def _rel(repo: GitRepo, root: Path, skill: str) -> str:
+    rel_root = repo.rel(root)
+    return f"{rel_root}/{skill}" if rel_root else skill
+
+
+def _author(entry: AuditEntry) -> str:
+    return f"{entry.get('actor') or 'ingot'} (via Ingot)"
+
+
 class Promoter:
     """Writes skills roots and `runs/revisions`; call only while holding the change lock."""
 
-    def __init__(self, runs_dir: Path, limits: Limits | None = None, on_step: StepHook | None = None) -> None:
+    def __init__(
+        self,
+        runs_dir: Path,
+        limits: Limits | None = None,
+        on_step: StepHook | None = None,
+        git: GitHistory | None = None,
+    ) -> None:
         self.runs_dir = runs_dir
         self.revisions = runs_dir / "revisions"
         self._on_step = on_step or (lambda _name: None)
         self.audit = AuditLog(runs_dir, self._on_step)
         self.limits = limits or Limits()
+        self.git = git or GitHistory(enabled=False)
+        self._repos: dict[Path, GitRepo | None] = {}
+        self.pushes: list[threading.Thread] = []  # background pushes (tests join them)
 
     def _step(self, name: str) -> None:
         self._on_step(name)
@@ -159,17 +206,31 @@ class Promoter:
         self._step(f"{label}: fsync folder")
         fsync_dir(folder)
 
-    def _snapshot(self, skill: str, root: Path, revision: str) -> None:
+    def has_snapshot(self, skill: str, revision: str) -> bool:
+        """A complete, unedited snapshot of `revision` exists (unreadable counts as incomplete)."""
         final = self.snapshot_path(skill, revision)
-        if final.exists():
-            with contextlib.suppress(SkillInvalid):  # unreadable counts as incomplete
-                if tree_revision(self.read_tree(final, skill)) == revision:
-                    return
-            # An incomplete or edited snapshot must not stand in for the revision: keep it aside.
-            os.rename(final, final.parent / f".bad-{revision[:12]}-{secrets.token_hex(4)}")
+        if not final.is_dir():
+            return False
+        with contextlib.suppress(SkillInvalid):
+            return tree_revision(self.read_tree(final, skill)) == revision
+        return False
+
+    def snapshot_live(self, skill: str, root: Path, revision: str) -> None:
+        """Snapshot the live tree of `skill`, which must be at `revision` (kept if one exists)."""
+        if self.has_snapshot(skill, revision):
+            return
         files = self.read_tree(root / skill, skill)
         if tree_revision(files) != revision:
             raise PromotionError(f"skill {skill!r} changed on disk while being snapshotted; retry")
+        self._store_snapshot(skill, revision, files)
+
+    def _store_snapshot(self, skill: str, revision: str, files: Mapping[str, bytes]) -> None:
+        """Write `files` as the snapshot of `revision` (kept if a verified one is there already)."""
+        if self.has_snapshot(skill, revision):
+            return
+        final = self.snapshot_path(skill, revision)
+        if final.exists():  # an incomplete or edited snapshot must not stand in for it: keep it aside
+            os.rename(final, final.parent / f".bad-{revision[:12]}-{secrets.token_hex(4)}")
         final.parent.mkdir(parents=True, exist_ok=True)
         temp = final.parent / f".tmp-{revision[:12]}-{secrets.token_hex(4)}"
         self._write_tree(temp, files, "snapshot")
@@ -208,9 +269,12 @@ class Promoter:
         if from_revision == to_revision:
             raise PromotionError(f"skill {skill!r} is already live at {to_revision[:12]}")
         if from_revision is not None:
-            self._snapshot(skill, root, from_revision)
+            self.snapshot_live(skill, root, from_revision)
         else:
             self._record_absent(skill, root)
+        # The new revision is snapshotted too: with LIVE_EDITS=quarantine the served library and
+        # the guard restore it from here if its folder is edited behind Ingot's back.
+        self._store_snapshot(skill, to_revision, files)
         stage = root / f"{STAGE_PREFIX}{skill}-{secrets.token_hex(4)}"
         try:
             self._write_tree(stage, files, "stage")
@@ -243,6 +307,7 @@ class Promoter:
         shutil.rmtree(stage, ignore_errors=True)
         self._step("audit: outcome")
         done = self.audit.append(action=action, outcome="done", intent_seq=intent.seq, **record)
+        self._commit(root, done)
         return Outcome(skill, from_revision, to_revision, root, intent.seq, done.seq)
 
     def rollback(self, skill: str, root: Path, revision: str, actor: str, reason: str | None) -> Outcome:
@@ -250,6 +315,89 @@ class Promoter:
         `ABSENT` removes a skill Ingot created."""
         if revision == ABSENT:
             return self._remove(skill, root, actor=actor, reason=reason)
+        files = self._verified_snapshot(skill, revision)
+        return self.switch(
+            skill,
+            root,
+            files,
+            expected_from=self.live_revision(root, skill),
+            action="rollback",
+            actor=actor,
+            reason=reason,
+        )
+
+    def restore(
+        self,
+        skill: str,
+        root: Path,
+        revision: str | None,
+        *,
+        actor: str,
+        reason: str,
+        change_id: str | None = None,
+    ) -> Outcome:
+        """Put `skill`'s folder back to its approved `revision` (None: approved absent, so the
+        folder goes) whatever is there now: an out-of-band edit, a broken folder, nothing.
+
+        The guard's tool for LIVE_EDITS=quarantine; the caller has already kept what it finds
+        (as a pending change, or a copy). Same sequence as `switch`: snapshot what is displaced
+        when it is a valid skill, stage the approved tree, audit the intent, one atomic exchange
+        (or rename), audit the outcome. A kill at any step leaves one whole tree in the folder,
+        and the served library serves the approved snapshot until the folder holds it again."""
+        check_skill_name(skill)
+        self.recover((root,))
+        live = root / skill
+        try:
+            from_revision = self.live_revision(root, skill)
+            found = "missing" if from_revision is None else "edited"
+        except SkillInvalid as exc:
+            from_revision, found = None, f"invalid ({exc})"
+        if from_revision == revision and live.exists() == (revision is not None):
+            raise PromotionError(f"skill {skill!r} is already at its approved revision; nothing was changed")
+        if from_revision is not None:
+            self.snapshot_live(skill, root, from_revision)
+        stage = None
+        if revision is not None:
+            files = self._verified_snapshot(skill, revision)
+            stage = root / f"{STAGE_PREFIX}{skill}-{secrets.token_hex(4)}"
+            try:
+                self._write_tree(stage, files, "stage")
+            except BaseException:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+        record = {
+            "skill": skill,
+            "root": str(root),
+            "from_revision": from_revision,
+            "to_revision": revision,
+            "evidence_digest": None,
+            "actor": actor,
+            "reason": f"{reason} (found {found})",
+            "change_id": change_id,
+        }
+        try:
+            self._step("audit: intent")
+            intent = self.audit.append(action="restore-intent", **record)
+        except BaseException:
+            if stage is not None:
+                shutil.rmtree(stage, ignore_errors=True)
+            raise
+        self._step("switch: rename")
+        if stage is None:  # approved absent: the folder goes, in one rename out of the served names
+            stage = root / f"{STAGE_PREFIX}{skill}-{secrets.token_hex(4)}"
+            _rename2(live, stage, _RENAME_NOREPLACE)
+        else:
+            _rename2(stage, live, _RENAME_EXCHANGE if live.exists() else _RENAME_NOREPLACE)
+        self._step("switch: fsync root")
+        fsync_dir(root)
+        self._step("cleanup: remove displaced tree")
+        shutil.rmtree(stage, ignore_errors=True)
+        self._step("audit: outcome")
+        done = self.audit.append(action="restore", outcome="done", intent_seq=intent.seq, **record)
+        self._commit(root, done)
+        return Outcome(skill, from_revision, revision, root, intent.seq, done.seq)
+
+    def _verified_snapshot(self, skill: str, revision: str) -> dict[str, bytes]:
         snapshot = self.snapshot_path(skill, revision)
         if not snapshot.is_dir():
             raise PromotionError(
@@ -262,15 +410,87 @@ class Promoter:
                 f"the snapshot {snapshot} no longer hashes to {revision[:12]} "
                 "(edited after it was taken); refusing to restore it"
             )
-        return self.switch(
-            skill,
-            root,
-            files,
-            expected_from=self.live_revision(root, skill),
-            action="rollback",
-            actor=actor,
-            reason=reason,
-        )
+        return files
+
+    # -- git: each switch is also a commit ------------------------------------------------------
+
+    def _repo(self, root: Path) -> GitRepo | None:
+        if not self.git.enabled:
+            return None
+        if root not in self._repos:
+            self._repos[root] = GitRepo.of(root)
+        return self._repos[root]
+
+    def _commit(self, root: Path, entry: AuditEntry, reconciled: bool = False) -> str | None:
+        """In a git work tree, record a finished switch as one commit of exactly that skill's
+        folder on the checked-out branch. It runs after the outcome line: a kill before it
+        leaves the folder ahead of HEAD, and `recover` commits it (`_reconcile_git`). A git
+        failure never undoes a promotion; it is logged, and the next recovery retries."""
+        repo = self._repo(root)
+        if repo is None:
+            return None
+        skill = str(entry.get("skill"))
+        self._step("git: commit")
+        try:
+            commit = repo.commit_paths(
+                [_rel(repo, root, skill)], commit_message(entry, reconciled), _author(entry)
+            )
+        except GitError as exc:
+            log.warning("the %s of %s is live but not committed to git: %s", entry.get("action"), skill, exc)
+            return None
+        if commit is not None and self.git.push_remote:
+            self._push(repo)
+        return commit
+
+    def _push(self, repo: GitRepo) -> None:
+        """Push in the background: a slow or unreachable remote never holds the change lock."""
+        remote = str(self.git.push_remote)
+
+        def push() -> None:
+            try:
+                repo.push(remote)
+            except GitError as exc:
+                log.warning(
+                    "could not push %s to %s: %s (the next promotion pushes again)", repo.top, remote, exc
+                )
+
+        thread = threading.Thread(target=push, name="ingot-git-push", daemon=True)
+        thread.start()
+        self.pushes.append(thread)
+
+    def _reconcile_git(self, entries: list[AuditEntry]) -> list[str]:
+        """Commit every switch whose outcome is in the chain but not in git (a kill between the
+        swap and the commit). Only a folder that holds exactly what the chain says Ingot put
+        there is committed: anything else is drift, and never Ingot's to commit."""
+        last: dict[str, AuditEntry] = {}
+        for entry in entries:
+            action = str(entry.get("action", ""))
+            if action in FOLDER_SWITCHES and str(entry.get("outcome", "")).startswith("done"):
+                last[str(entry.get("skill"))] = entry
+        notes = []
+        by_root: dict[Path, list[AuditEntry]] = {}
+        for entry in last.values():
+            by_root.setdefault(Path(str(entry.get("root"))), []).append(entry)
+        for root, switched in sorted(by_root.items()):
+            repo = self._repo(root)
+            if repo is None:
+                continue
+            try:
+                dirty = repo.dirty([_rel(repo, root, str(e.get("skill"))) for e in switched])
+            except GitError as exc:
+                log.warning("cannot compare %s with git: %s", root, exc)
+                continue
+            for entry in switched:
+                skill = str(entry.get("skill"))
+                if _rel(repo, root, skill) not in dirty:
+                    continue
+                try:
+                    live = self.live_revision(root, skill)
+                except SkillInvalid:
+                    continue
+                if live == entry.get("to_revision") and self._commit(root, entry, reconciled=True):
+                    notes.append(f"{skill}: committed to git after an interruption (audit line {entry.seq})")
+        return notes
 
     # -- removal: rolling a skill Ingot created back to "absent" -----------------------------
 
@@ -327,7 +547,7 @@ class Promoter:
         from_revision = self.live_revision(root, skill)
         if from_revision is None:
             raise PromotionError(f"skill {skill!r} is already absent from {root}; nothing was changed")
-        self._snapshot(skill, root, from_revision)
+        self.snapshot_live(skill, root, from_revision)
         record = {
             "skill": skill,
             "root": str(root),
@@ -349,6 +569,7 @@ class Promoter:
         shutil.rmtree(trash, ignore_errors=True)
         self._step("audit: outcome")
         done = self.audit.append(action="rollback", outcome="done", intent_seq=intent.seq, **record)
+        self._commit(root, done)
         return Outcome(skill, from_revision, None, root, intent.seq, done.seq)
 
     # -- recovery --------------------------------------------------------------------------
@@ -411,4 +632,6 @@ class Promoter:
                     shutil.rmtree(stale, ignore_errors=True)
                 else:
                     stale.unlink(missing_ok=True)
+        if self.git.enabled:
+            notes += self._reconcile_git(self.audit.entries())
         return notes

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcp_server.registry import Limits, Registry
+from optimize.control.approved import FOLDER_SWITCHES
 from optimize.control.audit import AuditError, AuditLog, Verification
+from optimize.control.gitrepo import GitError, GitRepo
 from optimize.control.pending import PendingQueue
 from optimize.measure.sandbox import Sandbox
 
@@ -42,11 +44,34 @@ class SkillStatus:
 
 
 @dataclass(frozen=True)
+class GitState:
+    """A skills root in a git work tree, compared with the audit chain."""
+
+    head: str | None  # the checked-out commit (None: no commit yet)
+    recorded_seq: int | None  # the audit line the newest Ingot commit on HEAD records
+    audit_seq: int | None  # the chain's newest finished switch of a skill in this root
+    foreign: int  # commits after Ingot's newest that touch the root without Ingot
+    problem: str | None = None  # git could not be read
+
+    @property
+    def in_step(self) -> bool:
+        return self.problem is None and self.recorded_seq == self.audit_seq and self.foreign == 0
+
+
+@dataclass(frozen=True)
+class RootStatus:
+    root: Path
+    live_edits: str  # "serve" | "quarantine"
+    git: GitState | None  # None: not a git work tree, or GIT_HISTORY is off
+
+
+@dataclass(frozen=True)
 class Status:
     skills: tuple[SkillStatus, ...]
     invalid: tuple[str, ...]
     audit: Verification
     pending: int
+    roots: tuple[RootStatus, ...] = ()
 
     @property
     def drifted(self) -> tuple[SkillStatus, ...]:
@@ -80,6 +105,8 @@ def report(
     audit: AuditLog,
     queue: PendingQueue,
     root_of: Callable[[str], Path | None],
+    live_edits: str = "serve",
+    git: bool = False,
 ) -> Status:
     """Re-read every root (so this costs a full scan: ~170 ms at 1k skills) and compare."""
     registry = Registry(roots, limits)
@@ -116,7 +143,36 @@ def report(
         if name not in served
     ]
     invalid = tuple(f"{p.folder}: {p.reason}" for p in registry.problems()) + tuple(unreadable)
-    return Status(tuple(sorted(skills, key=lambda s: s.name)), invalid, audit.verify(), len(pending))
+    states = tuple(RootStatus(root, live_edits, _git_state(root, audit) if git else None) for root in roots)
+    return Status(tuple(sorted(skills, key=lambda s: s.name)), invalid, audit.verify(), len(pending), states)
+
+
+def _git_state(root: Path, audit: AuditLog) -> GitState | None:
+    """HEAD against the chain: which audit line Ingot's newest commit records, which is the
+    chain's newest switch in this root, and how many commits touched the root since without it."""
+    repo = GitRepo.of(root)
+    if repo is None:
+        return None
+    try:
+        entries = audit.entries()
+    except AuditError:
+        entries = []
+    switches = [
+        e.seq
+        for e in entries
+        if e.get("action") in FOLDER_SWITCHES
+        and str(e.get("outcome", "")).startswith("done")
+        and e.get("root") == str(root)
+    ]
+    try:
+        rel_root = repo.rel(root)
+        newest = repo.last_ingot_commit(rel_root)
+        foreign = len(repo.commits_since(newest.sha, rel_root)) if newest else 0
+        return GitState(
+            repo.head(), newest.audit_seq if newest else None, max(switches, default=None), foreign
+        )
+    except GitError as exc:
+        return GitState(None, None, max(switches, default=None), 0, str(exc))
 
 
 @dataclass(frozen=True)

@@ -147,10 +147,11 @@ def test_an_unwritable_audit_log_blocks_the_promotion(world):
 
 @pytest.fixture
 def tiny_disk(tmp_path):
+    """A 512 KiB filesystem: room for a 200 KB candidate twice (its snapshot and its stage)."""
     mount = tmp_path / "tiny"
     mount.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True, text=True
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True, text=True
     )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip()}); CI runs as root and can")

@@ -1,4 +1,6 @@
-"""`ingot inbox`: read the candidate inbox once (for cron, or to see what it holds).
+"""Where agents' writes go: `ingot inbox` reads the candidate inbox once, `ingot guard` protects
+the live roots once (LIVE_EDITS=quarantine). `ingot serve` does both on every tick; these are for
+cron, or to see what they hold.
 
 Registered on the group by `main.py`; this module imports only `options` from the CLI."""
 
@@ -54,4 +56,38 @@ def inbox(skills: tuple[Path, ...], evaluate_now: bool) -> None:
         click.echo(f"  {record.get('skill')}  {record.get('did')}  {change}  {origin}{why}")
 
 
-COMMANDS = (inbox,)
+@click.command()
+@skills_option
+def guard(skills: tuple[Path, ...]) -> None:
+    """Keep every live skill folder at its approved revision (LIVE_EDITS=quarantine): an edit made
+    straight to a live skill is kept aside, the approved revision restored, and the edit queued
+    as a pending change (source direct-edit). Lists the kept edits.
+
+    The first run adopts the skills as they are as the approved baseline (audited)."""
+    from ingot.errors import ConfigError
+    from ingot.runtime import change_control, open_library
+    from optimize.control.guard import Guard
+
+    settings = settings_for(skills)
+    if settings.live_edits != "quarantine":
+        raise ConfigError(
+            "LIVE_EDITS is 'serve': edits to live skills are served and flagged as drift (`ingot "
+            "status`). Set LIVE_EDITS=quarantine to protect the live roots"
+        )
+    setup_logging("WARNING")
+    library = open_library(settings)
+    found = Guard(
+        change_control(settings, library=library), library.similarity, settle_s=settings.inbox_settle_s
+    )
+    events = found.check()
+    for event in events:
+        click.echo(str(event))
+    if not events:
+        click.echo("every live skill is at its approved revision")
+    for kept in found.kept():
+        change = f" as {kept.change_id}" if kept.change_id else ""
+        why = f": {kept.why}" if kept.why and kept.why != kept.found else ""
+        click.echo(f"  kept {kept.skill} ({kept.found}) {kept.status}{change} at {kept.path}{why}")
+
+
+COMMANDS = (inbox, guard)
