@@ -87,7 +87,7 @@ tune-procedure: dev
 
 # README screenshots, taken by the browser tests from a real run (needs /usr/bin/chromium).
 screenshots: dev
-	INGOT_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/ui/test_browser.py -k "evidence_before or approve_in"
+	INGOT_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/ui/test_browser.py -k "evidence_before or approve_in or removed_from_its_history"
 	INGOT_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/ui/test_replay.py -k "in_the_browser or blocked_change"
 
 compose-check:

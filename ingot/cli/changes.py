@@ -184,9 +184,9 @@ def history(skills: tuple[Path, ...], skill: str) -> None:
         click.echo("  no change-control events yet (Ingot has not changed it)")
     for entry in entries:
         click.echo(
-            f"{entry.seq:>5}  {entry.time}  {entry.get('action'):<16} "
+            f"{entry.seq:>5}  {entry.time[:19].replace('T', ' ')}  {entry.get('action'):<16} "
             f"{(entry.get('from_revision') or '-')[:12]:>12} -> {(entry.get('to_revision') or '-')[:12]:<12}"
-            f"  {entry.get('actor', '')}  {entry.get('outcome') or entry.get('reason') or ''}"
+            f"  {entry.get('actor', '')}  {entry.get('outcome') or entry.get('reason') or ''}".rstrip()
         )
     snapshots = control.snapshots(skill)
     for revision in snapshots:

@@ -651,8 +651,9 @@ class ChangeControl:
             )
             root = self.root_of(skill)
             undo = last is not None and last.get("action") == "promote" and last.get("actor") == "autonomy"
-            if undo and root is not None and last.get("from_revision") in self.snapshots(skill):
-                target = str(last.get("from_revision"))
+            displaced = last.get("from_revision") if last is not None else None
+            target = str(displaced or ABSENT)  # a new skill autonomy created is removed again
+            if undo and root is not None and target in self.snapshots(skill):
                 try:
                     self.promoter.rollback(
                         skill, root, target, actor, f"automatic rollback after incident: {why}"

@@ -17,9 +17,10 @@ A new skill has no tree to snapshot, so step 1 records an "absent" snapshot inst
 tree, audit the intent, rename the live folder into a dot-prefixed trash folder in the same root
 (one atomic rename: the skill is served whole or not at all), delete it, audit the outcome.
 
-Guarantee: at every instant each skill is served at exactly one complete revision, old or new,
-whatever is killed when. A kill leaves at most a stage folder and an intent without outcome;
-`recover()` (run before every write) settles both from what is actually live.
+Guarantee: at every instant each skill is served at exactly one complete revision, old or new
+(or, for a removal, its complete old revision or nothing), whatever is killed when. A kill
+leaves at most a stage folder and an intent without outcome; `recover()` (run before every
+write) settles both from what is actually live.
 Filesystems without an atomic exchange are refused rather than served a gap.
 """
 

@@ -132,9 +132,9 @@ def read_candidate(
         )
     if not new and live is None:
         served = {s for root in control.roots if root.is_dir() for s in _skill_folders(root)}
+        nearest = did_you_mean(name, served, listed=0)  # close names only: a new skill has none
         raise SkillNotFound(
-            f"no skill named {name!r} is live{did_you_mean(name, served)}; to propose {name!r} as a "
-            "new skill, add --new"
+            f"no skill named {name!r} is live{nearest}; to propose {name!r} as a new skill, add --new"
         )
     try:
         skill, files = read_skill_files(folder.parent, folder, control.limits, name=name)

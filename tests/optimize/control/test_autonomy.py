@@ -195,3 +195,19 @@ def test_drift_after_an_autonomous_promotion_rolls_it_back_and_demotes(control):
     assert control.live_revision(SKILL) == change.champion_revision == before
     assert control.autonomy.trust(SKILL, "description").level == "manual"
     assert Autopilot(control).tick() == []  # the same drift is reported once
+
+
+def test_an_incident_after_autonomy_created_a_skill_removes_it_again(control):
+    from tests.optimize.conftest import skill_md
+
+    files = {
+        "SKILL.md": skill_md(
+            "kiln-firing", "Plans glaze firings for an electric ceramic kiln.", "Ramp slowly."
+        )
+    }
+    change, _ = control.propose("kiln-firing", "create", "agent", files, checks())
+    control.approve("kiln-firing", "autonomy", change.id)  # as the autopilot does
+    assert control.live_revision("kiln-firing") == change.candidate_revision
+    notes = control.report_incident("kiln-firing", "replay of the live revision failed", "test")
+    assert any("rolled back to absent" in note for note in notes), notes
+    assert control.live_revision("kiln-firing") is None and not control.status().drifted
