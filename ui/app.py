@@ -35,8 +35,8 @@ from optimize.control.promote import check_skill_name
 from optimize.control.status import Status
 from optimize.measure.goldens import Golden, GoldenError, Review
 from optimize.models.traces import TraceStore, find_trace
+from ui import lifecycle, views
 from ui import replay as replay_views
-from ui import views
 from ui.runs import RunManager, RunNotFound
 from ui.security import COOKIE, Guard, session_value
 
@@ -191,13 +191,18 @@ def build_app(
         check_skill_name(skill)
         entries = views.timeline(control, skill)  # SkillNotFound (404) for a name nothing knows
         snapshots = control.snapshots(skill)
+        live = control.live_revision(skill)
+        changes = lifecycle.for_skill(
+            control.history(skill), lifecycle.bundle_paths(control.runs_dir, skill), control.thresholds, live
+        )
         return page(
             request,
             "history.html",
             skill=skill,
             entries=entries,
+            changes=changes,
             snapshots=snapshots,
-            live=control.live_revision(skill),
+            live=live,
             trust=control.autonomy.table(skill)[skill],
             streak_needed=control.autonomy.streak_needed,
             notice=NOTICES.get(done or ""),

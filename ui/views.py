@@ -25,7 +25,9 @@ from optimize.control.gate import evaluate, format_p
 from optimize.control.passport import Cell, change_class
 from optimize.control.pending import PendingChange
 from optimize.control.status import Status
+from ui import lifecycle
 from ui.diffs import FileDiff, file_diffs
+from ui.lifecycle import Stage
 from ui.replay import ReplayView, replay_view
 
 # The cells each kind of change is measured by (measure/evaluate.py): shown as missing when absent.
@@ -93,15 +95,6 @@ class Moved:
     skill: str
     gained: tuple[str, ...]
     lost: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One step of a change's lifecycle, lit when an artifact shows it happened."""
-
-    name: str  # proposed, evidenced, gated, decided, promoted, watched
-    lit: bool
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -311,35 +304,11 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
 def _lifecycle(
     control: ChangeControl, change: PendingChange, data: Mapping[str, Any], verdict: Any
 ) -> tuple[Stage, ...]:
-    """proposed -> evidenced -> gated -> decided -> promoted -> watched, from the artifacts: the
-    audit chain's lines for the change, its bundle, the gate. A pending change is not decided yet."""
     try:
         lines = [e for e in control.audit.entries() if e.get("change_id") == change.id]
     except IngotError:  # a damaged chain: the card still shows, its lifecycle says why it is dark
         lines = []
-    proposed = next((e for e in lines if e.get("action") == "propose"), None)
-    evidenced = [e for e in lines if e.get("action") == "evidence"]
-    measured = [
-        n
-        for n, b in (data.get("measurements") or {}).items()
-        if isinstance(b, Mapping) and b.get("status") == "measured"
-    ]
-    return (
-        Stage(
-            "proposed",
-            proposed is not None,
-            f"by {change.source}, {change.created}" if proposed else "no propose line",
-        ),
-        Stage(
-            "evidenced",
-            bool(measured),
-            f"{len(measured)} cell(s) measured" + (f", re-evaluated {len(evidenced)}x" if evidenced else ""),
-        ),
-        Stage("gated", verdict is not None, verdict.status if verdict is not None else "no readable bundle"),
-        Stage("decided", False, "waiting for a decision"),
-        Stage("promoted", False, "not yet"),
-        Stage("watched", False, "after promotion: replay, mining and drift watch the live revision"),
-    )
+    return lifecycle.for_pending(lines, change.source, change.created, data, verdict)
 
 
 def _autonomy(control: ChangeControl, change: PendingChange) -> str | None:
