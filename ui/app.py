@@ -78,6 +78,7 @@ def build_app(
     `traces` feeds the Traces page; `drafter` (the teacher) drafts a blessed golden's criteria."""
     app = FastAPI(title="Ingot", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     templates = Jinja2Templates(directory=HERE / "templates")
+    templates.env.filters["until"] = views.until
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_middleware(Guard, token=token)
     in_flight = threading.Lock()  # one approve / reject / rollback at a time in this process

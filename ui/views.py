@@ -157,6 +157,7 @@ class Review:
     passport_summary: str = ""
     lifecycle: tuple[Stage, ...] = ()
     autonomy: str | None = None  # what autonomy will do with it (level, countdown), or None
+    goes_live_at: str | None = None  # a supervised change's window end (ISO, UTC): the countdown
     replay: ReplayView | None = None  # the regression replay cell
 
     @property
@@ -247,6 +248,7 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
     cases = (
         tuple(_case(c) for c in raw_cases if isinstance(c, Mapping)) if isinstance(raw_cases, list) else ()
     )
+    autonomy = _autonomy(control, change)
     return Review(
         change=change,
         verdict=verdict.status if verdict else "blocked",
@@ -296,7 +298,8 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         passport=card_passport.cells,
         passport_summary=card_passport.summary,
         lifecycle=_lifecycle(control, change, data, verdict),
-        autonomy=_autonomy(control, change),
+        autonomy=autonomy[0] if autonomy else None,
+        goes_live_at=autonomy[1] if autonomy else None,
         replay=replay_view(data) if data else None,
     )
 
@@ -311,7 +314,8 @@ def _lifecycle(
     return lifecycle.for_pending(lines, change.source, change.created, data, verdict)
 
 
-def _autonomy(control: ChangeControl, change: PendingChange) -> str | None:
+def _autonomy(control: ChangeControl, change: PendingChange) -> tuple[str, str | None] | None:
+    """What autonomy will do with `change`, and when a supervised one goes live (None: manual)."""
     cls = change_class(change.kind, {})
     trust = control.autonomy.trust(change.skill, cls)
     if trust.level == "manual":
@@ -320,14 +324,32 @@ def _autonomy(control: ChangeControl, change: PendingChange) -> str | None:
         start = control.queued_at(change)
     except IngotError as exc:
         return (
-            f"{cls} changes are {trust.level}, but the audit chain cannot be read ({exc}): a person decides"
+            f"{cls} changes are {trust.level}, but the audit chain cannot be read ({exc}): a person decides",
+            None,
         )
     if start is None:
         return None
     decision = decide(
         trust, control.passport(change), start, control.review_window_s, dt.datetime.now(dt.UTC)
     )
-    return f"{cls} changes are {trust.level}: {decision.why}"
+    deadline = (
+        decision.ready_at.isoformat(timespec="seconds")
+        if decision.action == "wait" and decision.ready_at
+        else None
+    )
+    return f"{cls} changes are {trust.level}: {decision.why}", deadline
+
+
+def until(iso: str, now: dt.datetime | None = None) -> str:
+    """ "in 41 min 5 s" until the ISO time `iso` (UTC), or "any moment now" once it has passed."""
+    left = int((dt.datetime.fromisoformat(iso) - (now or dt.datetime.now(dt.UTC))).total_seconds())
+    if left <= 0:
+        return "any moment now"
+    hours, rest = divmod(left, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{hours} h"] if hours else []
+    parts += [f"{minutes} min"] if minutes or hours else []
+    return "in " + " ".join([*parts, f"{seconds} s"])
 
 
 def _list(value: Any) -> list[Any]:
