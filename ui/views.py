@@ -20,6 +20,7 @@ from ingot.errors import IngotError
 from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditEntry
 from optimize.control.autonomy import decide
+from optimize.control.autopilot import change_passport, queued_at
 from optimize.control.changes import ChangeControl
 from optimize.control.gate import evaluate, format_p
 from optimize.control.passport import Cell, change_class
@@ -233,7 +234,7 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         except evidence_mod.EvidenceError:
             data = {}
     verdict = evaluate(data, control.thresholds) if data else None
-    card_passport = control.passport(change)
+    card_passport = change_passport(control, change)
     blocks = data.get("measurements", {}) if isinstance(data.get("measurements"), Mapping) else {}
     names = list(EXPECTED.get(change.kind, ())) + [
         n for n in blocks if n not in EXPECTED.get(change.kind, ())
@@ -321,7 +322,7 @@ def _autonomy(control: ChangeControl, change: PendingChange) -> tuple[str, str |
     if trust.level == "manual":
         return None
     try:
-        start = control.queued_at(change)
+        start = queued_at(control, change)
     except IngotError as exc:
         return (
             f"{cls} changes are {trust.level}, but the audit chain cannot be read ({exc}): a person decides",
@@ -330,7 +331,7 @@ def _autonomy(control: ChangeControl, change: PendingChange) -> tuple[str, str |
     if start is None:
         return None
     decision = decide(
-        trust, control.passport(change), start, control.review_window_s, dt.datetime.now(dt.UTC)
+        trust, change_passport(control, change), start, control.review_window_s, dt.datetime.now(dt.UTC)
     )
     deadline = (
         decision.ready_at.isoformat(timespec="seconds")

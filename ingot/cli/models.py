@@ -119,6 +119,7 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
     """How SKILL does on recorded traffic: mean score, failing dimensions, weakest tasks."""
     from ingot.runtime import change_control, model_run, open_library, state_home, trace_store
     from ingot.runtime import judge as make_judge
+    from optimize.control.autopilot import report_incident
     from optimize.measure.mining import mine as run_mining
 
     settings = settings_for(skills)
@@ -143,7 +144,7 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
         skill, report.mean_score, settings.loop_health_threshold
     ):
         why = f"mined live score {report.mean_score:.2f} dropped below {settings.loop_health_threshold:.2f}"
-        for note in control.report_incident(skill, why, "ingot-mine"):
+        for note in report_incident(control, skill, why, "ingot-mine"):
             click.echo(f"incident: {note}", err=True)
     for dimension, count in sorted(report.failing_dimensions.items(), key=lambda x: -x[1]):
         click.echo(f"  failing {dimension}: {count}")

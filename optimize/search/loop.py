@@ -21,6 +21,7 @@ from typing import Any
 from ingot.errors import IngotError
 from ingot.seal import Seal
 from mcp_server.library import Library
+from optimize.control.autopilot import report_incident
 from optimize.control.changes import ChangeControl
 from optimize.measure.ab import ABRunner
 from optimize.measure.evaluate import Candidate, Inputs
@@ -72,7 +73,7 @@ def run_loop(
             report = mine(skill, store, library, judge, control.runs_dir / "cache" / "verdicts.jsonl")
             if report.mean_score is not None and control.autonomy.mined(skill, report.mean_score, threshold):
                 why = f"mined live score {report.mean_score:.2f} dropped below {threshold:.2f}"
-                progress("; ".join(control.report_incident(skill, why, "ingot-loop")))
+                progress("; ".join(report_incident(control, skill, why, "ingot-loop")))
             if report.mean_score is None:
                 entries.append(LoopEntry(skill, None, "no traffic", "no scored traces; nothing to fix"))
                 continue
