@@ -205,7 +205,8 @@ class ChangeControl:
             elif change_id and entry.get("action") in ("reject", "withdraw"):
                 status = "rejected" if entry.get("action") == "reject" else "withdrawn"
                 settled[change_id] = (status, entry.get("reason") or status)
-        for change in self.queue.all():
+        readable, _ = self.queue.scan()  # a damaged record blocks only its own skill, never recovery
+        for change in readable:
             if change.id in settled:
                 status, reason = settled[change.id]
                 self.queue.archive(change.skill, reason, status, "ingot-recovery")
