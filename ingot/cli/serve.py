@@ -102,7 +102,9 @@ def tool_limits(settings: Settings) -> ToolLimits:
             Path(os.path.realpath(r.expanduser())) for r in settings.allowed_caller_roots
         ),
         create_max_pending=settings.create_skill_max_pending,
+        create_max_pending_total=settings.create_skill_max_pending_total,
         create_per_minute=settings.create_skill_per_minute,
+        create_total_per_minute=settings.create_skill_per_minute_total,
     )
 
 
