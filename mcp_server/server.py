@@ -10,9 +10,9 @@ checked (DNS-rebinding protection), and the default bind is loopback.
 Limits (`ToolLimits`), because any local process can be a client: `create_skill` is rate limited
 and capped per source (the client name it declared at initialize, so one noisy agent cannot lock
 the others out) and for all sources together (a process may declare any name); it never waits
-more than a moment for the change lock (a busy lock answers "busy, retry", so routing keeps its threads); results name
-a skill's root by label, never by its path on this disk; and a caller's `cwd` is looked into
-(for `paths` constraints) only under the operator's ALLOWED_CALLER_ROOTS.
+more than a moment for the change lock (a busy lock answers "busy, retry", so routing keeps its
+threads); results name a skill's root by label, never by its path on this disk; and a caller's
+`cwd` is looked into (for `paths` constraints) only under the operator's ALLOWED_CALLER_ROOTS.
 """
 
 from __future__ import annotations
