@@ -4,6 +4,7 @@ Registered on the group by `main.py`; this module imports only `options` and `se
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import click
@@ -120,6 +121,7 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
     from ingot.runtime import change_control, model_run, open_library, state_home, trace_store
     from ingot.runtime import judge as make_judge
     from optimize.measure.mining import mine as run_mining
+    from optimize.measure.mining import record as record_score
 
     settings = settings_for(skills)
     setup_logging("WARNING")
@@ -139,6 +141,7 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
     )
     click.echo(f"mean score: {report.mean_score if report.mean_score is not None else 'no traffic'}")
     control = change_control(settings, library=library)
+    record_score(control.runs_dir / "mining", report, dt.datetime.now(dt.UTC))
     if report.mean_score is not None and control.autonomy.mined(
         skill, report.mean_score, settings.loop_health_threshold
     ):
