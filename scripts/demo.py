@@ -64,6 +64,8 @@ def prepare(folder: Path) -> dict[str, str]:
         "TEACHER_MODEL": "teacher-model",
         "JUDGE_MODEL": "judge-model",
         "OPTIMIZE_CANDIDATES": "2",
+        # .demo/ sits inside this repository's work tree: its promotions are not commits to make here.
+        "GIT_HISTORY": "false",
     }
 
 
