@@ -119,6 +119,8 @@ def test_a_blocked_card_is_compact_reason_once_and_missing_cells_folded(world, p
     folded = blocked.get_by_test_id("folded-cells")
     assert "5 cells not measured or not applicable" in folded.locator("summary").inner_text()
     assert not folded.locator("[data-state=missing]").first.is_visible()
+    # Only measured cells are in view: every missing one is behind the fold.
+    assert blocked.locator("[data-testid=passport-cell][data-state=missing]:visible").count() == 0
     assert blocked.locator("[data-testid=passport-cell][data-state=fail]").first.is_visible()
     # A passing card keeps its evidence open.
     assert card(page, GOOD).get_by_test_id("details").count() == 0
