@@ -38,7 +38,7 @@ from optimize.control.promote import check_skill_name
 from optimize.control.status import Status
 from optimize.measure.goldens import Golden, GoldenError, Review
 from optimize.models.traces import TraceStore, find_trace
-from ui import markdown, views
+from ui import lifecycle, markdown, views
 from ui import replay as replay_views
 from ui import skills as skill_views
 from ui.queue import ordered
@@ -88,6 +88,7 @@ def build_app(
     app = FastAPI(title="Ingot", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters["component"] = skill_views.component_text
+    templates.env.filters["until"] = views.until
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_middleware(Guard, token=token)
     in_flight = threading.Lock()  # one approve / reject / rollback at a time in this process
@@ -215,13 +216,18 @@ def build_app(
         check_skill_name(skill)
         entries = views.timeline(control, skill)  # SkillNotFound (404) for a name nothing knows
         snapshots = control.snapshots(skill)
+        live = control.live_revision(skill)
+        changes = lifecycle.for_skill(
+            control.history(skill), lifecycle.bundle_paths(control.runs_dir, skill), control.thresholds, live
+        )
         return page(
             request,
             "history.html",
             skill=skill,
             entries=entries,
+            changes=changes,
             snapshots=snapshots,
-            live=control.live_revision(skill),
+            live=live,
             trust=control.autonomy.table(skill)[skill],
             streak_needed=control.autonomy.streak_needed,
             notice=NOTICES.get(done or ""),

@@ -25,7 +25,9 @@ from optimize.control.gate import evaluate, p_clause
 from optimize.control.passport import Cell, change_class
 from optimize.control.pending import PendingChange
 from optimize.control.status import Status
+from ui import lifecycle
 from ui.diffs import FileDiff, Risk, file_diffs, risk
+from ui.lifecycle import Stage
 from ui.queue import ScoreCard, ab_cards, age, routing_cards
 from ui.replay import ReplayView, replay_view
 
@@ -97,15 +99,6 @@ class Moved:
 
 
 @dataclass(frozen=True)
-class Stage:
-    """One step of a change's lifecycle, lit when an artifact shows it happened."""
-
-    name: str  # proposed, evidenced, gated, decided, promoted, watched
-    lit: bool
-    detail: str
-
-
-@dataclass(frozen=True)
 class Statistic:
     name: str
     n: int | None
@@ -165,6 +158,7 @@ class Review:
     passport_summary: str = ""
     lifecycle: tuple[Stage, ...] = ()
     autonomy: str | None = None  # what autonomy will do with it (level, countdown), or None
+    goes_live_at: str | None = None  # a supervised change's window end (ISO, UTC): the countdown
     replay: ReplayView | None = None  # the regression replay cell
     risk: Risk | None = None  # the change's size and shape, from its bytes
     scorecards: tuple[ScoreCard, ScoreCard] | None = None  # None: no headline number measured
@@ -300,6 +294,7 @@ def review(control: ChangeControl, change: PendingChange, now: dt.datetime | Non
             (_num(_get(metrics, "champion", "top1")), _num(_get(metrics, "challenger", "top1"))),
             _int(_get(metrics, "n", "top1")),
         )
+    autonomy = _autonomy(control, change)
     return Review(
         change=change,
         verdict=verdict.status if verdict else "blocked",
@@ -349,7 +344,8 @@ def review(control: ChangeControl, change: PendingChange, now: dt.datetime | Non
         passport=card_passport.cells,
         passport_summary=card_passport.summary,
         lifecycle=_lifecycle(control, change, data, verdict),
-        autonomy=_autonomy(control, change),
+        autonomy=autonomy[0] if autonomy else None,
+        goes_live_at=autonomy[1] if autonomy else None,
         replay=replay_view(data) if data else None,
         risk=risk(change.skill, live, change.files, control.thresholds.retention_warn),
         scorecards=scorecards,
@@ -360,38 +356,15 @@ def review(control: ChangeControl, change: PendingChange, now: dt.datetime | Non
 def _lifecycle(
     control: ChangeControl, change: PendingChange, data: Mapping[str, Any], verdict: Any
 ) -> tuple[Stage, ...]:
-    """proposed -> evidenced -> gated -> decided -> promoted -> watched, from the artifacts: the
-    audit chain's lines for the change, its bundle, the gate. A pending change is not decided yet."""
     try:
         lines = [e for e in control.audit.entries() if e.get("change_id") == change.id]
     except IngotError:  # a damaged chain: the card still shows, its lifecycle says why it is dark
         lines = []
-    proposed = next((e for e in lines if e.get("action") == "propose"), None)
-    evidenced = [e for e in lines if e.get("action") == "evidence"]
-    measured = [
-        n
-        for n, b in (data.get("measurements") or {}).items()
-        if isinstance(b, Mapping) and b.get("status") == "measured"
-    ]
-    return (
-        Stage(
-            "proposed",
-            proposed is not None,
-            f"by {change.source}, {change.created}" if proposed else "no propose line",
-        ),
-        Stage(
-            "evidenced",
-            bool(measured),
-            f"{len(measured)} cell(s) measured" + (f", re-evaluated {len(evidenced)}x" if evidenced else ""),
-        ),
-        Stage("gated", verdict is not None, verdict.status if verdict is not None else "no readable bundle"),
-        Stage("decided", False, "waiting for a decision"),
-        Stage("promoted", False, "not yet"),
-        Stage("watched", False, "after promotion: replay, mining and drift watch the live revision"),
-    )
+    return lifecycle.for_pending(lines, change.source, change.created, data, verdict)
 
 
-def _autonomy(control: ChangeControl, change: PendingChange) -> str | None:
+def _autonomy(control: ChangeControl, change: PendingChange) -> tuple[str, str | None] | None:
+    """What autonomy will do with `change`, and when a supervised one goes live (None: manual)."""
     cls = change_class(change.kind, {})
     trust = control.autonomy.trust(change.skill, cls)
     if trust.level == "manual":
@@ -400,14 +373,32 @@ def _autonomy(control: ChangeControl, change: PendingChange) -> str | None:
         start = control.queued_at(change)
     except IngotError as exc:
         return (
-            f"{cls} changes are {trust.level}, but the audit chain cannot be read ({exc}): a person decides"
+            f"{cls} changes are {trust.level}, but the audit chain cannot be read ({exc}): a person decides",
+            None,
         )
     if start is None:
         return None
     decision = decide(
         trust, control.passport(change), start, control.review_window_s, dt.datetime.now(dt.UTC)
     )
-    return f"{cls} changes are {trust.level}: {decision.why}"
+    deadline = (
+        decision.ready_at.isoformat(timespec="seconds")
+        if decision.action == "wait" and decision.ready_at
+        else None
+    )
+    return f"{cls} changes are {trust.level}: {decision.why}", deadline
+
+
+def until(iso: str, now: dt.datetime | None = None) -> str:
+    """ "in 41 min 5 s" until the ISO time `iso` (UTC), or "any moment now" once it has passed."""
+    left = int((dt.datetime.fromisoformat(iso) - (now or dt.datetime.now(dt.UTC))).total_seconds())
+    if left <= 0:
+        return "any moment now"
+    hours, rest = divmod(left, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{hours} h"] if hours else []
+    parts += [f"{minutes} min"] if minutes or hours else []
+    return "in " + " ".join([*parts, f"{seconds} s"])
 
 
 def _list(value: Any) -> list[Any]:

@@ -413,10 +413,7 @@ def test_an_approved_new_skill_can_be_rolled_back_to_absent_and_restored(control
     files = {"SKILL.md": skill_md("beta", "Beta plans kiln firings for glazed stoneware.", "Ramp slowly.")}
     change, _ = control.propose("beta", "create", "agent", files, checks())
     created = control.approve("beta", "reviewer", change.id).to_revision
-    assert control.snapshots("beta") == [
-        created,
-        ABSENT,
-    ]  # the live revision is kept too (served when pinned)
+    assert control.snapshots("beta") == [created, ABSENT]  # the live one is kept (served when pinned)
     removed = control.rollback("beta", ABSENT, "reviewer", "undo the new skill", expected_live=created)
     assert removed.to_revision is None and served(control, "beta") is None
     assert control.live_revision("beta") is None and control.snapshots("beta") == [created, ABSENT]
