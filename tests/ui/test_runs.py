@@ -81,7 +81,10 @@ def test_terminal_output_is_cleaned_to_what_a_reader_sees():
     assert progress_of(raw).percent == 100 and progress_of("no bars here") is None
 
 
-def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_change(world, page, tmp_path):
+@pytest.mark.parametrize("start_from", ["runs-page", "skill-page"])
+def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_change(
+    world, page, tmp_path, start_from
+):
     skill = "csv-data-cleaning"
     tasks = tmp_path / "tasks"
     tasks.mkdir()
@@ -110,9 +113,14 @@ def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_
         options = UIOptions("tester", runs_env=env, optimize=optimize_missing(settings))
         app = ui_app(world.library, world.control, world.mcp, (), options)
         with running_asgi(app, lifespan="off") as ui:
-            page.goto(f"{ui}/runs")
-            page.get_by_test_id("run-skill").select_option(skill)
-            page.get_by_test_id("run-start").click()
+            if start_from == "runs-page":
+                page.goto(f"{ui}/runs")
+                page.get_by_test_id("run-skill").select_option(skill)
+                page.get_by_test_id("run-start").click()
+            else:  # the skill's own page: Optimize (body pass) opens the run's live log
+                page.goto(f"{ui}/skills/{skill}")
+                assert page.get_by_test_id("optimize-start").is_enabled()
+                page.get_by_test_id("optimize-start").click()
             page.wait_for_url("**/runs/run-*")
             assert page.get_by_test_id("run-status").inner_text() in ("running", "succeeded")
             page.wait_for_selector("[data-testid=run][data-status=succeeded]", timeout=120_000)
