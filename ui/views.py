@@ -22,13 +22,14 @@ from optimize.control.audit import AuditEntry
 from optimize.control.autonomy import decide
 from optimize.control.autopilot import change_passport, queued_at
 from optimize.control.changes import ChangeControl
-from optimize.control.gate import evaluate, format_p
+from optimize.control.gate import evaluate, p_clause
 from optimize.control.passport import Cell, change_class
 from optimize.control.pending import PendingChange
 from optimize.control.status import Status
 from ui import lifecycle
-from ui.diffs import FileDiff, file_diffs
+from ui.diffs import FileDiff, Risk, file_diffs, risk
 from ui.lifecycle import Stage
+from ui.queue import ScoreCard, ab_cards, age, routing_cards
 from ui.replay import ReplayView, replay_view
 
 # The cells each kind of change is measured by (measure/evaluate.py): shown as missing when absent.
@@ -103,7 +104,7 @@ class Statistic:
     name: str
     n: int | None
     statistic: float | None
-    p: str  # "< 0.001", "0.125", or "undefined"
+    p: str  # "p < 0.001", "p = 0.125", or "p undefined"
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,31 @@ class Review:
     autonomy: str | None = None  # what autonomy will do with it (level, countdown), or None
     goes_live_at: str | None = None  # a supervised change's window end (ISO, UTC): the countdown
     replay: ReplayView | None = None  # the regression replay cell
+    risk: Risk | None = None  # the change's size and shape, from its bytes
+    scorecards: tuple[ScoreCard, ScoreCard] | None = None  # None: no headline number measured
+    age: str = ""  # how long it has waited
+
+    @property
+    def created(self) -> str:
+        return self.change.created
+
+    @property
+    def refusal_extra(self) -> str | None:
+        """The refusal, when it says more than the gate's reasons (a stale or tampered change):
+        a blocked card states its reason once."""
+        if self.refusal is None or any(r in self.refusal for r in self.reasons):
+            return None
+        return self.refusal
+
+    @property
+    def open_cells(self) -> tuple[Cell, ...]:
+        """Passport cells a reviewer must read: measured (pass or fail) or stale."""
+        return tuple(c for c in self.passport if c.state not in ("missing", "n/a"))
+
+    @property
+    def folded_cells(self) -> tuple[Cell, ...]:
+        """Cells with no measurement behind them (missing or not applicable): folded away."""
+        return tuple(c for c in self.passport if c.state in ("missing", "n/a"))
 
     @property
     def champion_tokens(self) -> int | None:
@@ -224,7 +250,7 @@ def header(status: Status) -> Header:
     )
 
 
-def review(control: ChangeControl, change: PendingChange) -> Review:
+def review(control: ChangeControl, change: PendingChange, now: dt.datetime | None = None) -> Review:
     data: Mapping[str, Any] = {}
     evidence_id = None
     if change.evidence_path:
@@ -249,6 +275,26 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
     cases = (
         tuple(_case(c) for c in raw_cases if isinstance(c, Mapping)) if isinstance(raw_cases, list) else ()
     )
+    champion_mean = _mean(ab.get("champion_mean"), [c.champion for c in cases])
+    challenger_mean = _mean(ab.get("challenger_mean"), [c.challenger for c in cases])
+    samples = _int(ab.get("samples")) if _int(ab.get("samples")) is not None else (len(cases) or None)
+    scorecards = None
+    if ab:
+        scorecards = ab_cards(
+            change.kind,
+            change.champion_revision,
+            change.candidate_revision,
+            (champion_mean, challenger_mean),
+            samples,
+            ([c.champion_pass for c in cases], [c.challenger_pass for c in cases]),
+        )
+    elif impact:
+        scorecards = routing_cards(
+            change.champion_revision,
+            change.candidate_revision,
+            (_num(_get(metrics, "champion", "top1")), _num(_get(metrics, "challenger", "top1"))),
+            _int(_get(metrics, "n", "top1")),
+        )
     autonomy = _autonomy(control, change)
     return Review(
         change=change,
@@ -257,9 +303,9 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         warnings=verdict.warnings if verdict else (),
         refusal=control.refusal(change),
         measurements=measurements,
-        champion_mean=_mean(ab.get("champion_mean"), [c.champion for c in cases]),
-        challenger_mean=_mean(ab.get("challenger_mean"), [c.challenger for c in cases]),
-        samples=_int(ab.get("samples")) if _int(ab.get("samples")) is not None else (len(cases) or None),
+        champion_mean=champion_mean,
+        challenger_mean=challenger_mean,
+        samples=samples,
         cases=cases,
         retention=_num(ab.get("retention")),
         serving_model=ab.get("serving_model") if isinstance(ab.get("serving_model"), str) else None,
@@ -302,6 +348,9 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         autonomy=autonomy[0] if autonomy else None,
         goes_live_at=autonomy[1] if autonomy else None,
         replay=replay_view(data) if data else None,
+        risk=risk(change.skill, live, change.files, control.thresholds.retention_warn),
+        scorecards=scorecards,
+        age=age(change.created, now or dt.datetime.now(dt.UTC)),
     )
 
 
@@ -375,7 +424,7 @@ def _statistic(block: Any) -> Statistic:
         str(block.get("test", "?")),
         _int(block.get("n")),
         _num(block.get("statistic")),
-        format_p(_num(block.get("p"))),
+        p_clause(_num(block.get("p"))),
     )
 
 

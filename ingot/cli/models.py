@@ -4,6 +4,7 @@ Registered on the group by `main.py`; this module imports only `options` and `se
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import click
@@ -121,6 +122,7 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
     from ingot.runtime import judge as make_judge
     from optimize.control.autopilot import report_incident
     from optimize.measure.mining import mine as run_mining
+    from optimize.measure.mining import record as record_score
 
     settings = settings_for(skills)
     setup_logging("WARNING")
@@ -140,6 +142,7 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
     )
     click.echo(f"mean score: {report.mean_score if report.mean_score is not None else 'no traffic'}")
     control = change_control(settings, library=library)
+    record_score(control.runs_dir / "mining", report, dt.datetime.now(dt.UTC))
     if report.mean_score is not None and control.autonomy.mined(
         skill, report.mean_score, settings.loop_health_threshold
     ):

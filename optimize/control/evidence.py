@@ -24,7 +24,7 @@ from typing import Any
 
 from ingot.errors import IngotError
 from ingot.fsutil import write_atomic
-from optimize.control.gate import Thresholds, Verdict, evaluate
+from optimize.control.gate import Thresholds, Verdict, evaluate, p_clause
 from optimize.control.passport import passport
 
 SCHEMA_VERSION = 1
@@ -144,7 +144,7 @@ def render_markdown(data: Mapping[str, Any], verdict: Verdict, thresholds: Thres
     if verdict.statistics:
         lines += ["", "## Significance", ""]
         lines += [
-            f"- {s['test']}: n={s['n']}, statistic {s['statistic']}, p={_fmt_p(s['p'])}"
+            f"- {s['test']}: n={s['n']}, statistic {s['statistic']}, {p_clause(s['p'])}"
             + (f" ({s['note']})" if s.get("note") else "")
             for s in verdict.statistics
         ]
@@ -169,12 +169,6 @@ def render_markdown(data: Mapping[str, Any], verdict: Verdict, thresholds: Thres
         "",
     ]
     return "\n".join(lines)
-
-
-def _fmt_p(p: Any) -> str:
-    if p is None:
-        return "undefined"
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _changes(changes: Mapping[str, Any]) -> str:
