@@ -23,8 +23,10 @@ install: $(VENV)/.installed
 
 dev: $(VENV)/.dev-installed
 
+# GIT_HISTORY=false: the bundled skills live inside Ingot's own repository, whose branch an
+# approval must not commit to (point SKILLS_DIRS at your own skills repository to get commits).
 run: install
-	$(VENV)/bin/ingot serve
+	GIT_HISTORY=false $(VENV)/bin/ingot serve
 
 # The README's first ten minutes with models and no API key: the bundled skills copied to .demo/,
 # `ingot serve` pointed at the scripted model server from tests/ (see scripts/demo.py).
