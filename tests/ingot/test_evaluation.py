@@ -344,3 +344,44 @@ def test_ingot_evaluate_replays_the_skills_blessed_runs_with_the_candidate(
     (replayed,) = cell["goldens"]
     assert replayed["id"] == golden.id and replayed["answer"] == "strong answer"  # the candidate's bytes ran
     assert cell["candidate_revision"] == data["candidate_revision"]
+
+
+def test_routing_impact_counts_recent_real_traffic_when_no_task_set_has_cases(tmp_path):
+    from optimize.models.traces import LocalTraceStore, TraceRecord
+
+    root = tmp_path / "lib" / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    empty_tasks = tmp_path / "no-tasks"
+    empty_tasks.mkdir()
+    home = establish((root,))
+    store = LocalTraceStore(home.path / "traces.jsonl")
+    traffic = {
+        "Write a commit message for this fix": "git-commit-messages",
+        "Write a conventional commit message for the staged changes": "git-commit-messages",
+        "Draft release notes for v3.1": "release-notes",
+    }
+    for task, skill in traffic.items():
+        store.append(TraceRecord(task=task, answer="ok", route="match", skill=skill, revision="r", model="m"))
+
+    def steal(text: str) -> str:
+        front, body = text.split("---", 2)[1], text.split("---", 2)[2]
+        meta = yaml.safe_load(front)
+        meta["description"] = (
+            "Writes commit messages for fixes and staged changes, and release notes from merged pull "
+            "requests. Use for any commit message, fix description or release note."
+        )
+        return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body
+
+    folder = candidate(tmp_path, root, steal)
+    done = ingot(
+        "propose", "release-notes", "--from", str(folder), "--skills", str(root), cwd=tmp_path,
+        TASKS_DIR=str(empty_tasks),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data, _ = bundle(root)
+    impact = data["measurements"]["routing_impact"]
+    assert impact["status"] == "measured" and impact["cases"]["total"] == 0
+    assert impact["cases"]["traffic"] == 3
+    moved = {m["task"]: (m["from"], m["to"]) for m in impact["traffic_moved"]}
+    assert moved["Write a commit message for this fix"] == ("git-commit-messages", "release-notes"), moved
+    assert "Write a commit message for this fix" in impact["by_skill"]["git-commit-messages"]["lost"]
