@@ -166,13 +166,7 @@ class ChangeControl:
     def recover(self) -> list[str]:
         """Settle anything a killed promotion or rollback left (run at start-up and before writes)."""
         with change_lock(self.runs_dir, self.lock_wait_s):
-            try:
-                return self._recover()
-            except OSError as exc:
-                raise WriteFailed(
-                    f"recovery could not finish: {_os_reason(exc)}; what is served is unchanged and the "
-                    "next command retries it. Free disk space or fix permissions"
-                ) from exc
+            return self._recover()
 
     @contextmanager
     def writing(self) -> Iterator[None]:
@@ -183,6 +177,16 @@ class ChangeControl:
             yield
 
     def _recover(self) -> list[str]:
+        """`_settle`, with a failed write (a full disk) as one line that says nothing moved."""
+        try:
+            return self._settle()
+        except OSError as exc:
+            raise WriteFailed(
+                f"recovery could not finish: {_os_reason(exc)}; what is served is unchanged and the "
+                "next command retries it. Free disk space or fix permissions"
+            ) from exc
+
+    def _settle(self) -> list[str]:
         """Promotions first, then the queue: a pending change the audit log says was already
         promoted or rejected (killed before it was archived) is archived now. Nothing is settled
         from a chain that does not verify: a forged outcome line must not archive anything."""
@@ -559,7 +563,12 @@ class ChangeControl:
     def fault(self, what: str, skill: str, target: str | None, exc: Exception) -> WriteFailed:
         """One line saying what a failed write left: the disk decides, not the code path.
         `target` None: the write was removing the skill."""
-        reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc)
+        if isinstance(exc, OSError):
+            reason = _os_reason(exc)
+        elif isinstance(exc, AuditError) and isinstance(exc.__cause__, OSError):  # its advice comes below
+            reason = f"cannot write the audit log: {_os_reason(exc.__cause__)}"
+        else:
+            reason = str(exc)
         try:
             live = self.live_revision(skill)
         except IngotError:
