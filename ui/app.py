@@ -279,6 +279,10 @@ def build_app(
             **_library_values(library, status),
         }
 
+    @app.get("/skills")
+    def skills_index() -> RedirectResponse:
+        return RedirectResponse("/library", status_code=303)  # every skill is listed there
+
     @app.get("/library", response_class=HTMLResponse)
     def library_page(request: Request) -> HTMLResponse:
         status = control.status()

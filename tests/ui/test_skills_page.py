@@ -84,6 +84,8 @@ def test_a_skill_page_for_a_name_nothing_serves_is_not_found(world):
     response = httpx.get(f"{world.ui}/skills/relase-notes", headers={"Accept": "application/json"})
     assert response.status_code == 404 and "release-notes" in response.json()["error"]
     assert httpx.get(f"{world.ui}/skills/..%2Fetc").status_code in (400, 404)
+    index = httpx.get(f"{world.ui}/skills", follow_redirects=True)  # the list lives on the Library page
+    assert index.status_code == 200 and str(index.url).endswith("/library")
 
 
 def test_descriptions_are_cut_at_a_word_and_components_read_as_text():
