@@ -479,22 +479,7 @@ class ChangeControl:
         with change_lock(self.runs_dir, self.lock_wait_s):
             self._recover()
             change = self._reviewed(skill, change_id)
-            try:
-                line = self.audit.append(
-                    action="reject",
-                    skill=skill,
-                    to_revision=change.candidate_revision,
-                    evidence_digest=change.evidence_digest,
-                    actor=actor,
-                    reason=reason,
-                    change_id=change.id,
-                )
-                return self.queue.archive(skill, reason, "rejected", actor, line.seq)
-            except OSError as exc:
-                raise WriteFailed(
-                    f"the rejection of {change.id} is recorded in the audit chain, but its pending record "
-                    f"could not be archived: {_os_reason(exc)}; the next command archives it"
-                ) from exc
+            return self._archive_decided(change, "reject", "rejected", actor, reason)
 
     def withdraw(self, skill: str, change_id: str, actor: str, reason: str) -> bool:
         """Archive `change_id` as withdrawn (its author took it back: a deleted candidate) if it
@@ -504,23 +489,30 @@ class ChangeControl:
             change = self.queue.get(skill)
             if change is None or change.id != change_id:
                 return False
-            line = self.audit.append(
-                action="withdraw",
-                skill=skill,
-                to_revision=change.candidate_revision,
-                evidence_digest=change.evidence_digest,
-                actor=actor,
-                reason=reason,
-                change_id=change.id,
-            )
-            try:
-                self.queue.archive(skill, reason, "withdrawn", actor, line.seq)
-            except OSError as exc:
-                raise WriteFailed(
-                    f"the withdrawal of {change.id} is in the audit chain, but its pending record could "
-                    f"not be archived: {_os_reason(exc)}; the next command archives it"
-                ) from exc
+            self._archive_decided(change, "withdraw", "withdrawn", actor, reason)
             return True
+
+    def _archive_decided(
+        self, change: PendingChange, action: str, status: str, actor: str, reason: str
+    ) -> Path:
+        """Audit a decision that promotes nothing (reject, withdraw), then archive the change. The
+        chain line comes first: if archiving then fails, recovery archives it from that line."""
+        line = self.audit.append(
+            action=action,
+            skill=change.skill,
+            to_revision=change.candidate_revision,
+            evidence_digest=change.evidence_digest,
+            actor=actor,
+            reason=reason,
+            change_id=change.id,
+        )
+        try:
+            return self.queue.archive(change.skill, reason, status, actor, line.seq)
+        except OSError as exc:
+            raise WriteFailed(
+                f"the {action} of {change.id} is in the audit chain, but its pending record could not be "
+                f"archived: {_os_reason(exc)}; the next command archives it"
+            ) from exc
 
     def rollback(
         self,
