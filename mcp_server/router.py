@@ -1,11 +1,12 @@
 """Decide which skill, if any, serves a task: `match`, `related_match` or `novel`.
 
 Compatibility filters (policy.py) run first, on the caller's context. The remaining skills are
-ranked by a fused score: the weighted mean of the components each skill has (dense similarities
-to its description, body opening and best description sentence; saturated BM25 on its
-description and body), so a skill without a body is not penalised for it. The decision reads the
-leader's confidence on the library's own calibrated scale (calibration.py): thresholds are
-derived from the library at every snapshot, never copied from another library or model.
+ranked by a ranking score: the weighted mean of the components each skill has (dense
+similarities to its description, body opening and best description sentence; saturated BM25 on
+its description and body), so a skill without a body is not penalised for it. The decision reads
+the leader's confidence, built from a second weighted mean that leaves out what only helps to
+order skills, on the library's own calibrated scale (calibration.py): thresholds are derived from
+the library at every snapshot, never copied from another library or model.
 Deterministic for a fixed library: ties are broken by priority, then name.
 """
 
@@ -234,6 +235,7 @@ class Router:
         embedded = time.perf_counter()
         raw = index.score(vector, query_terms, self.procedure.used)
         fused = state.scoring.fuse(raw)
+        ranking = state.scoring.rank(raw, fused)
         excluded: dict[str, int] = {}
         unchecked: set[str] = set()
         allowed = np.ones(len(index), dtype=bool)
@@ -245,16 +247,18 @@ class Router:
             unchecked.update(missing)
         want = max(k, NEAREST)
         if state.has_conflicts:  # rank everything so dropping conflicts can refill the top k
-            ranked = self._rank(state, fused, allowed, len(index))
+            ranked = self._rank(state, ranking, allowed, len(index))
             ranked = self._drop_conflicts(ranked, index, state.policies, want)
         else:
-            ranked = self._rank(state, fused, allowed, want)
+            ranked = self._rank(state, ranking, allowed, want)
         cal = state.calibration
         related_at = cal.tau_related if min_score is None else min_score
         match_at = max(cal.tau_match, related_at)
         unknown = index.unknown_share(query_terms)
         candidates = [
-            self._candidate(state, raw, fused, ranked, pos, query_terms, unknown, related_at, match_at)
+            self._candidate(
+                state, raw, (fused, ranking), ranked, pos, query_terms, unknown, related_at, match_at
+            )
             for pos in range(min(want, len(ranked)))
         ]
         components: dict[str, object] = {
@@ -298,15 +302,15 @@ class Router:
         return [c for c in result.ranked[:k] if c.fit != "none"]
 
     @staticmethod
-    def _rank(state: _State, fused: np.ndarray, allowed: np.ndarray, want: int) -> list[int]:
-        """Rows of the best `want` allowed skills (plus any exact ties), best first.
+    def _rank(state: _State, scores: np.ndarray, allowed: np.ndarray, want: int) -> list[int]:
+        """Rows of the best `want` allowed skills by ranking score (plus any exact ties), best first.
 
         Exact ties are decided by priority, then name (rows are in name order), never by float
         noise or sort instability, so the ranking is deterministic for a fixed library."""
         rows = np.flatnonzero(allowed)
         if len(rows) == 0:
             return []
-        rounded = np.round(fused[rows], 6)
+        rounded = np.round(scores[rows], 6)
         if len(rows) > want:
             cutoff = np.partition(rounded, len(rows) - want)[len(rows) - want]
             keep = rounded >= cutoff
@@ -343,7 +347,7 @@ class Router:
         self,
         state: _State,
         raw: Scores,
-        fused: np.ndarray,
+        scores: tuple[np.ndarray, np.ndarray],
         ranked: list[int],
         pos: int,
         query_terms: list[str],
@@ -353,19 +357,22 @@ class Router:
     ) -> Candidate:
         assert state.scoring is not None and state.calibration is not None
         index, cal = state.index, state.calibration
+        fused, ranking = scores
         i = ranked[pos]
-        rival = fused[ranked[1]] if pos == 0 and len(ranked) > 1 else fused[ranked[0]]
+        rival = ranking[ranked[1]] if pos == 0 and len(ranked) > 1 else ranking[ranked[0]]
         if len(ranked) == 1:
             rival = 0.0
+        margin = float(ranking[i] - rival)
         covered = coverage(index, index.names[i], query_terms)
-        confidence = state.scoring.confidence(float(fused[i]), float(rival), covered, unknown)
+        confidence = state.scoring.confidence(float(fused[i]), margin, covered, unknown)
         score = round(float(cal.calibrated(confidence)), 6)
         fit = "match" if score >= match_at else "related" if score >= related_at else "none"
         components = {  # the weighed components only: the others are not computed
             **{c: float(getattr(raw, c)[i]) for c in COMPONENTS if c in self.procedure.used},
             "body_used": float(state.scoring.present[1, i]),
+            "ranking": float(ranking[i]),
             "fused": float(fused[i]),
-            "margin": float(fused[i] - rival),
+            "margin": margin,
             "coverage": float(covered),
             "unknown_terms": float(unknown),
             "confidence": confidence,
