@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run install dev test test-sandbox-nonroot check format bench bench-routing bench-latency bench-agent calibrate tune-procedure compose-check screenshots clean
+.PHONY: run install dev test test-sandbox-nonroot check format bench bench-routing bench-latency bench-agent bench-regress calibrate tune-procedure compose-check screenshots clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -69,6 +69,9 @@ bench-latency: install
 bench-agent: dev
 	$(VENV)/bin/ingot bench agent
 
+bench-regress: dev
+	$(VENV)/bin/ingot bench regress
+
 bench: bench-routing bench-latency
 
 # What the router derived for a library (SKILLS=...; CASES=... also scores it on labelled cases).
@@ -85,7 +88,8 @@ tune-procedure: dev
 
 # README screenshots, taken by the browser tests from a real run (needs /usr/bin/chromium).
 screenshots: dev
-	INGOT_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/ui/test_browser.py -k "evidence_before or approve_in"
+	INGOT_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/ui/test_browser.py -k "evidence_before or approve_in or removed_from_its_history"
+	INGOT_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/ui/test_replay.py -k "in_the_browser or blocked_change"
 
 compose-check:
 	docker-compose -f docker-compose.yml config --quiet

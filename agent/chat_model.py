@@ -3,7 +3,8 @@
 LangChain's own OpenAI model would bypass `optimize/models/llm.py`: no zero-data-retention preference on
 OpenRouter, no ledger or MAX_RUN_USD, no cassettes. This adapter converts LangChain messages and
 tools to the OpenAI wire shape, calls `LLMClient.complete` for one role, and converts the answer
-back (text, tool calls, token usage). It does nothing else.
+back (text, tool calls, token usage). With `calls`, each request and its usage is appended there
+(the run's transcript, which traces and goldens keep). It does nothing else.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class IngotChatModel(BaseChatModel):
     client: SkipValidation[LLMClient]
     role: str
     skill_revision: str | None = None  # part of the cassette key for served runs
+    calls: SkipValidation[list[dict[str, Any]]] | None = None  # each request's wire form and usage
 
     @property
     def _llm_type(self) -> str:
@@ -57,6 +59,17 @@ class IngotChatModel(BaseChatModel):
         completion = self.client.complete(
             self.role, wire, tools=kwargs.get("tools") or None, skill_revision=self.skill_revision, stop=stop
         )
+        if self.calls is not None:
+            self.calls.append(
+                {
+                    "messages": wire,
+                    "tools": list(kwargs.get("tools") or ()),
+                    "model": completion.model,
+                    "tokens_in": completion.tokens_in,
+                    "tokens_out": completion.tokens_out,
+                    "cost_usd": completion.cost_usd,
+                }
+            )
         calls = [
             {"name": c.name, "args": json.loads(c.arguments or "{}"), "id": c.id, "type": "tool_call"}
             for c in completion.tool_calls

@@ -6,7 +6,9 @@ is recorded in the trace store, and in a cassette when recording is on. A call i
 a skill revision by `X-Ingot-Skill: name@revision`, or by `X-Ingot-Session: id` plus the last
 `route_and_load(..., session=id)` of that session. `X-Ingot-*` headers are not forwarded.
 Recording never costs the user their response: a store that cannot be written is logged and
-skipped. Authorization is forwarded, never stored (traces and cassettes hold bodies only).
+skipped. Authorization is forwarded, never stored (traces and cassettes hold bodies only). Each
+trace keeps the request's messages and tool schemas (redacted), so the harness's final call of a
+run, which carries the whole conversation, can be blessed as a golden.
 """
 
 from __future__ import annotations
@@ -149,6 +151,15 @@ def build_proxy(
             tool_calls=tuple(done.tool_calls),
             errors=errors,
             harness=harness,
+            messages=tuple(m for m in body.get("messages") or () if isinstance(m, dict)),
+            tools=tuple(t for t in body.get("tools") or () if isinstance(t, dict)),
+            model_calls=(
+                {
+                    "model": done.model or body.get("model"),
+                    "tokens_in": done.tokens_in,
+                    "tokens_out": done.tokens_out,
+                },
+            ),
         )
         try:
             store.append(trace)

@@ -23,7 +23,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from deepagents import (
@@ -84,6 +84,9 @@ class AgentResult:
     note: str | None = None  # why nothing was generated, or why the run stopped early
     model_calls: int = 0
     tools: tuple[str, ...] = ()  # tools offered to the model
+    messages: tuple[dict[str, Any], ...] = ()  # the transcript (see Served)
+    tool_schemas: tuple[dict[str, Any], ...] = ()
+    calls: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,11 @@ class Served:
     model_calls: int = 0
     tools: tuple[str, ...] = ()
     stopped: str | None = None  # set when the run hit the model-call limit
+    # The transcript: the last request's messages (wire shape) followed by the final answer,
+    # the tool schemas it offered, and each model call's model, tokens and cost.
+    messages: tuple[dict[str, Any], ...] = ()
+    tool_schemas: tuple[dict[str, Any], ...] = ()
+    calls: tuple[dict[str, Any], ...] = ()
 
 
 class _OfferOnly(AgentMiddleware):
@@ -138,7 +146,10 @@ def serve(
     """One task through the deepagents agent: the same path for live runs and for evaluation.
     With `skill`, its files are readable (and its scripts runnable through `runner`)."""
     limits = limits or AgentLimits()
-    model = IngotChatModel(client=llm, role=role, skill_revision=skill_revision or (skill and skill.revision))
+    requests: list[dict[str, Any]] = []
+    model = IngotChatModel(
+        client=llm, role=role, skill_revision=skill_revision or (skill and skill.revision), calls=requests
+    )
     ws = workspace(skill, runner, limits.script_wall_s)
     offered = frozenset(ws.tools) | {t.name for t in tools or ()}
     graph = create_deep_agent(
@@ -159,7 +170,19 @@ def serve(
         ],
     )
     state = graph.invoke({"messages": [{"role": "user", "content": task}], "files": ws.files})
-    return _served(state["messages"], tuple(sorted(offered)), limits)
+    return _with_transcript(_served(state["messages"], tuple(sorted(offered)), limits), requests)
+
+
+def _with_transcript(served: Served, requests: list[dict[str, Any]]) -> Served:
+    """`served` with the run's transcript: the last request plus the answer it got."""
+    if not requests:
+        return served
+    last = requests[-1]
+    messages = [*last["messages"]]
+    if served.answer and served.stopped is None:
+        messages.append({"role": "assistant", "content": served.answer})
+    calls = tuple({k: r[k] for k in ("model", "tokens_in", "tokens_out", "cost_usd")} for r in requests)
+    return replace(served, messages=tuple(messages), tool_schemas=tuple(last["tools"]), calls=calls)
 
 
 def _served(messages: list[Any], offered: tuple[str, ...], limits: AgentLimits) -> Served:
@@ -281,6 +304,9 @@ class ReferenceAgent:
             note=served.stopped,
             model_calls=served.model_calls,
             tools=served.tools,
+            messages=served.messages,
+            tool_schemas=served.tool_schemas,
+            calls=served.calls,
         )
         self._record(result, time.perf_counter() - started)
         return result
@@ -313,6 +339,11 @@ class ReferenceAgent:
                 duration_ms=round(seconds * 1000, 1),
                 tool_calls=result.tool_calls,
                 harness=self.harness,
+                messages=result.messages,
+                tools=result.tool_schemas,
+                model_calls=tuple(
+                    {k: c[k] for k in ("model", "tokens_in", "tokens_out")} for c in result.calls
+                ),
             )
         )
 

@@ -1,9 +1,30 @@
-"""The one error hierarchy every Ingot module raises.
+"""The one error hierarchy every Ingot module raises, and the CLI's exit codes.
 
 Errors are raised deep and shown at the edge (CLI `main`, MCP tool handler, HTTP handler). Each
-message says what happened and what to do next. `exit_code` is what the CLI exits with."""
+message says what happened and what to do next. `exit_code` is what the CLI exits with:
+0 ok, 1 refused or failed, 2 usage or configuration, 3 conflict, 130 interrupted
+(`EXIT_CODES`, printed by `ingot --help`)."""
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "done"),
+    (1, "refused or failed: a check said no (approval, gate, audit chain, drift), or a write failed"),
+    (
+        2,
+        "usage or configuration: a bad flag or setting, a missing or empty skills root, an unknown "
+        "skill, change or revision, a port in use",
+    ),
+    (
+        3,
+        "conflict: another process holds the change lock, or the change or revision you named was "
+        "decided or replaced since you looked",
+    ),
+    (130, "interrupted (Ctrl-C)"),
+)
 
 
 class IngotError(Exception):
@@ -18,12 +39,23 @@ class ConfigError(IngotError):
     exit_code = 2
 
 
+class NotFound(IngotError):
+    """A skill, change or revision named by the caller does not exist (the message lists the
+    nearest names that do)."""
+
+    exit_code = 2
+
+
 class SkillInvalid(IngotError):
     """A skill folder breaks the Agent Skills spec or Ingot's safety limits."""
 
 
-class SkillNotFound(IngotError):
-    """A skill name is not in the served library."""
+class SkillNotFound(NotFound):
+    """A skill name is not in the served library, or not known to change control at all."""
+
+
+class ChangeNotFound(NotFound):
+    """A change id names no change of that skill, pending, decided or displaced."""
 
 
 class SkillChanged(IngotError):
@@ -40,3 +72,17 @@ class PromotionError(IngotError):
 
 class UnsafePath(PromotionError):
     """A candidate's file path is not a plain relative path inside its folder."""
+
+
+def did_you_mean(name: str, known: Iterable[str], listed: int = 8) -> str:
+    """The end of an "unknown name" message: " (did you mean 'x'?)" for the nearest of `known` to
+    a mistyped `name` (case, `_` and spaces forgiven), else " (known: ...)" when they are few,
+    else nothing."""
+    names = sorted({k for k in known if k})
+    key = name.strip().lower().replace("_", "-").replace(" ", "-")
+    close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
+    if close:
+        return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
+    if names and len(names) <= listed:
+        return f" (known: {', '.join(names)})"
+    return ""

@@ -13,10 +13,18 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ingot.errors import IngotError
-from ingot.runtime import actor, evaluation_inputs, model_run, models_missing, provenance
+from ingot.runtime import (
+    actor,
+    evaluation_inputs,
+    model_run,
+    models_missing,
+    provenance,
+    replay_context,
+    sandbox,
+)
 from ingot.settings import Settings
 from mcp_server.library import Library
 from optimize.control.changes import ChangeControl
@@ -24,6 +32,7 @@ from optimize.control.evidence import Evidence
 from optimize.control.gate import evaluate as gate
 from optimize.measure.evaluate import Candidate
 from optimize.measure.evaluate import evaluate as measure
+from optimize.models.llm import LLMClient
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +56,7 @@ def evaluate_change(
     by: str | None = None,
 ) -> Evaluated:
     """Measure the pending `change_id` of `skill` and rest it on the new bundle."""
-    change = control.queue.get(skill)
-    if change is None or change.id != change_id:
-        current = f"; the pending change is {change.id}" if change else ""
-        raise IngotError(
-            f"{change_id} is not the pending change for {skill!r}{current} (`ingot pending` lists them)"
-        )
+    change = control.pending_change(skill, change_id)  # unknown, decided or displaced: one clear error
     candidate = Candidate(
         skill,
         change.kind,
@@ -62,7 +66,9 @@ def evaluate_change(
         control.champion_files(skill) if change.champion_revision else None,
     )
     with model_run(settings, f"evaluate-{skill}", journal=f"evaluate-{skill}-{change_id}") as llm:
-        inputs = evaluation_inputs(settings, library, llm if models_missing(settings) is None else None)
+        missing = models_missing(settings)
+        inputs = evaluation_inputs(settings, library, llm if missing is None else None)
+        inputs.extra_cells = {"replay": _replay_cell(settings, llm, missing)}
         measurements = measure(candidate, inputs)
         totals = llm.ledger.totals() if llm.ledger else None
         cost = (
@@ -94,6 +100,20 @@ def evaluate_change(
     return Evaluated(
         change_id, bundle, verdict.status, verdict.reasons, cells, cost.get("ledger") if cost else None
     )
+
+
+def _replay_cell(settings: Settings, llm: LLMClient, missing: str | None) -> Callable[[Candidate], dict]:
+    """The regression-replay cell: the skill's blessed runs replayed with the candidate's bytes."""
+
+    def cell(change: Candidate) -> dict:
+        if missing is not None:
+            return {"status": "not_measured", "why": missing}
+        context = replay_context(settings)
+        return context.cell(
+            change.skill, change.champion_files, change.candidate_files, llm, sandbox(settings)
+        )
+
+    return cell
 
 
 class BackgroundEvaluator:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +19,7 @@ from mcp_server.library import Library
 from mcp_server.registry import Limits
 from optimize.control.changes import ChangeControl
 from optimize.control.gate import Thresholds
+from optimize.control.gitrepo import GitHistory
 from optimize.models.cassette import Cassette
 from optimize.models.ledger import UsageLedger, load_prices
 from optimize.models.llm import LLMClient, LLMConfig, make_endpoint
@@ -26,8 +27,11 @@ from optimize.models.traces import LocalTraceStore, TraceStore
 
 if TYPE_CHECKING:
     from agent.run import AgentLimits
+    from optimize.control.inbox import Inbox
+    from optimize.measure.cascade import JudgeTiers
     from optimize.measure.evaluate import Inputs as EvaluationInputs
     from optimize.measure.judge import Judge
+    from optimize.measure.regress import ReplayContext
     from optimize.measure.sandbox import Sandbox
     from optimize.search.research import Researcher
 
@@ -73,7 +77,14 @@ def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> L
         model=settings.embed_model,
     )
     limits = skill_limits(settings)
-    library = Library(roots or settings.skills_dirs, embedder, limits, procedure_from(settings))
+    pin = None
+    if settings.live_edits == "quarantine" and roots is None:  # serve approved revisions only
+        from optimize.control.approved import MARKER, ApprovedRevisions, Pinned
+        from optimize.control.audit import AuditLog
+
+        home = state_home(settings)
+        pin = Pinned(ApprovedRevisions(AuditLog(home)), home / "revisions", limits, home / MARKER)
+    library = Library(roots or settings.skills_dirs, embedder, limits, procedure_from(settings), pin)
     library.reload()
     return library
 
@@ -100,13 +111,39 @@ def change_control(settings: Settings, library: Library | None = None) -> Change
             opened.append(open_library(settings))
         return opened[0].current()
 
-    return ChangeControl(
+    control = ChangeControl(
         home.path,
         home.roots,
         thresholds,
         limits,
         prepare=library.prewarm if library is not None else None,
         neighbours=neighbours,
+        autonomy_streak=settings.autonomy_streak,
+        review_window_s=settings.review_window,
+        git=GitHistory(settings.git_history, settings.git_push_remote),
+        live_edits=settings.live_edits,
+    )
+    return control
+
+
+def inbox(
+    settings: Settings,
+    library: Library,
+    control: ChangeControl,
+    queued: Callable[[str, str], None] | None = None,
+) -> Inbox | None:
+    """The candidate inbox (CANDIDATE_ROOTS, CANDIDATE_BRANCH), or None when neither is set."""
+    if not settings.candidate_roots and not settings.candidate_branch:
+        return None
+    from optimize.control.inbox import Inbox
+
+    return Inbox(
+        control,
+        settings.candidate_roots,
+        library.similarity,
+        branch=settings.candidate_branch,
+        settle_s=settings.inbox_settle_s,
+        queued=queued,
     )
 
 
@@ -126,7 +163,11 @@ def llm_config(settings: Settings) -> LLMConfig:
         "agent": settings.agent_model,
         "strong": settings.strong_model or settings.teacher_model,
         "teacher": settings.teacher_model,
-        "judge": settings.judge_model or next(iter(settings.judge_models), None),
+        "judge": settings.judge_model
+        or next(iter(settings.judge_models), None)
+        or settings.judge_l3_model
+        or settings.judge_l2_model
+        or settings.judge_l1_model,
     }
     endpoints = {}
     for role, model in models.items():
@@ -304,3 +345,57 @@ def evaluation_inputs(settings: Settings, library: Library, llm: LLMClient | Non
             min_samples=settings.promote_min_samples,
         )
     return Inputs(library, settings.tasks_dir, recent_traffic(settings), runner, missing or "")
+
+
+def judge_tiers(settings: Settings) -> JudgeTiers:
+    """The replay judge's tiers (JUDGE_L1/L2/L3_MODEL); L3 defaults to JUDGE_MODEL."""
+    from optimize.measure.cascade import JudgeTiers
+
+    default = settings.judge_model or next(iter(settings.judge_models), None)
+    return JudgeTiers(settings.judge_l1_model, settings.judge_l2_model, settings.judge_l3_model or default)
+
+
+def replay_context(settings: Settings) -> ReplayContext:
+    """What the replay cell needs: goldens and controls cache in the state home, the judge tiers
+    (L3 defaults to JUDGE_MODEL), bounds, side-effect and sandbox tools, and world sources."""
+    from optimize.measure.drift import ResearchCheck, WorldEndpoint
+    from optimize.measure.regress import ReplayContext, ReplaySettings
+    from optimize.measure.replay import ReplayLimits
+
+    if settings.replay_world_tools and not settings.replay_world_url:
+        raise ConfigError(
+            "REPLAY_WORLD_TOOLS is set but REPLAY_WORLD_URL is empty: set the endpoint that runs them"
+        )
+    home = state_home(settings)
+    tiers = judge_tiers(settings)
+    limits = ReplayLimits(
+        max_turns=settings.replay_max_turns,
+        max_tokens=settings.replay_max_tokens,
+        timeout_s=settings.replay_timeout_s,
+        max_tool_calls=settings.agent_max_tool_calls,
+        sandbox_tools=frozenset(settings.replay_sandbox_tools),
+    )
+    sources = ()
+    if settings.replay_world_url:
+        sources = (WorldEndpoint(settings.replay_world_url, frozenset(settings.replay_world_tools)),)
+    research = None
+    if settings.replay_research and not settings.tavily_api_key:
+        raise ConfigError(
+            "REPLAY_RESEARCH=true needs TAVILY_API_KEY (the research tool it corroborates with)"
+        )
+    if settings.replay_research and settings.tavily_api_key:
+        research = ResearchCheck(settings.tavily_api_key.get_secret_value(), settings.tavily_base_url)
+    return ReplayContext(
+        goldens_dir=home / "goldens",
+        cache_dir=home / "cache" / "replay",
+        tiers=tiers,
+        settings=ReplaySettings(
+            controls=settings.replay_controls,
+            concurrency=settings.replay_concurrency,
+            limits=limits,
+            side_effects=frozenset(settings.replay_side_effect_tools),
+        ),
+        world_sources=sources,
+        research=research,
+        teacher_model=settings.teacher_model,
+    )

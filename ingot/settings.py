@@ -8,6 +8,7 @@ field here with a comment, and a test keeps the two in step.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -79,6 +80,39 @@ class Settings(BaseSettings):
         default=5, ge=1, description="Routing cases each routing metric needs before it can decide."
     )
     retention_warn: float = Field(default=0.5, ge=0, le=1)
+    review_window: float = Field(
+        default=86400,
+        gt=0,
+        description="Seconds a supervised change waits for a rejection before it is promoted.",
+    )
+    autonomy_streak: int = Field(
+        default=3, ge=1, description="Clean changes in a row that lift a class one level."
+    )
+    autopilot_tick_s: float = Field(
+        default=5.0, gt=0, description="How often `ingot serve` checks what autonomy may do."
+    )
+    candidate_roots: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(),
+        description="Folders agents write candidate skills to (never served); each becomes a pending change.",
+    )
+    candidate_branch: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._/-]+$",
+        description="In a git skills root: commits on this branch that touch a skill become pending changes.",
+    )
+    inbox_settle_s: float = Field(
+        default=2.0, ge=0, description="A candidate folder must be this many seconds unchanged to be read."
+    )
+    live_edits: Literal["serve", "quarantine"] = Field(
+        default="serve",
+        description="serve: edits to live skills are served (drift); quarantine: queued and restored.",
+    )
+    git_history: bool = Field(
+        default=True, description="In a git skills root, commit every promotion and rollback."
+    )
+    git_push_remote: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9._-]+$", description="Push each such commit to this remote."
+    )
     actor: str | None = Field(default=None, description="Name recorded in the audit log; default: $USER.")
     # -- models (one client layer: optimize/models/llm.py) --
     base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint for every role.")
@@ -93,6 +127,34 @@ class Settings(BaseSettings):
     judge_model: str | None = None
     judge_models: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(), description="Ensemble, comma-separated."
+    )
+    judge_l1_model: str | None = Field(default=None, description="Replay judge, cheap screen (L1).")
+    judge_l2_model: str | None = Field(
+        default=None, description="Replay judge, mid re-check that cites (L2)."
+    )
+    judge_l3_model: str | None = Field(
+        default=None, description="Replay judge, strongest (L3); default JUDGE_MODEL."
+    )
+    replay_controls: int = Field(default=2, ge=0, le=10, description="Unchanged-champion replays per golden.")
+    replay_concurrency: int = Field(default=4, ge=1, le=64, description="Replays running at once.")
+    replay_max_turns: int = Field(default=8, ge=1, le=100, description="Model calls per replay.")
+    replay_max_tokens: int = Field(default=60_000, ge=1000, description="Tokens in + out per replay.")
+    replay_timeout_s: float = Field(default=300.0, gt=0, description="Wall clock per replay.")
+    replay_side_effect_tools: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("write_file", "edit_file", "delete", "create_skill"),
+        description="Tools whose calls are side effects (a missing or extra one is L0 evidence).",
+    )
+    replay_sandbox_tools: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("execute",), description="Tools whose `command` replays run in the execution sandbox."
+    )
+    replay_world_url: str | None = Field(
+        default=None, description="Endpoint that executes REPLAY_WORLD_TOOLS live during replays."
+    )
+    replay_world_tools: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), description="Read-only tools replays may call live (world drift); never side effects."
+    )
+    replay_research: bool = Field(
+        default=False, description="Corroborate a moved world fact by a web search of its label (Tavily)."
     )
     llm_timeout_s: float = Field(default=60.0, gt=0)
     llm_max_retries: int = Field(default=3, ge=0, le=10)
@@ -136,14 +198,22 @@ class Settings(BaseSettings):
     watch_skills: bool = Field(default=True, description="Re-index skills when files change on disk.")
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
 
-    @field_validator("skills_dirs", "allowed_caller_roots", mode="before")
+    @field_validator("skills_dirs", "allowed_caller_roots", "candidate_roots", mode="before")
     @classmethod
     def _split_paths(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(Path(p.strip()) for p in value.split(",") if p.strip())
         return value
 
-    @field_validator("allowed_hosts", "judge_models", "loop_passes", mode="before")
+    @field_validator(
+        "allowed_hosts",
+        "judge_models",
+        "loop_passes",
+        "replay_side_effect_tools",
+        "replay_sandbox_tools",
+        "replay_world_tools",
+        mode="before",
+    )
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):
@@ -172,16 +242,33 @@ def _retired_settings() -> list[str]:
     return [f"{name} is no longer read: {why}" for name, why in RETIRED.items() if found.get(name)]
 
 
-def load_settings(**overrides: object) -> Settings:
-    """Build `Settings` from env/.env plus explicit overrides; raise `ConfigError` listing every problem."""
+def load_settings(flags: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Build `Settings` from env/.env plus explicit overrides; raise `ConfigError` listing every problem.
+
+    `flags` maps an override's field to the command-line flag it came from (`mcp_port` ->
+    `--mcp-port`), so a bad value is reported against the flag the user typed, not the environment."""
     retired = _retired_settings()
     if retired:
         raise ConfigError("; ".join(retired))
+    given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return Settings(**given)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']).upper() or 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ConfigError(f"invalid settings: {problems}. Fix them in the environment or .env") from exc
+        flags = flags or {}
+        from_flags, from_env = [], []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else ""
+            if field in flags and field in given:
+                from_flags.append(f"{flags[field]} {_shown(given[field])}: {err['msg'].lower()}")
+            else:
+                where = ".".join(str(p) for p in err["loc"]).upper() or "settings"
+                from_env.append(f"{where}: {err['msg']}")
+        problems = from_flags + ([f"invalid settings: {'; '.join(from_env)}"] if from_env else [])
+        fix = ". Fix them in the environment or .env" if from_env else ""
+        raise ConfigError("; ".join(problems) + fix) from exc
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple | list):
+        return ",".join(str(v) for v in value)
+    return str(value)

@@ -3,7 +3,8 @@
 Every front end (MCP tools, skill:// resources, CLI, UI) asks this one object. A reload re-reads
 only the folders whose files changed, then swaps in a new router index; requests in flight keep
 the snapshot they started with, so a request never sees half an update. A watcher thread
-(watchfiles, inotify on Linux) triggers reloads within milliseconds of an edit.
+(watchfiles, inotify on Linux) triggers reloads within milliseconds of an edit. With a `pin`
+(LIVE_EDITS=quarantine), only approved revisions are served, whatever the folders hold.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,17 @@ from mcp_server.skillfiles import read_served_file
 log = logging.getLogger(__name__)
 WATCH_TICK_S = 0.1  # how often the watcher wakes with no events (root checks, stop requests)
 RESCAN_S = 30.0  # full rescan interval, a safety net under the file watch
+
+
+# Which skills may be served, and at which revision (LIVE_EDITS=quarantine: only approved ones,
+# see optimize/control/approved.py); given the skills on disk and the roots, returns those to serve.
+Pin = Callable[[Mapping[str, Skill], tuple[Path, ...]], Mapping[str, Skill]]
+
+
+def _same(a: Mapping[str, Skill], b: Mapping[str, Skill]) -> bool:
+    return a.keys() == b.keys() and all(
+        a[n].revision == b[n].revision and a[n].folder == b[n].folder for n in a
+    )
 
 
 @dataclass(frozen=True)
@@ -67,8 +79,10 @@ class Library:
         embedder: CachedEmbedder,
         limits: Limits | None = None,
         procedure: Procedure | None = None,
+        pin: Pin | None = None,
     ) -> None:
         self.roots = tuple(Path(r).expanduser().absolute() for r in roots)
+        self._pin = pin
         self._registry = Registry(self.roots, limits or Limits())
         self._router = Router(embedder, procedure or Procedure())
         self._reload_lock = threading.Lock()
@@ -86,9 +100,14 @@ class Library:
         path (see Router.update); explicit reloads derive it before returning."""
         with self._reload_lock:
             report = self._registry.reload(changed)
-            if report.added or report.changed or report.removed or self._stale:
+            if report.added or report.changed or report.removed or self._stale or self._pin:
+                skills = self._registry.skills()
+                if self._pin is not None:
+                    skills = self._pin(skills, self.roots)
+                    if not self._stale and _same(skills, self._router.served()):
+                        return report  # an edit Ingot does not serve: nothing to re-index
                 self._stale = True
-                disabled = self._router.update(self._registry.skills(), defer_calibration)
+                disabled = self._router.update(skills, defer_calibration)
                 self._stale = False
                 for name, reason in disabled.items():
                     log.warning("skill %r disabled by its routing metadata: %s", name, reason)

@@ -181,6 +181,16 @@ def parse_skill_md(text: str, folder_name: str) -> tuple[str, str, str, dict[str
     return name, description.strip(), body, meta
 
 
+def declared_name(text: str) -> str | None:
+    """The `name` a SKILL.md's frontmatter declares, whatever else is wrong with it (None when
+    it declares none): for saying "this folder holds skill X, not Y" instead of "invalid"."""
+    try:
+        name = frontmatter.loads(text.lstrip("\ufeff"), handler=_StrictYAMLHandler()).metadata.get("name")
+    except (SkillInvalid, yaml.YAMLError, ValueError):
+        return None
+    return name if isinstance(name, str) else None
+
+
 def read_skill(root: Path, folder: Path, limits: Limits, name: str | None = None) -> Skill:
     """Read, hash and validate one skill folder, or raise `SkillInvalid` saying why.
 
@@ -255,6 +265,7 @@ class Registry:
     _entries: dict[Path, _Entry] = field(default_factory=dict)
     _skills: dict[str, Skill] = field(default_factory=dict)
     _problems: list[Problem] = field(default_factory=list)
+    _unlistable: set[Path] = field(default_factory=set)  # roots already warned about, until they return
 
     def skills(self) -> Mapping[str, Skill]:
         return MappingProxyType(self._skills)
@@ -268,12 +279,17 @@ class Registry:
         for root in self.roots:
             try:
                 children = sorted(root.iterdir(), key=lambda p: p.name)
-            except FileNotFoundError:
-                log.warning("skills root %s does not exist; serving nothing from it", root)
+            except OSError as exc:  # warned once, not on every rescan of a watcher's tick
+                if root not in self._unlistable:
+                    self._unlistable.add(root)
+                    why = (
+                        "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be listed: {exc}"
+                    )
+                    log.warning("skills root %s %s; serving nothing from it meanwhile", root, why)
                 continue
-            except OSError as exc:
-                log.warning("cannot list skills root %s: %s", root, exc)
-                continue
+            if root in self._unlistable:
+                self._unlistable.discard(root)
+                log.info("skills root %s is back", root)
             for child in children:
                 if not child.name.startswith(".") and child.is_dir():
                     found.append((root, child))

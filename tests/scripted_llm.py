@@ -3,8 +3,11 @@
 Serves `/v1/chat/completions` (plain, JSON mode, tool calls, SSE streaming) and `/v1/models`.
 Replies come from per-test rules matched on the request (system prompt contains X, last user
 message contains Y, model is Z); a rule can also answer with an HTTP error a given number of
-times first (to exercise retries). Every request is recorded, headers included, so tests can
-assert on exactly what was sent.
+times first (to exercise retries), or compute its reply from the request (`compute`: a scripted
+agent that follows the skill in its prompt, a scripted judge that reads a checklist). Token
+counts are fixed per rule, or estimated from the request and reply sizes (about 4 characters a
+token) when set to None, so costs scale with prompt size. Every request is recorded, headers
+included, so tests can assert on exactly what was sent.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ class Rule:
     error_body: dict[str, Any] | None = None
     garbage: str | None = None  # answer 200 with this raw body (e.g. an HTML page)...
     garbage_times: int = 0  # ...this many times (0: every time), then the reply
-    prompt_tokens: int = 11
-    completion_tokens: int = 7
+    prompt_tokens: int | None = 11  # None: estimated from the request's size
+    completion_tokens: int | None = 7  # None: estimated from the reply's size
+    # Computes the answer from the request body: a reply text, or {"reply": ..., "tool_calls": [...]}.
+    compute: Callable[[dict[str, Any]], str | dict[str, Any]] | None = None
     before_reply: Callable[[dict[str, Any]], None] | None = (
         None  # runs when it answers (e.g. edit a file mid-run)
     )
@@ -149,19 +154,36 @@ class ScriptedLLM:
         return 500, {"error": {"message": f"no scripted rule matches: {json.dumps(body)[:300]}"}}, None
 
 
+def _estimate(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
 def _completion(body: dict[str, Any], rule: Rule) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": rule.reply}
+    reply, tool_calls = rule.reply, rule.tool_calls
+    if rule.compute is not None:
+        computed = rule.compute(body)
+        if isinstance(computed, str):
+            reply, tool_calls = computed, None
+        else:
+            reply, tool_calls = computed.get("reply"), computed.get("tool_calls")
+    message: dict[str, Any] = {"role": "assistant", "content": reply}
     finish = "stop"
-    if rule.tool_calls:
+    if tool_calls:
         message["tool_calls"] = [
             {
-                "id": f"call_{i}",
+                "id": c.get("id") or f"call_{i}",
                 "type": "function",
                 "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))},
             }
-            for i, c in enumerate(rule.tool_calls)
+            for i, c in enumerate(tool_calls)
         ]
         finish = "tool_calls"
+    prompt_tokens = rule.prompt_tokens
+    if prompt_tokens is None:
+        prompt_tokens = _estimate(json.dumps([body.get("messages"), body.get("tools")]))
+    completion_tokens = rule.completion_tokens
+    if completion_tokens is None:
+        completion_tokens = _estimate(json.dumps([reply, tool_calls]))
     return {
         "id": "chatcmpl-scripted",
         "object": "chat.completion",
@@ -169,9 +191,9 @@ def _completion(body: dict[str, Any], rule: Rule) -> dict[str, Any]:
         "model": body.get("model"),
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {
-            "prompt_tokens": rule.prompt_tokens,
-            "completion_tokens": rule.completion_tokens,
-            "total_tokens": rule.prompt_tokens + rule.completion_tokens,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
         },
     }
 

@@ -62,6 +62,7 @@ RULES: list[tuple[str, tuple[str, ...]]] = [
     ("ingot.seal", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
     ("ingot.runtime", FRONT_ENDS),
     ("ingot.evaluation", FRONT_ENDS),
+    ("ingot.background", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
     ("ingot.bench", ("ingot.cli",)),
     ("mcp_server", ("optimize", "agent", "ui", "ingot.cli", "ingot.bench", "ingot.runtime")),
     (

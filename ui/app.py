@@ -1,4 +1,5 @@
-"""The localhost review UI: evidence first, then approve or reject; history, rollback, library, runs.
+"""The localhost review UI: evidence first, then approve or reject; history, rollback, library,
+runs, and traces (bless a run as a golden, review its criteria, retire it).
 
 Server-rendered pages (Jinja2, autoescaped) with one small static script and stylesheet, so it
 works offline with no build step. Every decision goes through the same `ChangeControl` methods as
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,12 +26,16 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from ingot import __version__
-from ingot.errors import IngotError, SkillNotFound
+from ingot.errors import IngotError, NotFound, SkillNotFound
 from mcp_server.library import Library
 from optimize.control.changes import ApprovalRefused, ChangeControl
+from optimize.control.goldens_admin import GoldenAdmin
 from optimize.control.lock import PromotionConflict
 from optimize.control.promote import check_skill_name
 from optimize.control.status import Status
+from optimize.measure.goldens import Golden, GoldenError, Review
+from optimize.models.traces import TraceStore, find_trace
+from ui import replay as replay_views
 from ui import views
 from ui.runs import RunManager, RunNotFound
 from ui.security import COOKIE, Guard, session_value
@@ -40,14 +46,22 @@ HERE = Path(__file__).parent
 HTTP_STATUS: tuple[tuple[type[IngotError], int], ...] = (
     (PromotionConflict, 409),  # in flight elsewhere, already decided, or displaced since viewed
     (ApprovalRefused, 422),  # re-verification failed: blocked, stale, tampered
-    (SkillNotFound, 404),
+    (GoldenError, 422),  # a run that cannot be a golden, criteria that do not hold
+    (NotFound, 404),
     (RunNotFound, 404),
 )
 NOTICES = {
     "approved": "Approved and promoted; the new revision is being served.",
     "rejected": "Rejected; the change is archived with your reason.",
     "rolled-back": "Rolled back; the selected revision is being served.",
+    "removed": "Removed; the skill is no longer served. Its last revision is kept in the snapshots.",
+    "blessed": "Blessed: the run is a golden. Review its criteria below; every change to the skill "
+    "is replayed against it.",
+    "criteria": "Criteria and world facts approved (recorded as yours in the audit chain).",
+    "retired": "Retired: the golden is no longer replayed (kept on disk and in the audit chain).",
 }
+TRACE_ID = re.compile(r"^tr-[0-9a-f]{16}$")
+GOLDEN_ID = re.compile(r"^g-[0-9a-f]{12}$")
 
 
 def build_app(
@@ -57,13 +71,17 @@ def build_app(
     mcp_url: str,
     actor: str,
     token: str | None = None,
+    traces: TraceStore | None = None,
+    drafter: Callable[[Golden], Review] | None = None,
 ) -> FastAPI:
-    """The UI as an ASGI app; with `token`, every request must carry it (see ui/security.py)."""
+    """The UI as an ASGI app; with `token`, every request must carry it (see ui/security.py).
+    `traces` feeds the Traces page; `drafter` (the teacher) drafts a blessed golden's criteria."""
     app = FastAPI(title="Ingot", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     templates = Jinja2Templates(directory=HERE / "templates")
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_middleware(Guard, token=token)
     in_flight = threading.Lock()  # one approve / reject / rollback at a time in this process
+    admin = GoldenAdmin(control)
 
     @contextmanager
     def exclusive() -> Iterator[None]:
@@ -91,9 +109,8 @@ def build_app(
         )
 
     def refresh(skill: str) -> None:
-        root = control.root_of(skill)
-        if root is not None:  # serve the new revision now rather than at the watcher's next event
-            library.reload([root / skill])
+        # Serve the new revision (or stop serving a removed skill) now, not at the watcher's next event.
+        library.reload([root / skill for root in control.roots])
 
     @app.exception_handler(IngotError)
     def ingot_error(request: Request, exc: IngotError) -> Response:
@@ -135,10 +152,21 @@ def build_app(
         return RedirectResponse(f"/runs/{run.id}", status_code=303)
 
     @app.post("/changes/{skill}/approve")
-    def approve(skill: str, change_id: Annotated[str, Form()]) -> RedirectResponse:
+    def approve(
+        skill: str,
+        change_id: Annotated[str, Form()],
+        reason: Annotated[str, Form()] = "",
+        override_reason: Annotated[str, Form()] = "",
+    ) -> RedirectResponse:
         check_skill_name(skill)
-        with exclusive():
-            control.approve(skill, actor, change_id)
+        with exclusive():  # a replay WARN needs `reason`, a BLOCK `override_reason` (approve checks)
+            control.approve(
+                skill,
+                actor,
+                change_id,
+                reason=reason[:2000] or None,
+                override_reason=override_reason[:2000] or None,
+            )
         refresh(skill)
         return RedirectResponse(f"/history/{skill}?done=approved", status_code=303)
 
@@ -161,10 +189,8 @@ def build_app(
     @app.get("/history/{skill}", response_class=HTMLResponse)
     def history(request: Request, skill: str, done: str | None = None) -> HTMLResponse:
         check_skill_name(skill)
-        entries = views.timeline(control, skill)
+        entries = views.timeline(control, skill)  # SkillNotFound (404) for a name nothing knows
         snapshots = control.snapshots(skill)
-        if not entries and not snapshots and control.root_of(skill) is None:
-            raise SkillNotFound(f"no skill or history named {skill!r}")
         return page(
             request,
             "history.html",
@@ -172,6 +198,8 @@ def build_app(
             entries=entries,
             snapshots=snapshots,
             live=control.live_revision(skill),
+            trust=control.autonomy.table(skill)[skill],
+            streak_needed=control.autonomy.streak_needed,
             notice=NOTICES.get(done or ""),
         )
 
@@ -180,10 +208,15 @@ def build_app(
         skill: str, revision: Annotated[str, Form()], live: Annotated[str, Form()] = ""
     ) -> RedirectResponse:
         check_skill_name(skill)
+        if not live:
+            raise ApprovalRefused(
+                "the rollback does not say which revision you saw live; reload the history page"
+            )
         with exclusive():  # `live` pins the revision the page showed: replacing anything else is a conflict
-            control.rollback(skill, revision, actor, "rollback from the UI", expected_live=live or None)
+            outcome = control.rollback(skill, revision, actor, "rollback from the UI", expected_live=live)
         refresh(skill)
-        return RedirectResponse(f"/history/{skill}?done=rolled-back", status_code=303)
+        done = "removed" if outcome.to_revision is None else "rolled-back"
+        return RedirectResponse(f"/history/{skill}?done={done}", status_code=303)
 
     @app.get("/evidence/{skill}/{bundle}", response_class=HTMLResponse)
     def evidence(request: Request, skill: str, bundle: str) -> HTMLResponse:
@@ -248,6 +281,57 @@ def build_app(
         runs.stop(run_id)
         return RedirectResponse(f"/runs/{run_id}", status_code=303)
 
+    @app.get("/traces", response_class=HTMLResponse)
+    def traces_page(request: Request, skill: str | None = None, done: str | None = None) -> HTMLResponse:
+        if skill:
+            check_skill_name(skill)
+        records = traces.read().records if traces is not None else ()
+        goldens, problems = admin.store.all()
+        shown = [r for r in records if not skill or r.skill == skill]
+        return page(
+            request,
+            "traces.html",
+            skill=skill,
+            skills=sorted({r.skill for r in records if r.skill} | {g.golden.skill for g in goldens}),
+            rows=replay_views.trace_rows(shown, goldens),
+            goldens=replay_views.golden_rows([g for g in goldens if not skill or g.golden.skill == skill]),
+            problems=problems,
+            tracing=traces is not None,
+            drafting=drafter is not None,
+            notice=NOTICES.get(done or ""),
+        )
+
+    @app.post("/traces/{trace_id}/bless")
+    def bless(trace_id: str) -> RedirectResponse:
+        record = find_trace(traces, trace_id) if traces is not None and TRACE_ID.match(trace_id) else None
+        if record is None:
+            raise SkillNotFound(f"no recorded run {trace_id!r}")
+        stored, _ = admin.bless(record, actor, drafter)
+        return RedirectResponse(
+            f"/traces?skill={stored.golden.skill}&done=blessed#{stored.id}", status_code=303
+        )
+
+    @app.post("/goldens/{golden_id}/approve")
+    def approve_golden(
+        golden_id: str, criteria: Annotated[str, Form()] = "", facts: Annotated[str, Form()] = ""
+    ) -> RedirectResponse:
+        if not GOLDEN_ID.match(golden_id):
+            raise SkillNotFound(f"no golden {golden_id!r}")
+        lines = [line for line in criteria.splitlines() if line.strip()]
+        stored = admin.approve(golden_id, actor, lines, replay_views.parse_facts(facts))
+        return RedirectResponse(
+            f"/traces?skill={stored.golden.skill}&done=criteria#{stored.id}", status_code=303
+        )
+
+    @app.post("/goldens/{golden_id}/retire")
+    def retire_golden(golden_id: str, reason: Annotated[str, Form()] = "") -> RedirectResponse:
+        if not GOLDEN_ID.match(golden_id):
+            raise SkillNotFound(f"no golden {golden_id!r}")
+        stored = admin.retire(golden_id, actor, reason[:2000])
+        return RedirectResponse(
+            f"/traces?skill={stored.golden.skill}&done=retired#{stored.id}", status_code=303
+        )
+
     @app.get("/api/status")
     def api_status() -> dict[str, Any]:
         head = views.header(control.status())
@@ -279,6 +363,7 @@ def _library_values(library: Library, status: Status) -> dict[str, Any]:
     managed = {s.name: s for s in status.skills}
     served = library.skills()
     skills = sorted(served.values(), key=lambda s: s.name)
-    # Skills Ingot put live that are no longer served (deleted or broken on disk): drifted.
-    missing = [s for name, s in sorted(managed.items()) if name not in served]
+    # Skills Ingot put live that are no longer served (deleted or broken on disk): drifted. One
+    # Ingot removed itself (rolled back to absent) is not missing; its history lists it.
+    missing = [s for name, s in sorted(managed.items()) if name not in served and not s.removed]
     return {"skills": skills, "managed": managed, "missing": missing, "problems": library.status().invalid}

@@ -9,6 +9,7 @@ and the server never disagree about a button.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from collections.abc import Mapping
@@ -18,11 +19,14 @@ from typing import Any
 from ingot.errors import IngotError
 from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditEntry
+from optimize.control.autonomy import decide
 from optimize.control.changes import ChangeControl
 from optimize.control.gate import evaluate, format_p
+from optimize.control.passport import Cell, change_class
 from optimize.control.pending import PendingChange
 from optimize.control.status import Status
 from ui.diffs import FileDiff, file_diffs
+from ui.replay import ReplayView, replay_view
 
 # The cells each kind of change is measured by (measure/evaluate.py): shown as missing when absent.
 EXPECTED = {
@@ -92,6 +96,15 @@ class Moved:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One step of a change's lifecycle, lit when an artifact shows it happened."""
+
+    name: str  # proposed, evidenced, gated, decided, promoted, watched
+    lit: bool
+    detail: str
+
+
+@dataclass(frozen=True)
 class Statistic:
     name: str
     n: int | None
@@ -147,6 +160,11 @@ class Review:
     provenance: tuple[str, ...] = ()  # models and endpoints, task-set origin (never keys)
     ledger: str | None = None  # the run's ledger, relative to the state home
     sampling: str | None = None  # "5 holdout items, 4 distinct"
+    passport: tuple[Cell, ...] = ()
+    passport_summary: str = ""
+    lifecycle: tuple[Stage, ...] = ()
+    autonomy: str | None = None  # what autonomy will do with it (level, countdown), or None
+    replay: ReplayView | None = None  # the regression replay cell
 
     @property
     def champion_tokens(self) -> int | None:
@@ -221,6 +239,7 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         except evidence_mod.EvidenceError:
             data = {}
     verdict = evaluate(data, control.thresholds) if data else None
+    card_passport = control.passport(change)
     blocks = data.get("measurements", {}) if isinstance(data.get("measurements"), Mapping) else {}
     names = list(EXPECTED.get(change.kind, ())) + [
         n for n in blocks if n not in EXPECTED.get(change.kind, ())
@@ -281,7 +300,65 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         provenance=_provenance(data.get("provenance")),
         ledger=cost.get("ledger") if isinstance(cost.get("ledger"), str) else None,
         sampling=_sampling(ab.get("sampling")),
+        passport=card_passport.cells,
+        passport_summary=card_passport.summary,
+        lifecycle=_lifecycle(control, change, data, verdict),
+        autonomy=_autonomy(control, change),
+        replay=replay_view(data) if data else None,
     )
+
+
+def _lifecycle(
+    control: ChangeControl, change: PendingChange, data: Mapping[str, Any], verdict: Any
+) -> tuple[Stage, ...]:
+    """proposed -> evidenced -> gated -> decided -> promoted -> watched, from the artifacts: the
+    audit chain's lines for the change, its bundle, the gate. A pending change is not decided yet."""
+    try:
+        lines = [e for e in control.audit.entries() if e.get("change_id") == change.id]
+    except IngotError:  # a damaged chain: the card still shows, its lifecycle says why it is dark
+        lines = []
+    proposed = next((e for e in lines if e.get("action") == "propose"), None)
+    evidenced = [e for e in lines if e.get("action") == "evidence"]
+    measured = [
+        n
+        for n, b in (data.get("measurements") or {}).items()
+        if isinstance(b, Mapping) and b.get("status") == "measured"
+    ]
+    return (
+        Stage(
+            "proposed",
+            proposed is not None,
+            f"by {change.source}, {change.created}" if proposed else "no propose line",
+        ),
+        Stage(
+            "evidenced",
+            bool(measured),
+            f"{len(measured)} cell(s) measured" + (f", re-evaluated {len(evidenced)}x" if evidenced else ""),
+        ),
+        Stage("gated", verdict is not None, verdict.status if verdict is not None else "no readable bundle"),
+        Stage("decided", False, "waiting for a decision"),
+        Stage("promoted", False, "not yet"),
+        Stage("watched", False, "after promotion: replay, mining and drift watch the live revision"),
+    )
+
+
+def _autonomy(control: ChangeControl, change: PendingChange) -> str | None:
+    cls = change_class(change.kind, {})
+    trust = control.autonomy.trust(change.skill, cls)
+    if trust.level == "manual":
+        return None
+    try:
+        start = control.queued_at(change)
+    except IngotError as exc:
+        return (
+            f"{cls} changes are {trust.level}, but the audit chain cannot be read ({exc}): a person decides"
+        )
+    if start is None:
+        return None
+    decision = decide(
+        trust, control.passport(change), start, control.review_window_s, dt.datetime.now(dt.UTC)
+    )
+    return f"{cls} changes are {trust.level}: {decision.why}"
 
 
 def _list(value: Any) -> list[Any]:

@@ -21,7 +21,12 @@ def bench() -> None:
 
 @bench.command(name="routing")
 @skills_option
-@click.option("--cases", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
+@click.option(
+    "--cases",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help='Labelled routing cases, JSON lines: {"task": ..., "expected": a skill name or null}.',
+)
 @click.option("--details", is_flag=True, help="Also list every miss.")
 @click.option(
     "--strip-bodies", is_flag=True, help="Serve a copy whose bodies are cut to a title (a body-less library)."
@@ -85,6 +90,42 @@ def bench_agent() -> None:
 
     setup_logging("WARNING")
     print_json(run_bench())
+
+
+@bench.command(name="regress")
+@click.option(
+    "--endpoint",
+    default=None,
+    help="A real OpenAI-compatible base URL (models from AGENT_MODEL and JUDGE_L1/L2/L3_MODEL); "
+    "default: the scripted models, as in CI.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder for the run: goldens, caches, cassettes and report.json (default: a temp folder).",
+)
+def bench_regress(endpoint: str | None, out: Path | None) -> None:
+    """The labelled edit benchmark for regression replay: detection, false blocks per class, drift
+    recognised, cost per verdict, the all-strongest counterfactual, tiers per class."""
+    setup_logging("WARNING")
+    if endpoint is None:
+        repo = Path(__file__).resolve().parents[2]
+        if not (repo / "tests" / "regress_sim.py").exists():
+            raise IngotError(
+                "the scripted run needs a source checkout (tests/); pass --endpoint URL for a real one"
+            )
+        sys.path.insert(0, str(repo))
+        from scripts.bench_regress import run as run_bench
+
+        print_json(run_bench(out))
+        return
+    import tempfile
+
+    from ingot.bench.regress import run_endpoint
+
+    settings = settings_for(base_url=endpoint, model_base_url=endpoint)
+    print_json(run_endpoint(settings, out or Path(tempfile.mkdtemp(prefix="ingot-bench-regress-"))))
 
 
 @bench.command(name="sandbox")

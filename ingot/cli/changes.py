@@ -30,6 +30,11 @@ def _control(skills: tuple[Path, ...]):
     required=True,
     help="Folder holding the candidate SKILL.md and its files.",
 )
+@click.option(
+    "--new",
+    is_flag=True,
+    help="SKILL is a new skill (by default SKILL must be live, and the candidate rewrites it).",
+)
 @click.option("--note", default=None, help="Why you propose it (shown to the reviewer).")
 @click.option(
     "--no-evaluate",
@@ -37,21 +42,31 @@ def _control(skills: tuple[Path, ...]):
     help="Only queue it; measure later with `ingot evaluate` (by default every cell that can run does).",
 )
 def propose(
-    skills: tuple[Path, ...], skill: str, source_dir: Path, note: str | None, no_evaluate: bool
+    skills: tuple[Path, ...], skill: str, source_dir: Path, new: bool, note: str | None, no_evaluate: bool
 ) -> None:
     """Quarantine a hand-made candidate for SKILL (operator source; never served until approved),
-    then evaluate it: routing impact always, the held-out A/B when models and a task set exist."""
+    then evaluate it: routing impact always, the held-out A/B when models and a task set exist.
+
+    The folder may be called anything; its SKILL.md must declare SKILL as its name."""
     from ingot.evaluation import evaluate_change
     from ingot.runtime import change_control, open_library
     from optimize.control.quarantine import admit, read_candidate
 
-    settings = settings_for(skills)
+    settings = settings_for(skills, may_be_empty=True)  # an empty library gets its first skill here
     setup_logging("WARNING")
     library = open_library(settings)
     control = change_control(settings, library=library)
-    files, description = read_candidate(source_dir, skill, control)
+    files, description = read_candidate(source_dir, skill, control, new=new)
     change, displaced = admit(control, skill, files, "operator", library.similarity(skill, description), note)
-    click.echo(f"pending {change.id}: {change.kind} of {skill} -> {change.candidate_revision[:12]}")
+    what = (
+        f"new skill {skill}"
+        if change.kind == "create"
+        else f"{change.kind} of {skill} {(change.champion_revision or '')[:12]}"
+    )
+    click.echo(
+        f"pending {change.id}: {what} -> {change.candidate_revision[:12]} (not served until approved: "
+        f"ingot approve {skill} --change {change.id})"
+    )
     if displaced:
         click.echo(f"displaced the previous candidate to {displaced}")
     if not no_evaluate:
@@ -63,22 +78,25 @@ def propose(
 def list_pending(skills: tuple[Path, ...]) -> None:
     """List the changes waiting for a decision, with their gate verdicts."""
     from optimize.control import evidence as evidence_mod
+    from optimize.control.gate import replay_rule
 
     control, _ = _control(skills)
     changes = control.pending()
     if not changes:
         click.echo("nothing pending")
     for change in changes:
-        verdict = "no evidence"
+        verdict, replay = "no evidence", "not measured"
         if change.evidence_path:
             try:
-                verdict = evidence_mod.load(control.runs_dir / change.evidence_path).data["gate"]["verdict"]
+                data = evidence_mod.load(control.runs_dir / change.evidence_path).data
+                verdict = data["gate"]["verdict"]
+                replay = replay_rule(data).verdict or "not measured"
             except (evidence_mod.EvidenceError, KeyError):
                 verdict = "evidence unreadable"
         click.echo(
             f"{change.skill}  {change.id}  {change.kind}  from {change.source}  "
             f"{(change.champion_revision or 'new')[:12]} -> {change.candidate_revision[:12]}  "
-            f"gate: {verdict}"
+            f"gate: {verdict}  replay: {replay}"
         )
 
 
@@ -91,49 +109,99 @@ def list_pending(skills: tuple[Path, ...]) -> None:
     required=True,
     help="The change id you reviewed (from `ingot pending`); a newer candidate is a conflict.",
 )
-def approve(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
-    """Re-verify SKILL's pending change against its evidence and promote it."""
+@click.option("--reason", default=None, help="Why you approve despite a replay WARN (audited).")
+@click.option(
+    "--override-reason",
+    default=None,
+    help="Override a replay BLOCK: why this regression is acceptable (audited).",
+)
+def approve(
+    skills: tuple[Path, ...], skill: str, change_id: str, reason: str | None, override_reason: str | None
+) -> None:
+    """Re-verify SKILL's pending change against its evidence and promote it.
+
+    A regression-replay WARN needs --reason; a BLOCK needs --override-reason."""
     control, who = _control(skills)
-    outcome = control.approve(skill, who, change_id)
+    outcome = control.approve(skill, who, change_id, reason=reason, override_reason=override_reason)
     click.echo(f"promoted {skill}: {(outcome.from_revision or 'new')[:12]} -> {outcome.to_revision[:12]}")
 
 
 @click.command()
 @skills_option
 @click.argument("skill")
+@click.option(
+    "--change",
+    "change_id",
+    required=True,
+    help="The change id you reviewed (from `ingot pending`); a newer candidate is a conflict.",
+)
 @click.option("--reason", required=True, help="Why (kept in the archive and the audit log).")
-def reject(skills: tuple[Path, ...], skill: str, reason: str) -> None:
+def reject(skills: tuple[Path, ...], skill: str, change_id: str, reason: str) -> None:
     """Reject SKILL's pending change; it stays in the archive with the reason."""
     control, who = _control(skills)
-    click.echo(f"rejected; archived at {control.reject(skill, reason, who)}")
+    click.echo(f"rejected {change_id}; archived at {control.reject(skill, reason, who, change_id)}")
 
 
 @click.command()
 @skills_option
 @click.argument("skill")
 @click.argument("revision")
-@click.option("--reason", default=None)
-def rollback(skills: tuple[Path, ...], skill: str, revision: str, reason: str | None) -> None:
-    """Restore a snapshot of SKILL (a revision prefix from `ingot history`)."""
+@click.option(
+    "--live",
+    "live",
+    required=True,
+    help="The live revision you saw in `ingot history` (8+ characters, or `absent` if SKILL is not "
+    "live); if another is live now, nothing changes (exit 3).",
+)
+@click.option("--reason", default=None, help="Why (kept in the audit log).")
+def rollback(skills: tuple[Path, ...], skill: str, revision: str, live: str, reason: str | None) -> None:
+    """Restore SKILL to the snapshot REVISION (a prefix from `ingot history`), or remove a skill
+    Ingot created with REVISION `absent`. The replaced revision is snapshotted first, so this can
+    be undone the same way."""
     control, who = _control(skills)
-    outcome = control.rollback(skill, revision, who, reason)
-    click.echo(f"rolled back {skill}: {(outcome.from_revision or '')[:12]} -> {outcome.to_revision[:12]}")
+    outcome = control.rollback(skill, revision, who, reason, expected_live=live)
+    was = (outcome.from_revision or "absent")[:12]
+    if outcome.to_revision is None:
+        click.echo(f"removed {skill} (was {was}); `ingot rollback {skill} {was} --live absent` restores it")
+        return
+    click.echo(f"rolled back {skill}: {was} -> {outcome.to_revision[:12]}")
 
 
 @click.command()
 @skills_option
 @click.argument("skill")
 def history(skills: tuple[Path, ...], skill: str) -> None:
-    """SKILL's audited changes and the snapshots that can be restored."""
+    """SKILL's audited changes and the snapshots that can be restored (`absent`, for a skill
+    Ingot created, removes it), with the rollback command that pins what is live now."""
+    from optimize.control.promote import ABSENT
+
     control, _ = _control(skills)
-    for entry in control.history(skill):
+    entries = control.history(skill)
+    live = control.live_revision(skill)
+    root = control.root_of(skill)
+    click.echo(f"{skill}: " + (f"live {live[:12]} in {root}" if live else "not live (absent)"))
+    if not entries:
+        click.echo("  no change-control events yet (Ingot has not changed it)")
+    for entry in entries:
         click.echo(
-            f"{entry.seq:>5}  {entry.time}  {entry.get('action'):<16} "
+            f"{entry.seq:>5}  {entry.time[:19].replace('T', ' ')}  {entry.get('action'):<16} "
             f"{(entry.get('from_revision') or '-')[:12]:>12} -> {(entry.get('to_revision') or '-')[:12]:<12}"
-            f"  {entry.get('actor', '')}  {entry.get('outcome') or entry.get('reason') or ''}"
+            f"  {entry.get('actor', '')}  {entry.get('outcome') or entry.get('reason') or ''}".rstrip()
         )
-    for revision in control.snapshots(skill):
-        click.echo(f"snapshot {revision}")
+    snapshots = control.snapshots(skill)
+    for revision in snapshots:
+        note = "  (live)" if revision == live else ""
+        if revision == ABSENT:
+            note = (
+                "  (live: not served now)"
+                if live is None
+                else "  removes the skill (it did not exist before)"
+            )
+        click.echo(f"snapshot {revision}{note}")
+    if snapshots:
+        click.echo(f"roll back with: ingot rollback {skill} REVISION --live {(live or ABSENT)[:12]}")
+    else:
+        click.echo("no snapshots: Ingot has not replaced a revision of it yet")
 
 
 @click.command()
@@ -150,11 +218,14 @@ def status(skills: tuple[Path, ...]) -> None:
             if skill.recovery_pending
             else "DRIFTED"
             if skill.drifted
+            else "removed by Ingot"
+            if skill.removed
             else ("unaudited" if skill.audited_revision is None else "ok")
         )
+        shown = skill.live_revision or ("absent" if skill.removed else "MISSING/INVALID")
         click.echo(
-            f"{skill.name}  {(skill.live_revision or 'MISSING/INVALID')[:15]}  {flag}"
-            + (f"  (audited {skill.audited_revision[:12]})" if skill.drifted else "")
+            f"{skill.name}  {shown[:15]}  {flag}"
+            + (f"  (audited {(skill.audited_revision or 'absent')[:12]})" if skill.drifted else "")
             + (f"  pending {skill.pending}" if skill.pending else "")
         )
     for problem in report.invalid:
@@ -164,6 +235,8 @@ def status(skills: tuple[Path, ...]) -> None:
         f"audit: {'ok' if audit.ok else f'BROKEN at line {audit.bad_line}: {audit.problem}'}"
         f" ({audit.lines} lines, head {audit.head_hash[:16]})"
     )
+    for root in report.roots:
+        click.echo(f"root {root.root}: live edits {root.live_edits}{_git_line(root.git)}")
     interrupted = [s.name for s in report.skills if s.recovery_pending]
     if interrupted:
         click.echo(
@@ -173,6 +246,26 @@ def status(skills: tuple[Path, ...]) -> None:
     _echo_sandbox(skills)
     if report.drifted or not audit.ok:
         sys.exit(1)
+
+
+def _git_line(git) -> str:  # noqa: ANN001 - a GitState or None
+    """How a git skills root's HEAD compares with the audit chain."""
+    if git is None:
+        return ""
+    if git.problem:
+        return f"; git: unreadable ({git.problem})"
+    head = f"HEAD {git.head[:12]}" if git.head else "no commits"
+    recorded = f"audit line {git.recorded_seq}" if git.recorded_seq is not None else "no Ingot commit"
+    if git.in_step:
+        return f"; git: {head} records {recorded}, the chain's last switch here (in step)"
+    notes = []
+    if git.recorded_seq != git.audit_seq:
+        notes.append(
+            f"the chain's last switch here is line {git.audit_seq}: run any change command to commit it"
+        )
+    if git.foreign:
+        notes.append(f"{git.foreign} commit(s) since touch the skills without Ingot")
+    return f"; git: {head} records {recorded}; " + "; ".join(notes)
 
 
 def _echo_sandbox(skills: tuple[Path, ...]) -> None:

@@ -4,14 +4,20 @@ Registered on the group by `main.py`; this module imports only `options` and `se
 
 from __future__ import annotations
 
+import socket
 import sys
+import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ingot.cli.options import print_json, settings_for, setup_logging, skills_option
 from ingot.errors import IngotError
 from ingot.settings import Settings
+
+if TYPE_CHECKING:
+    from ingot.cli.serve import UIOptions
 
 
 @click.command()
@@ -24,7 +30,11 @@ def serve(
     skills: tuple[Path, ...], mcp_port: int | None, ui_port: int | None, host: str | None, no_ui: bool
 ) -> None:
     """Serve the skills over MCP (streamable HTTP at /mcp) and the UI."""
-    _serve(settings_for(skills, mcp_port=mcp_port, ui_port=ui_port, bind_host=host), mcp=True, ui=not no_ui)
+    settings = settings_for(skills, mcp_port=mcp_port, ui_port=ui_port, bind_host=host)
+    ports = {"mcp": _named("--mcp-port", mcp_port, "MCP_PORT")}
+    if not no_ui:
+        ports["ui"] = _named("--ui-port", ui_port, "UI_PORT")
+    _serve(settings, ports)
 
 
 @click.command()
@@ -33,17 +43,42 @@ def serve(
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
 def ui(skills: tuple[Path, ...], ui_port: int | None, host: str | None) -> None:
     """Serve only the UI (the MCP server runs elsewhere, e.g. its own compose service)."""
-    _serve(settings_for(skills, ui_port=ui_port, bind_host=host), mcp=False, ui=True)
+    _serve(
+        settings_for(skills, ui_port=ui_port, bind_host=host), {"ui": _named("--ui-port", ui_port, "UI_PORT")}
+    )
 
 
-def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
-    """Open the library and change control (settling any interrupted change), report, serve."""
+def _named(flag: str, value: int | None, setting: str) -> str:
+    """Where a port came from, for the error when it is taken."""
+    return flag if value is not None else f"{setting} or {flag}"
+
+
+def _serve(settings: Settings, ports: dict[str, str]) -> None:
+    """Bind the ports, open the library and change control (settling any interrupted change),
+    report, serve. `ports` names the servers to run ("mcp", "ui") and where each port came from."""
+    from ingot.cli.serve import listen, ui_options
+
+    options = ui_options(settings) if "ui" in ports else None  # a bad token setting fails before any work
+    wanted = {"mcp": settings.mcp_port, "ui": settings.ui_port}
+    sockets: dict[str, socket.socket] = {}
+    try:
+        for name, named in ports.items():  # a taken port fails now, before the model loads
+            sockets[name] = listen(settings.bind_host, wanted[name], named)
+        _open_and_serve(settings, options, sockets)
+    finally:
+        for sock in sockets.values():
+            sock.close()
+
+
+def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict[str, socket.socket]) -> None:
+    from ingot import background
     from ingot.cli.serve import serve as run
-    from ingot.cli.serve import tool_limits, ui_options
+    from ingot.cli.serve import tool_limits
     from ingot.evaluation import BackgroundEvaluator
-    from ingot.runtime import change_control, models_missing, open_library
+    from ingot.runtime import change_control, inbox, models_missing, open_library
+    from optimize.control.autopilot import Autopilot
 
-    options = ui_options(settings) if ui else None  # a bad token setting fails before any work
+    mcp, ui = "mcp" in sockets, "ui" in sockets
     setup_logging(settings.log_level)
     library = open_library(settings)
     control = change_control(settings, library=library)
@@ -60,28 +95,50 @@ def _serve(settings: Settings, mcp: bool, ui: bool) -> None:
     )
     for problem in status.invalid:
         click.echo(f"  skipped {problem.folder}: {problem.reason}", err=True)
-    # Agents' new skills are measured in the background when models are configured (else by hand).
+    # Agents' new skills are measured in the background when models are configured (else by hand);
+    # the inbox, the live-root guard and the autopilot run in this process (ingot/background.py).
     evaluator = (
         BackgroundEvaluator(settings, library, control) if mcp and models_missing(settings) is None else None
     )
+    queued = evaluator.submit if evaluator else None
+    stop = threading.Event()
+    if mcp:  # one set of background duties per deployment: the MCP-serving process
+        duties: list[background.Duty] = []
+        candidates = inbox(settings, library, control, queued)
+        if candidates is not None:
+            duties.append(("inbox", candidates.scan))
+        if settings.live_edits == "quarantine":
+            from optimize.control.guard import Guard
+
+            guard = Guard(control, library.similarity, settle_s=settings.inbox_settle_s)
+            for event in guard.adopt():  # the baseline, before the first request
+                click.echo(f"ingot: {event}", err=True)
+            library.reload()
+            duties.append(("guard", guard.check))
+        duties.append(("autonomy", Autopilot(control).tick))
+        background.start(duties, stop, settings.autopilot_tick_s)
     endpoints = [f"MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"] if mcp else []
     endpoints += [f"UI at http://{settings.bind_host}:{settings.ui_port}/"] if ui else []
     click.echo(f"ingot: {', '.join(endpoints)}", err=True)
-    run(
-        library,
-        control,
-        settings.bind_host,
-        settings.mcp_port if mcp else None,
-        settings.ui_port if ui else None,
-        settings.allowed_hosts,
-        watch=settings.watch_skills,
-        log_level=settings.log_level.lower(),
-        ui=options,
-        limits=tool_limits(settings),
-        queued=evaluator.submit if evaluator else None,
-    )
-    if evaluator is not None:
-        evaluator.close()
+    try:
+        run(
+            library,
+            control,
+            settings.bind_host,
+            settings.mcp_port if mcp else None,
+            settings.ui_port if ui else None,
+            settings.allowed_hosts,
+            watch=settings.watch_skills,
+            log_level=settings.log_level.lower(),
+            ui=options,
+            limits=tool_limits(settings),
+            queued=queued,
+            sockets=sockets,
+        )
+    finally:
+        stop.set()
+        if evaluator is not None:
+            evaluator.close()
 
 
 @click.command()
@@ -159,6 +216,8 @@ def list_skills(skills: tuple[Path, ...]) -> None:
     for skill in sorted(library.skills().values(), key=lambda s: s.name):
         click.echo(f"{skill.name}  {skill.short_revision}  {skill.root}")
     status = library.status()
+    if not library.skills():
+        click.echo(f"no skills are served from {', '.join(map(str, status.roots))}", err=True)
     for problem in status.invalid:
         click.echo(f"SKIPPED {problem.folder}: {problem.reason}")
     for name, reason in status.disabled.items():

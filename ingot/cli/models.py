@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ingot.cli.options import print_evaluation, settings_for, setup_logging, skills_option
+from ingot.cli.options import print_evaluation, served_skill, settings_for, setup_logging, skills_option
 from ingot.errors import ConfigError
 
 
@@ -28,7 +28,15 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
     """Search for a better body (or description) for SKILL and queue it, with evidence, for review.
 
     Every paid call is journaled until the run succeeds: rerunning after a failure resumes."""
-    from ingot.runtime import change_control, model_run, open_library, provenance, recent_traffic, researcher
+    from ingot.runtime import (
+        change_control,
+        model_run,
+        open_library,
+        provenance,
+        recent_traffic,
+        replay_context,
+        researcher,
+    )
     from ingot.runtime import judge as make_judge
     from ingot.runtime import sandbox as make_sandbox
     from optimize.measure.taskset import draft_task_set, load_task_set
@@ -39,7 +47,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
     setup_logging("WARNING")
     library = open_library(settings)
     control = change_control(settings, library=library)
-    champion = library.get(skill)
+    champion = served_skill(library, skill)
     kind = "description" if description_pass else "body"
     with model_run(
         settings, f"optimize-{kind}-{skill}", journal=f"optimize-{kind}-{skill}-{champion.short_revision}"
@@ -78,6 +86,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
             sandbox=make_sandbox(settings),
             research=researcher(settings),
             provenance=provenance(settings, llm),
+            replay=replay_context(settings),
         )
         click.echo(outcome.reason)
         if outcome.proposed:
@@ -108,13 +117,14 @@ def evaluate(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
 @click.argument("skill")
 def mine(skills: tuple[Path, ...], skill: str) -> None:
     """How SKILL does on recorded traffic: mean score, failing dimensions, weakest tasks."""
+    from ingot.runtime import change_control, model_run, open_library, state_home, trace_store
     from ingot.runtime import judge as make_judge
-    from ingot.runtime import model_run, open_library, state_home, trace_store
     from optimize.measure.mining import mine as run_mining
 
     settings = settings_for(skills)
     setup_logging("WARNING")
     library = open_library(settings)
+    served_skill(library, skill)
     with model_run(settings, f"mine-{skill}") as llm:
         report = run_mining(
             skill,
@@ -128,6 +138,13 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
         f"{report.clusters} clusters, {report.judged} newly judged"
     )
     click.echo(f"mean score: {report.mean_score if report.mean_score is not None else 'no traffic'}")
+    control = change_control(settings, library=library)
+    if report.mean_score is not None and control.autonomy.mined(
+        skill, report.mean_score, settings.loop_health_threshold
+    ):
+        why = f"mined live score {report.mean_score:.2f} dropped below {settings.loop_health_threshold:.2f}"
+        for note in control.report_incident(skill, why, "ingot-mine"):
+            click.echo(f"incident: {note}", err=True)
     for dimension, count in sorted(report.failing_dimensions.items(), key=lambda x: -x[1]):
         click.echo(f"  failing {dimension}: {count}")
     for score, task in report.weakest:
@@ -141,13 +158,23 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
 @click.argument("targets", nargs=-1)
 def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
     """Mine every skill with a task set (or TARGETS) and optimize the unhealthy ones (quarantined)."""
-    from ingot.runtime import change_control, model_run, open_library, researcher, sandbox, trace_store
+    from ingot.runtime import (
+        change_control,
+        model_run,
+        open_library,
+        replay_context,
+        researcher,
+        sandbox,
+        trace_store,
+    )
     from ingot.runtime import judge as make_judge
     from optimize.search.loop import run_loop
 
     settings = settings_for(skills)
     setup_logging("WARNING")
     library = open_library(settings)
+    for target in targets:
+        served_skill(library, target)
     control = change_control(settings, library=library)
     with model_run(settings, "loop") as llm:
         entries = run_loop(
@@ -164,6 +191,7 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
             progress=lambda message: click.echo(f"... {message}", err=True),
             sandbox=sandbox(settings),
             research=researcher(settings),
+            replay=replay_context(settings),
         )
     for entry in entries:
         score = "-" if entry.mean_score is None else f"{entry.mean_score:.2f}"

@@ -1,7 +1,10 @@
-"""What every `ingot` command module shares: settings from flags, logging, JSON output, --skills.
+"""What every `ingot` command module shares: settings from flags, the skills-root check, logging,
+JSON output, --skills.
 
 Command modules import this and nothing else from the CLI; `main.py` imports them and registers
-their commands, so no module of the CLI imports `main.py` (no import circle)."""
+their commands, so no module of the CLI imports `main.py` (no import circle). A value given as a
+flag is reported against that flag when it is invalid; one from the environment against its
+variable."""
 
 from __future__ import annotations
 
@@ -13,17 +16,79 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ingot.errors import ConfigError, SkillNotFound, did_you_mean
 from ingot.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from ingot.evaluation import Evaluated
+    from mcp_server.library import Library
+    from mcp_server.registry import Skill
+
+# Settings a command can take as a flag, and that flag (for error messages).
+FLAGS = {
+    "skills_dirs": "--skills",
+    "mcp_port": "--mcp-port",
+    "ui_port": "--ui-port",
+    "bind_host": "--host",
+    "proxy_port": "--port",
+}
 
 
-def settings_for(skills: tuple[Path, ...] = (), **overrides: object) -> Settings:
-    """The settings, with the values given as flags taking precedence over the environment."""
+def settings_for(
+    skills: tuple[Path, ...] | None = None, *, may_be_empty: bool = False, **overrides: object
+) -> Settings:
+    """The settings, with the values given as flags taking precedence over the environment.
+
+    `skills` is the command's --skills value (pass it, even empty, from every command that
+    serves or changes a library): its roots are then checked (`check_roots`)."""
     if skills:
         overrides["skills_dirs"] = tuple(skills)
-    return load_settings(**overrides)
+    settings = load_settings(flags=FLAGS, **overrides)
+    if skills is not None:
+        default = Settings.model_fields["skills_dirs"].default
+        source = "--skills" if skills else "the default" if settings.skills_dirs == default else "SKILLS_DIRS"
+        check_roots(settings.skills_dirs, source, may_be_empty)
+    return settings
+
+
+def check_roots(roots: tuple[Path, ...], source: str, may_be_empty: bool = False) -> None:
+    """Refuse, with one line naming where the root came from, a skills root that does not exist,
+    is a skill folder itself, or holds no skill folder while no state home manages it yet (a
+    typo'd path, most likely). A managed root may be empty: Ingot may have removed its last
+    skill. `may_be_empty` (for `ingot propose`, which adds a first skill) allows that too."""
+    from ingot.home import claim_path
+
+    for root in roots:
+        shown = f"skills root {root} ({source})"
+        if not root.expanduser().is_dir():
+            what = "is not a folder" if root.expanduser().exists() else "does not exist"
+            raise ConfigError(
+                f"{shown} {what}: pass the folder that holds your skill folders (--skills DIR, "
+                "repeatable, or SKILLS_DIRS)"
+            )
+        folder = root.expanduser()
+        if (folder / "SKILL.md").is_file():
+            raise ConfigError(
+                f"{shown} is a skill folder, not a skills root: pass the folder that holds it "
+                f"(--skills {folder.absolute().parent})"
+            )
+        if may_be_empty or claim_path(Path(folder.absolute())).exists():
+            continue
+        if not any(p.is_dir() and not p.name.startswith(".") for p in folder.iterdir()):
+            raise ConfigError(
+                f"{shown} holds no skill folders: pass the folder that holds them, or add a first "
+                f"skill with `ingot propose NAME --new --from DIR --skills {root}`"
+            )
+
+
+def served_skill(library: Library, name: str) -> Skill:
+    """`name`'s served revision, or `SkillNotFound` naming the nearest served skills."""
+    if name not in library.skills():
+        raise SkillNotFound(
+            f"no skill named {name!r} is served{did_you_mean(name, library.skills())} "
+            "(`ingot skills` lists them)"
+        )
+    return library.get(name)
 
 
 def setup_logging(level: str) -> None:
@@ -42,7 +107,7 @@ skills_option = click.option(
     "skills",
     multiple=True,
     type=click.Path(path_type=Path),
-    help="A skills root (repeatable; the first wins on duplicate names).",
+    help="A skills root (repeatable; the first wins on duplicate names); default SKILLS_DIRS, else ./skills.",
 )
 
 

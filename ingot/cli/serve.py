@@ -7,12 +7,15 @@ clients use); a non-loopback UI bind needs an access token, which every UI reque
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 import os
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -59,8 +62,26 @@ def mcp_app(
     )
 
 
-async def _serve_all(servers: list[uvicorn.Server]) -> None:
-    await asyncio.gather(*(s.serve() for s in servers))
+async def _serve_all(servers: list[tuple[uvicorn.Server, socket.socket]]) -> None:
+    await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in servers))
+
+
+def listen(host: str, port: int, named: str) -> socket.socket:
+    """A socket bound to host:port for one server, or one `ConfigError` line naming the flag or
+    setting the port came from (`named`) when it cannot be had (in use, not allowed, no such
+    address). Bound before anything is announced or loaded, so a taken port fails at once."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        what = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc.strerror})"
+        raise ConfigError(
+            f"port {port} on {host} {what} ({named}): stop what listens there, or choose another port"
+        ) from exc
+    return sock
 
 
 @dataclass(frozen=True)
@@ -70,6 +91,8 @@ class UIOptions:
     actor: str  # recorded in the audit log for decisions taken in the UI
     token: str | None = None  # required on every UI request when set
     runs_env: dict[str, str] | None = None  # environment for optimize runs (default: ours)
+    traces: Any = None  # the trace store the Traces page lists (None: no page content)
+    drafter: Callable[[Any], Any] | None = None  # the teacher drafting a blessed golden's criteria
 
 
 def tool_limits(settings: Settings) -> ToolLimits:
@@ -95,7 +118,19 @@ def ui_options(settings: Settings) -> UIOptions:
             raise ConfigError(f"UI_ACCESS_TOKEN_FILE: {exc}") from exc
     if token is not None and len(token) < 16:
         raise ConfigError("UI_ACCESS_TOKEN must be at least 16 characters; use a long random string")
-    return UIOptions(actor(settings), token)
+    from ingot.runtime import llm_client, run_id, trace_store
+
+    drafter = None
+    if settings.teacher_model:
+        from optimize.measure.goldens import draft_review
+
+        try:
+            llm = llm_client(settings, run_id("ui-bless"))
+        except ConfigError as exc:  # the UI still serves; blessing just drafts nothing
+            log.warning("the teacher cannot draft criteria for blessed runs: %s", exc)
+        else:
+            drafter = lambda golden: draft_review(llm, golden)[0]  # noqa: E731
+    return UIOptions(actor(settings), token, traces=trace_store(settings), drafter=drafter)
 
 
 def ui_app(
@@ -113,7 +148,16 @@ def ui_app(
     from ui.runs import RunManager
 
     runs = RunManager(control.runs_dir, control.roots, options.runs_env)
-    app = build_app(library, control, runs, mcp_url, f"{options.actor} (ui)", options.token)
+    app = build_app(
+        library,
+        control,
+        runs,
+        mcp_url,
+        f"{options.actor} (ui)",
+        options.token,
+        options.traces,
+        options.drafter,
+    )
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=ui_hosts(bind_host, allowed_hosts))
     return app
 
@@ -141,8 +185,11 @@ def serve(
     ui: UIOptions | None = None,
     limits: ToolLimits | None = None,
     queued: Callable[[str, str], None] | None = None,
+    sockets: Mapping[str, socket.socket] | None = None,
 ) -> None:
-    """Block serving MCP and/or the UI (a None port is not served) until interrupted."""
+    """Block serving MCP and/or the UI (a None port is not served) until interrupted.
+
+    `sockets` ("mcp", "ui") are the ones `listen` bound for the CLI; any missing is bound here."""
     if ui_port is not None and (control is None or ui is None):
         raise ConfigError("the UI needs change control and its options")
     if ui_port is not None and not is_loopback(host) and not (ui and ui.token):
@@ -160,26 +207,25 @@ def serve(
                 "ports are published on 127.0.0.1 only)"
             )
         log.warning("bound to %s; make sure these ports are not reachable from other machines", host)
+    bound = dict(sockets or {})
     servers = []
     if mcp_port is not None:
-        servers.append(
-            uvicorn.Server(
-                uvicorn.Config(
-                    mcp_app(library, host, allowed_hosts, control, limits, queued),
-                    host=host,
-                    port=mcp_port,
-                    log_level=log_level,
-                    lifespan="on",
-                )
-            )
-        )
+        sock = bound.get("mcp") or listen(host, mcp_port, "MCP_PORT")
+        app = mcp_app(library, host, allowed_hosts, control, limits, queued)
+        config = uvicorn.Config(app, host=host, port=mcp_port, log_level=log_level, lifespan="on")
+        servers.append((uvicorn.Server(config), sock))
     if ui_port is not None:
         assert control is not None and ui is not None
+        sock = bound.get("ui") or listen(host, ui_port, "UI_PORT")
         app = ui_app(library, control, f"http://{host}:{mcp_port or 8000}/mcp", allowed_hosts, ui, host)
-        servers.append(uvicorn.Server(uvicorn.Config(app, host=host, port=ui_port, log_level=log_level)))
+        servers.append(
+            (uvicorn.Server(uvicorn.Config(app, host=host, port=ui_port, log_level=log_level)), sock)
+        )
     if watch:
         library.start_watching()
     try:
         asyncio.run(_serve_all(servers))
     finally:
         library.stop_watching()
+        for _, sock in servers:
+            sock.close()

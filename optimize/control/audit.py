@@ -54,6 +54,7 @@ ALLOWED_FIELDS = frozenset(
         "archive",
         "root",
         "legacy_head",
+        "golden",  # a golden's digest: bless, criteria approval, retire (optimize/control/goldens_admin.py)
     }
 )
 META = frozenset({"schema", "seq", "time", "prev", "hash", "mac"})

@@ -11,31 +11,30 @@ and changes nothing.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from ingot.errors import IngotError, SkillChanged
-from ingot.seal import Seal
-from mcp_server.library import Similarity
-from mcp_server.registry import Limits, parse_skill_md
+from ingot.errors import IngotError, NotFound, SkillChanged
+from mcp_server.registry import Limits
 from optimize.control import evidence as evidence_mod
+from optimize.control.approved import ApprovedRevisions
 from optimize.control.audit import AuditEntry, AuditError, AuditLog
-from optimize.control.gate import Thresholds, Verdict, evaluate
+from optimize.control.autonomy import CLASSES, Autonomy
+from optimize.control.gate import ReplayRequirement, Thresholds, Verdict, evaluate, replay_rule
+from optimize.control.gitrepo import GitHistory
 from optimize.control.lock import PromotionConflict, change_lock
+from optimize.control.names import known_changes, known_skills, pins, require_skill, unknown_change
+from optimize.control.passport import CELLS, Cell, Passport, change_class, passport
 from optimize.control.pending import PendingChange, PendingQueue, new_change
-from optimize.control.promote import Outcome, Promoter, check_skill_name, tree_revision
+from optimize.control.promote import ABSENT, Outcome, Promoter, check_skill_name, tree_revision
 from optimize.control.status import Status, report
-from optimize.measure.cache import SealedCache
-from optimize.measure.checks import collision_check, injection_check
+from optimize.control.verify import ApprovalRefused, Neighbours, Verifier, what_changes
 
 log = logging.getLogger(__name__)
-
-
-class ApprovalRefused(IngotError):
-    """Approval re-verification failed; the reason names the check."""
 
 
 @dataclass(frozen=True)
@@ -50,18 +49,13 @@ class Proposed:
     def __iter__(self):  # noqa: ANN204 - lets callers write `change, displaced = control.propose(...)`
         return iter((self.change, self.displaced))
 
+    def __getitem__(self, index: int) -> PendingChange | Path | None:
+        return (self.change, self.displaced)[index]
+
 
 class WriteFailed(IngotError):
     """A write to the state home or a skills root failed (disk full, I/O error, permissions);
     the message says what is served now and what, if anything, is left for recovery."""
-
-
-class Neighbours(Protocol):
-    """What approval asks the served library, as it is at approval time."""
-
-    def similarity(self, name: str, description: str) -> Similarity:
-        """`description` against every served skill's, with names and as text alone."""
-        ...
 
 
 @dataclass
@@ -79,11 +73,27 @@ class ChangeControl:
     # Returns the served library as it is now (reloaded), for re-checking collisions at approval.
     # Without it, approving anything that sets a description is refused: the check is not optional.
     neighbours: Callable[[], Neighbours] | None = None
+    autonomy_streak: int = 3  # clean changes in a row that lift a class one level (AUTONOMY_STREAK)
+    review_window_s: float = 86400.0  # how long a supervised change waits for a rejection (REVIEW_WINDOW)
+    git: GitHistory = GitHistory(enabled=False)  # commit each switch in a git skills root (GIT_HISTORY)
+    live_edits: str = "serve"  # or "quarantine": edits to live folders are queued and restored
 
     def __post_init__(self) -> None:
         self.queue = PendingQueue(self.runs_dir)
         self.audit = AuditLog(self.runs_dir)
-        self.promoter = Promoter(self.runs_dir, self.limits)
+        self.promoter = Promoter(self.runs_dir, self.limits, git=self.git)
+        self.approvals = ApprovedRevisions(self.audit)
+        self.autonomy = Autonomy(self.runs_dir, self.audit, self.autonomy_streak)
+        self.verifier = Verifier(
+            self.runs_dir,
+            self.roots,
+            self.thresholds,
+            self.audit,
+            self.promoter,
+            self.live_revision,
+            self.root_of,
+            self.neighbours,
+        )
 
     # -- reading --------------------------------------------------------------------------
 
@@ -101,18 +111,34 @@ class ChangeControl:
         return self.queue.all()
 
     def history(self, skill: str) -> list[AuditEntry]:
-        check_skill_name(skill)
+        """`skill`'s audit lines; `SkillNotFound` (with the nearest names) if no root, pending
+        change, audit line or snapshot knows it."""
+        self.require_skill(skill)
         return [e for e in self.audit.entries() if e.get("skill") == skill]
 
     def snapshots(self, skill: str) -> list[str]:
+        """The stored revisions of `skill` (every one Ingot put live or replaced, the live one
+        included), then `ABSENT` if Ingot created it (rolling back to it removes the skill)."""
         folder = self.promoter.revisions / check_skill_name(skill)
-        return (
-            sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.exists() else []
-        )
+        names = [p.name for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
+        absent = [ABSENT] if self.promoter.absent_recorded(skill) else []
+        return sorted(n for n in names if not n.startswith(".")) + absent
+
+    def require_skill(self, skill: str) -> str:
+        """`skill` if change control knows it, else `SkillNotFound` naming the nearest known ones."""
+        known = known_skills(self.roots, self.queue, self.audit, self.promoter.revisions)
+        return require_skill(skill, known)
+
+    def pending_change(self, skill: str, change_id: str) -> PendingChange:
+        """The pending change `change_id` of `skill`, read without the lock (for `ingot evaluate`,
+        which measures before it takes the lock to attach). Same errors as approving it."""
+        return self._reviewed(skill, change_id)
 
     def status(self) -> Status:
         """What is served, what Ingot last put live, what waits, and the audit chain's state."""
-        return report(self.roots, self.limits, self.audit, self.queue, self.root_of)
+        return report(
+            self.roots, self.limits, self.audit, self.queue, self.root_of, self.live_edits, self.git.enabled
+        )
 
     def verdict(self, change: PendingChange) -> Verdict | None:
         """The gate's verdict on `change`'s current evidence under today's thresholds (None:
@@ -130,7 +156,7 @@ class ChangeControl:
         The same re-verification `approve` runs, without the lock and without writing anything:
         for showing a reviewer that a change is blocked or stale before they press a button."""
         try:
-            self._verify(change)
+            self.verifier.verify(change)
         except (ApprovalRefused, IngotError) as exc:
             return str(exc)
         return None
@@ -168,8 +194,9 @@ class ChangeControl:
                 and str(entry.get("outcome", "")).startswith("done")
             ):
                 settled[change_id] = ("approved", f"promoted (recovered; audit line {entry.seq})")
-            elif change_id and entry.get("action") == "reject":
-                settled[change_id] = ("rejected", entry.get("reason") or "rejected")
+            elif change_id and entry.get("action") in ("reject", "withdraw"):
+                status = "rejected" if entry.get("action") == "reject" else "withdrawn"
+                settled[change_id] = (status, entry.get("reason") or status)
         for change in self.queue.all():
             if change.id in settled:
                 status, reason = settled[change.id]
@@ -360,17 +387,27 @@ class ChangeControl:
                 raise
             return updated, bundle
 
-    def approve(self, skill: str, actor: str, change_id: str) -> Outcome:
+    def approve(
+        self,
+        skill: str,
+        actor: str,
+        change_id: str,
+        reason: str | None = None,
+        override_reason: str | None = None,
+    ) -> Outcome:
         """Re-verify everything from disk, then promote; see the module docstring.
 
         `change_id` pins the change the reviewer actually looked at: if another candidate has
-        displaced it since, this is a conflict, never a promotion of something unreviewed."""
+        displaced it since, this is a conflict, never a promotion of something unreviewed.
+        A replay WARN needs `reason` (or `override_reason`); a replay BLOCK needs
+        `override_reason`. Either is recorded in the audit chain's promotion lines."""
         check_skill_name(skill)
         with change_lock(self.runs_dir, self.lock_wait_s):
             self._recover()
             change = self._reviewed(skill, change_id)
             try:
-                evidence, root = self._verify(change)
+                evidence, root = self.verifier.verify(change)
+                accepted = _replay_accepted(replay_rule(evidence.data), reason, override_reason)
             except ApprovalRefused as exc:
                 self.audit.append(
                     action="approve-refused", skill=skill, actor=actor, reason=str(exc), change_id=change.id
@@ -384,21 +421,32 @@ class ChangeControl:
                     expected_from=change.champion_revision,
                     action="promote",
                     actor=actor,
-                    reason=f"approved {change.kind} from {change.source}",
+                    reason=f"approved {change.kind} from {change.source}{accepted}",
                     evidence_digest=evidence.digest,
                     change_id=change.id,
                 )
                 self.queue.archive(skill, f"approved by {actor}", "approved", actor, outcome.seq)
             except (OSError, AuditError) as exc:
                 raise self._fault("promote", skill, change.candidate_revision, exc) from exc
+            green = passport(evidence.data, change.champion_revision, self.thresholds).all_green
+            result = "override" if override_reason else ("clean" if green else "not-green")
+            why = f"{change.id} approved by {actor}" + (
+                f" with override: {override_reason}" if override_reason else ""
+            )
+            self.autonomy.record(skill, change_class(change.kind, {}), result, actor, why)
             return outcome
 
     def _reviewed(self, skill: str, change_id: str | None) -> PendingChange:
         """The pending change for `skill`, if it is still `change_id` (the one the reviewer saw;
-        None: whichever is pending). A change decided or displaced since is a conflict."""
-        change = self.queue.get(skill)
+        None: whichever is pending). A change decided or displaced since is a conflict; a skill
+        or change id never known is `NotFound`, with the nearest names."""
+        change = self.queue.get(self.require_skill(skill))
+        if change_id is not None and (change is None or change.id != change_id):
+            known = known_changes(skill, self.queue, self.audit)
+            if change_id not in known:
+                raise unknown_change(skill, change_id, change.id if change else None, known)
         decided = self.queue.decided(skill, change_id) if change_id is not None else None
-        if decided is not None and decided.get("archived_status") in ("approved", "rejected"):
+        if decided is not None and decided.get("archived_status") in ("approved", "rejected", "withdrawn"):
             raise PromotionConflict(
                 f"change {change_id} for {skill!r} was already {decided.get('archived_status')} "
                 f"by {decided.get('archived_by')} at {decided.get('archived_at')}"
@@ -410,144 +458,6 @@ class ChangeControl:
                 f"the pending change for {skill!r} is now {change.id}, not {change_id}; review the new one"
             )
         return change
-
-    def _verify(self, change: PendingChange) -> tuple[evidence_mod.Evidence, Path]:
-        if not change.evidence_path or not change.evidence_digest:
-            raise ApprovalRefused("the pending record names no evidence bundle")
-        path = (self.runs_dir / change.evidence_path).resolve()
-        if not path.is_relative_to((self.runs_dir / "evidence").resolve()):
-            raise ApprovalRefused(f"the evidence path {change.evidence_path!r} is outside runs/evidence")
-        try:
-            bundle = evidence_mod.load(path)
-        except evidence_mod.EvidenceError as exc:
-            raise ApprovalRefused(str(exc)) from exc
-        if bundle.digest != change.evidence_digest:
-            raise ApprovalRefused(
-                f"evidence.json changed after the change was recorded (digest "
-                f"{bundle.digest[:12]}, recorded {change.evidence_digest[:12]})"
-            )
-        if bundle.data.get("skill") != change.skill or bundle.data.get("kind") != change.kind:
-            raise ApprovalRefused("the evidence is for a different skill or kind of change")
-        self._check_proposed(change)
-        self._check_caches(bundle.data)
-        live = self.live_revision(change.skill)
-        if live != bundle.champion_revision or live != change.champion_revision:
-            raise ApprovalRefused(
-                f"skill {change.skill!r} changed on disk since the evidence was recorded (evidence "
-                f"champion {(bundle.champion_revision or 'none')[:12]}, on disk {(live or 'none')[:12]}); "
-                f"re-measure it"
-            )
-        self._check_kind(change, live)
-        actual = tree_revision(change.files)
-        if actual != bundle.candidate_revision or actual != change.candidate_revision:
-            raise ApprovalRefused(
-                f"the candidate's files hash to {actual[:12]}, not the evidence's candidate "
-                f"{bundle.candidate_revision[:12]} (edited after the evidence)"
-            )
-        verdict = evaluate(bundle.data, self.thresholds)
-        if not verdict.approvable:
-            raise ApprovalRefused(f"the gate does not pass ({verdict.status}): {'; '.join(verdict.reasons)}")
-        root = self.root_of(change.skill) or self.roots[0]
-        return bundle, root
-
-    def _check_proposed(self, change: PendingChange) -> None:
-        """Only what Ingot itself queued is approvable: the change's latest `propose` (or
-        re-evaluation `evidence`) line in the keyed chain must name this skill, these revisions
-        and this evidence digest. A hand-made pending record has no such line, however
-        consistent it is with its evidence."""
-        state = self.audit.verify()
-        if not state.ok:
-            raise ApprovalRefused(
-                f"the audit chain does not verify (line {state.bad_line}: {state.problem}); "
-                "see `ingot audit verify`"
-            )
-        lines = [
-            e
-            for e in self.audit.entries()
-            if e.get("change_id") == change.id and e.get("action") in ("propose", "evidence")
-        ]
-        if not lines:
-            raise ApprovalRefused(
-                f"change {change.id} has no `propose` line in the audit chain, so Ingot never queued it "
-                "(a hand-made or forged pending record); reject it"
-            )
-        expected = {
-            "skill": change.skill,
-            "from_revision": change.champion_revision,
-            "to_revision": change.candidate_revision,
-            "evidence_digest": change.evidence_digest,
-        }
-        wrong = [key for key, value in expected.items() if lines[-1].get(key) != value]
-        if wrong:
-            raise ApprovalRefused(
-                f"change {change.id} differs from its audited proposal (line {lines[-1].seq}) in "
-                f"{', '.join(wrong)}: edited after it was queued; reject it"
-            )
-
-    def _check_caches(self, evidence: Mapping[str, Any]) -> None:
-        """The cached champion results an A/B rests on must still be the sealed bytes it used."""
-        ab = evidence.get("measurements", {}).get("ab") or {}
-        cache = ab.get("champion_cache") if isinstance(ab, Mapping) else None
-        if not isinstance(cache, Mapping):
-            return
-        entries = SealedCache(self.runs_dir / "cache" / "ab", Seal(self.runs_dir / "seal.key"))
-        problem = entries.still_valid(str(cache.get("file")), str(cache.get("digest")))
-        if problem:
-            raise ApprovalRefused(
-                f"the held-out A/B's champion results cannot be trusted: {problem}; re-evaluate it"
-            )
-
-    def _check_kind(self, change: PendingChange, live: str | None) -> None:
-        """The kind of change must match what the candidate actually does to the live tree."""
-        if (change.kind == "create") != (live is None):
-            raise ApprovalRefused(
-                f"a {change.kind} record for {change.skill!r}, but the skill "
-                f"{'does not exist' if live is None else 'already exists'}; re-propose it"
-            )
-        try:
-            text = change.files["SKILL.md"].decode("utf-8")
-            _, description, body, meta = parse_skill_md(text, change.skill)
-        except (KeyError, UnicodeDecodeError, IngotError) as exc:
-            raise ApprovalRefused(f"the candidate is not a valid skill: {exc}") from exc
-        scan = injection_check(f"{description}\n{body}")
-        if not scan.passed:
-            raise ApprovalRefused(scan.detail)
-        self._check_collisions(change, description, live)
-        if change.kind == "description":
-            root = self.root_of(change.skill)
-            assert root is not None
-            current = self.promoter.read_tree(root / change.skill, change.skill)
-            _, _, live_body, live_meta = parse_skill_md(current["SKILL.md"].decode("utf-8"), change.skill)
-            same_files = {k: v for k, v in change.files.items() if k != "SKILL.md"} == {
-                k: v for k, v in current.items() if k != "SKILL.md"
-            }
-            same_meta = {k: v for k, v in meta.items() if k != "description"} == {
-                k: v for k, v in live_meta.items() if k != "description"
-            }
-            if not (same_files and same_meta and body == live_body):
-                raise ApprovalRefused(
-                    "a description change may change only the frontmatter description; "
-                    "this candidate changes more"
-                )
-
-    def _check_collisions(self, change: PendingChange, description: str, live: str | None) -> None:
-        """A description must not shadow any skill served *now*: two candidates that each passed
-        admission alone may collide once the first is live."""
-        if change.kind == "rewrite" and live is not None:
-            root = self.root_of(change.skill)
-            assert root is not None
-            current = self.promoter.read_tree(root / change.skill, change.skill)
-            if parse_skill_md(current["SKILL.md"].decode("utf-8"), change.skill)[1] == description:
-                return  # a body-only rewrite does not move the skill's routes
-        if self.neighbours is None:
-            raise ApprovalRefused(
-                "approval re-checks the description against the served library, and this process has "
-                "none; approve from `ingot approve` or the UI"
-            )
-        similarity = self.neighbours().similarity(change.skill, description)
-        collision = collision_check(similarity.named, change.skill, similarity.alone)
-        if not collision.passed:
-            raise ApprovalRefused(f"collision with the library as it is now: {collision.detail}")
 
     def reject(self, skill: str, reason: str, actor: str, change_id: str | None = None) -> Path:
         """Archive the pending change for `skill` with `reason`; `change_id` pins the one reviewed."""
@@ -573,6 +483,32 @@ class ChangeControl:
                     f"could not be archived: {_os_reason(exc)}; the next command archives it"
                 ) from exc
 
+    def withdraw(self, skill: str, change_id: str, actor: str, reason: str) -> bool:
+        """Archive `change_id` as withdrawn (its author took it back: a deleted candidate) if it
+        is still the pending change of `skill`; False if it was decided or displaced already."""
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            self._recover()
+            change = self.queue.get(skill)
+            if change is None or change.id != change_id:
+                return False
+            line = self.audit.append(
+                action="withdraw",
+                skill=skill,
+                to_revision=change.candidate_revision,
+                evidence_digest=change.evidence_digest,
+                actor=actor,
+                reason=reason,
+                change_id=change.id,
+            )
+            try:
+                self.queue.archive(skill, reason, "withdrawn", actor, line.seq)
+            except OSError as exc:
+                raise WriteFailed(
+                    f"the withdrawal of {change.id} is in the audit chain, but its pending record could "
+                    f"not be archived: {_os_reason(exc)}; the next command archives it"
+                ) from exc
+            return True
+
     def rollback(
         self,
         skill: str,
@@ -581,40 +517,164 @@ class ChangeControl:
         reason: str | None = None,
         expected_live: str | None = None,
     ) -> Outcome:
-        """Restore the snapshot `revision` (a unique prefix will do). With `expected_live`, refuse
-        (conflict) if the live revision is no longer the one the caller saw."""
+        """Restore the snapshot `revision` (a unique prefix will do; `absent` removes a skill
+        Ingot created). With `expected_live` (a revision, a prefix of at least 8 characters, or
+        `absent`), refuse (conflict) if the live revision is no longer the one the caller saw."""
         with change_lock(self.runs_dir, self.lock_wait_s):
             self._recover()
-            root = self.root_of(skill)
-            if root is None:
-                raise IngotError(f"skill {skill!r} is not in any skills root")
-            live = self.live_revision(skill)
-            if expected_live is not None and live != expected_live:
-                raise PromotionConflict(
-                    f"{skill!r} is now at {(live or 'none')[:12]}, not the {expected_live[:12]} you saw; "
-                    "reload its history and decide again"
-                )
-            matches = [r for r in self.snapshots(skill) if r.startswith(revision)] if revision else []
+            self.require_skill(skill)
+            root = self.root_of(skill) or self.roots[0]  # a removed skill: where Ingot creates skills
+            snapshots = self.snapshots(skill)
+            exact = [r for r in snapshots if r == revision]
+            matches = exact or [r for r in snapshots if r != ABSENT and revision and r.startswith(revision)]
             if len(matches) != 1:
-                raise IngotError(
-                    f"{revision!r} matches {len(matches)} snapshots of {skill!r}; "
+                listed = ", ".join(r[:12] for r in snapshots) or "none"
+                raise NotFound(
+                    f"{revision!r} matches {len(matches)} snapshots of {skill!r} (snapshots: {listed}); "
                     f"`ingot history {skill}` lists them"
                 )
+            live = self.live_revision(skill)
+            if expected_live is not None and not pins(live, expected_live):
+                raise PromotionConflict(
+                    f"{skill!r} is now at {(live or ABSENT)[:12]}, not the {expected_live[:12]} you saw; "
+                    "reload its history and decide again"
+                )
+            target = None if matches[0] == ABSENT else matches[0]
             try:
-                return self.promoter.rollback(skill, root, matches[0], actor, reason)
+                outcome = self.promoter.rollback(skill, root, matches[0], actor, reason)
             except (OSError, AuditError) as exc:
-                raise self._fault("roll back", skill, matches[0], exc) from exc
+                raise self._fault("roll back", skill, target, exc) from exc
+            self.autonomy.incident(skill, CLASSES, f"rolled back to {matches[0][:12]} by {actor}", actor)
+            return outcome
 
-    def _fault(self, what: str, skill: str, target: str, exc: Exception) -> WriteFailed:
-        """One line saying what a failed write left: the disk decides, not the code path."""
+    # -- autonomy -------------------------------------------------------------------------
+
+    def passport(self, change: PendingChange) -> Passport:
+        """The change's evidence as passport cells, judged against what is live now."""
+        try:
+            data = evidence_mod.load(self.runs_dir / (change.evidence_path or "")).data
+        except evidence_mod.EvidenceError as exc:
+            return Passport(tuple(Cell(name, "missing", f"evidence unreadable: {exc}") for name in CELLS))
+        return passport(data, self.live_revision(change.skill), self.thresholds)
+
+    def queued_at(self, change: PendingChange) -> dt.datetime | None:
+        """When the change's latest evidence was attached (its `propose` or `evidence` line):
+        where a supervised review window starts, kept in the chain so a restart loses nothing."""
+        lines = [
+            e
+            for e in self.audit.entries()
+            if e.get("change_id") == change.id and e.get("action") in ("propose", "evidence")
+        ]
+        return dt.datetime.fromisoformat(lines[-1].time) if lines else None
+
+    # -- protected live roots (LIVE_EDITS=quarantine; guard.py decides when) ------------------
+
+    def approved_revision(self, skill: str) -> tuple[bool, str | None]:
+        """(known, revision): whether the chain has approved anything for `skill`, and what
+        (None: approved absent)."""
+        approved = self.approvals.current()
+        return skill in approved, approved.get(skill)
+
+    def adopt(self, actor: str, baseline: bool = True) -> list[str]:
+        """With `baseline`, take the live skills as they are as the approved baseline: each skill
+        the chain has never approved gets a snapshot and an audited `adopt` line. Always, an
+        approved revision that is live without a snapshot (promoted before new revisions were
+        snapshotted) gets one."""
+        notes = []
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            self._recover()
+            approved = self.approvals.current()
+            for skill in self.status().skills:
+                if skill.live_revision is None:
+                    continue
+                known = skill.name in approved
+                if (known and approved[skill.name] != skill.live_revision) or (not known and not baseline):
+                    continue  # edited behind Ingot's back, or new since: the guard's case
+                try:
+                    self.promoter.snapshot_live(skill.name, skill.root, skill.live_revision)
+                except (OSError, IngotError) as exc:
+                    notes.append(f"{skill.name}: could not snapshot {skill.live_revision[:12]}: {exc}")
+                    continue
+                if not known:
+                    self.audit.append(
+                        action="adopt",
+                        skill=skill.name,
+                        root=str(skill.root),
+                        to_revision=skill.live_revision,
+                        actor=actor,
+                        outcome="done",
+                        reason="approved as found: the baseline when its live folder came under protection",
+                    )
+                    notes.append(f"{skill.name}: adopted at {skill.live_revision[:12]}")
+        return notes
+
+    def restore(self, skill: str, actor: str, reason: str, change_id: str | None = None) -> Outcome:
+        """Put `skill`'s live folder back to its approved revision (see Promoter.restore); a
+        folder that was never approved is removed (the guard has kept it)."""
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            self._recover()
+            _, revision = self.approved_revision(skill)
+            root = self.root_of(skill) or self._recorded_root(skill)
+            try:
+                return self.promoter.restore(
+                    skill, root, revision, actor=actor, reason=reason, change_id=change_id
+                )
+            except (OSError, AuditError) as exc:
+                raise self._fault("restore", skill, revision, exc) from exc
+
+    def _recorded_root(self, skill: str) -> Path:
+        """The root the chain last recorded for `skill` (its folder is gone), else the first."""
+        for entry in reversed(self.audit.entries()):
+            if entry.get("skill") == skill and entry.get("root") and Path(entry.get("root")) in self.roots:
+                return Path(entry.get("root"))
+        return self.roots[0]
+
+    def report_incident(self, skill: str, why: str, actor: str, key: str | None = None) -> list[str]:
+        """An incident after a promotion (drift, a failing replay of the live revision, a mined score
+        below the health bar): every class of `skill` drops to manual, and if autonomy itself put
+        the live revision there, it is rolled back to the one it displaced. `key` makes a report
+        of the same occurrence (say, one drifted revision) count once."""
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            self._recover()
+            if key is not None and not self.autonomy.first_report(skill, key):
+                return []
+            notes = [f"{skill}: {why}; every class is manual"]
+            self.autonomy.incident(skill, CLASSES, why, actor)
+            last = next(  # the last switch of the live folder, by anyone
+                (
+                    e
+                    for e in reversed(self.history(skill))
+                    if e.get("action") in ("promote", "rollback")
+                    and str(e.get("outcome", "")).startswith("done")
+                ),
+                None,
+            )
+            root = self.root_of(skill)
+            undo = last is not None and last.get("action") == "promote" and last.get("actor") == "autonomy"
+            displaced = last.get("from_revision") if last is not None else None
+            target = str(displaced or ABSENT)  # a new skill autonomy created is removed again
+            if undo and root is not None and target in self.snapshots(skill):
+                try:
+                    self.promoter.rollback(
+                        skill, root, target, actor, f"automatic rollback after incident: {why}"
+                    )
+                    notes.append(f"{skill}: autonomy's promotion rolled back to {target[:12]}")
+                except (OSError, IngotError) as exc:
+                    notes.append(f"{skill}: the automatic rollback failed ({exc}); roll it back by hand")
+            return notes
+
+    def _fault(self, what: str, skill: str, target: str | None, exc: Exception) -> WriteFailed:
+        """One line saying what a failed write left: the disk decides, not the code path.
+        `target` None: the write was removing the skill."""
         reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc)
         try:
             live = self.live_revision(skill)
         except IngotError:
             live = None
         if live == target:
+            now = "removed" if target is None else f"served at {target[:12]}"
             return WriteFailed(
-                f"{skill!r} is now served at {target[:12]}, but finishing the record failed: {reason}. "
+                f"{skill!r} is now {now}, but finishing the record failed: {reason}. "
                 "The next change-control command completes it (`ingot status` shows recovery pending)"
             )
         return WriteFailed(
@@ -623,40 +683,30 @@ class ChangeControl:
         )
 
 
+def _replay_accepted(rule: ReplayRequirement, reason: str | None, override: str | None) -> str:
+    """What the audit line adds for the replay verdict; `ApprovalRefused` when its requirement
+    is not met (a BLOCK without an override reason, a WARN without any reason)."""
+    reason, override = (reason or "").strip(), (override or "").strip()
+    if rule.needs == "override":
+        if not override:
+            raise ApprovalRefused(
+                "the regression replay BLOCKs this change ("
+                + "; ".join(rule.reasons)
+                + "); approve only with an explicit override and its reason (--override-reason), "
+                "which is audited"
+            )
+        return f"; replay BLOCK overridden: {override[:2000]}"
+    if rule.needs == "reason":
+        if not (reason or override):
+            raise ApprovalRefused(
+                "the regression replay WARNs ("
+                + "; ".join(rule.reasons)
+                + "); say why you approve it anyway (--reason)"
+            )
+        return f"; replay WARN accepted: {(reason or override)[:2000]}"
+    return ""
+
+
 def _os_reason(exc: OSError) -> str:
     where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
     return f"{exc.strerror or exc}{where}"
-
-
-def what_changes(
-    champion: Mapping[str, bytes] | None, candidate: Mapping[str, bytes], skill: str
-) -> dict[str, Any]:
-    """What a candidate changes relative to the live files: its description, its body, which
-    other files (added, removed or edited). A new skill changes everything."""
-    if champion is None:
-        return {
-            "description": True,
-            "body": True,
-            "files": sorted(p for p in candidate if p != "SKILL.md"),
-            "new": True,
-        }
-
-    def parts(files: Mapping[str, bytes]) -> tuple[str, str] | None:
-        try:
-            _, description, body, _ = parse_skill_md(files["SKILL.md"].decode("utf-8"), skill)
-        except (KeyError, UnicodeDecodeError, IngotError):
-            return None
-        return description, body
-
-    before, after = parts(champion), parts(candidate)
-    others = sorted(
-        path
-        for path in set(champion) | set(candidate)
-        if path != "SKILL.md" and champion.get(path) != candidate.get(path)
-    )
-    return {
-        "description": before is None or after is None or before[0] != after[0],
-        "body": before is None or after is None or before[1] != after[1],
-        "files": others,
-        "new": False,
-    }

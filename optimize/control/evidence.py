@@ -224,6 +224,12 @@ def _cell(name: str, block: Mapping[str, Any]) -> list[str]:
         for case in block.get("shadowed", []):
             out.append(f"  - SHADOWS {case.get('expected')}: {case.get('task')!r}")
         return out
+    if name == "replay":  # the regression replay cell (optimize/measure/regress.py)
+        out = [f"- replay: measured, verdict **{block.get('verdict')}**"]
+        for golden in block.get("goldens", []):
+            verdict, tier, why = golden.get("verdict"), golden.get("tier"), golden.get("why")
+            out.append(f"  - {golden.get('id')}: {verdict} at {tier}: {why}")
+        return out
     out = [f"- {name}: measured"]
     for check, result in (block.get("results") or {}).items():
         if isinstance(result, Mapping):

@@ -329,6 +329,29 @@ def _description(evidence: Mapping[str, Any], t: Thresholds) -> Verdict:
     )
 
 
+def cell_rules(evidence: Mapping[str, Any], t: Thresholds) -> dict[str, list[str]]:
+    """Each cell's own failures, for the passport (control/passport.py): "ab" (the held-out rules,
+    including "not enough evidence") and "routing_impact" (the rules for this kind of change)."""
+    failures: dict[str, list[str]] = {}
+    try:
+        ab = _Rules()
+        verdict = _quality(evidence, t, ab, "")
+        failures["ab"] = list(verdict.reasons) if verdict.status != "pass" else []
+        routing = _Rules()
+        kind = evidence.get("kind")
+        impact = _impact(evidence, routing, required=True)
+        if impact is not None and kind == "description":
+            _routing_metrics(impact, routing, t, must_improve=True)
+            collisions = impact.get("collisions", [])
+            routing.check("collides with no skill", not collisions, f"would shadow {', '.join(collisions)}")
+        elif impact is not None and kind == "rewrite" and evidence.get("changes", {}).get("description"):
+            _routing_metrics(impact, routing, t, must_improve=False)
+        failures["routing_impact"] = routing.failed
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        failures = {"ab": [f"malformed evidence ({exc})"], "routing_impact": [f"malformed evidence ({exc})"]}
+    return failures
+
+
 def _p(p: float | None) -> str:
     if p is None:
         return "undefined"
@@ -351,3 +374,40 @@ def _bad_cases(cases: Any) -> str | None:
 def format_p(p: float | None) -> str:
     """p as people read it: "< 0.001" rather than "0.000"."""
     return _p(p)
+
+
+# -- the replay rule (regression replay, issue 16): for every kind of change --------------------
+
+
+@dataclass(frozen=True)
+class ReplayRequirement:
+    """What the replay cell asks of an approval: nothing (PASS, or not measured), a reason
+    (WARN), or an explicit override whose reason is audited (BLOCK)."""
+
+    verdict: str | None  # "PASS" | "WARN" | "BLOCK"; None when replay was not measured
+    needs: str | None  # None | "reason" | "override"
+    reasons: tuple[str, ...] = ()
+
+
+def replay_rule(evidence: Mapping[str, Any]) -> ReplayRequirement:
+    """The requirement from `measurements["replay"]`, its verdict recomputed from the per-golden
+    findings (the stricter of recomputed and recorded counts). A malformed cell is a BLOCK."""
+    from optimize.measure.replay_verdict import ORDER, cell_verdict
+
+    block = evidence.get("measurements", {}).get("replay") if isinstance(evidence, Mapping) else None
+    if not isinstance(block, Mapping) or block.get("status") != "measured":
+        why = block.get("why") if isinstance(block, Mapping) else "not in the evidence bundle"
+        return ReplayRequirement(None, None, (f"replay not measured: {why}",))
+    try:
+        verdict, reasons = cell_verdict(block["goldens"])
+        recorded = block.get("verdict")
+        if recorded not in ORDER:
+            raise ValueError(f"verdict {recorded!r}")
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        return ReplayRequirement(
+            "BLOCK", "override", (f"the replay cell is malformed ({exc}); re-measure it",)
+        )
+    if ORDER[recorded] > ORDER[verdict]:
+        verdict = recorded
+    needs = {"PASS": None, "WARN": "reason", "BLOCK": "override"}[verdict]
+    return ReplayRequirement(verdict, needs, tuple(reasons))

@@ -27,7 +27,14 @@ from optimize.control.promote import check_skill_name, tree_revision
 
 SCHEMA_VERSION = 1
 KINDS = ("create", "rewrite", "description")
-SOURCES = ("agent", "optimizer", "operator")
+SOURCES = ("agent", "optimizer", "operator", "inbox", "direct-edit")  # and "git:<commit sha>"
+GIT_SOURCE = re.compile(r"^git:[0-9a-f]{40}$")
+
+
+def known_source(source: str) -> bool:
+    """Who proposed a change: an agent over MCP, the optimizer, an operator, a candidate folder
+    (`inbox`), an edit made straight to a live skill (`direct-edit`), or a candidate branch commit."""
+    return source in SOURCES or bool(GIT_SOURCE.match(str(source)))
 
 
 class PendingError(IngotError):
@@ -82,8 +89,8 @@ def new_change(
     now: dt.datetime | None = None,
 ) -> PendingChange:
     created = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")
-    if kind not in KINDS or source not in SOURCES:
-        raise PendingError(f"kind must be one of {KINDS} and source one of {SOURCES}")
+    if kind not in KINDS or not known_source(source):
+        raise PendingError(f"kind must be one of {KINDS} and source one of {SOURCES} or git:<sha>")
     check_skill_name(skill)
     for path in files:
         check_relative(path)
@@ -135,7 +142,7 @@ def parse(data: Any, where: Path, slot_skill: str | None = None) -> PendingChang
         raise
     except (AttributeError, KeyError, TypeError, ValueError, IngotError) as exc:
         raise PendingError(f"{where} is not a valid pending record: {exc}") from exc
-    if change.kind not in KINDS or change.source not in SOURCES:
+    if change.kind not in KINDS or not known_source(change.source):
         raise PendingError(f"{where} has an unknown kind or source")
     if not ID_PATTERN.match(change.id):
         raise PendingError(f"{where} has a malformed change id {change.id[:40]!r}")

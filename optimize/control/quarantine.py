@@ -9,15 +9,23 @@ returned to the caller. An accepted one is only pending: it never serves until a
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import yaml
 
-from ingot.errors import IngotError, SkillInvalid
+from ingot.errors import IngotError, PromotionError, SkillInvalid, SkillNotFound, did_you_mean
 from mcp_server.library import Similarity
-from mcp_server.registry import MAX_DESCRIPTION, MAX_NAME, parse_skill_md, read_skill_files
+from mcp_server.registry import (
+    MAX_DESCRIPTION,
+    MAX_NAME,
+    declared_name,
+    parse_skill_md,
+    read_skill_files,
+)
 from optimize.control.changes import ChangeControl, Proposed
 from optimize.control.evidence import not_measured
 from optimize.measure.checks import CheckResult, collision_check, injection_check
@@ -107,13 +115,55 @@ def admit(
     return control.propose(name, kind, source, files, measurements, note)
 
 
-def read_candidate(folder: Path, name: str, control: ChangeControl) -> tuple[dict[str, bytes], str]:
-    """The files and description of a skill folder, validated like any served folder."""
+def read_candidate(
+    folder: Path, name: str, control: ChangeControl, new: bool = False
+) -> tuple[dict[str, bytes], str]:
+    """The files and description of an operator's candidate folder (`ingot propose`), validated
+    like any served folder. The folder may be called anything; its SKILL.md must declare `name`.
+    `name` must be a live skill (a rewrite) unless `new` says it is a new one (a create), so a
+    typo is never quietly proposed as a new skill."""
+    try:
+        live = control.live_revision(name)
+    except PromotionError:  # not even a valid name: certainly not a live skill
+        live = None
+    if new and live is not None:
+        raise CandidateRefused(
+            f"skill {name!r} already exists (live at {live[:12]}): drop --new to propose a rewrite of it"
+        )
+    if not new and live is None:
+        served = {s for root in control.roots if root.is_dir() for s in _skill_folders(root)}
+        nearest = did_you_mean(name, served, listed=0)  # close names only: a new skill has none
+        raise SkillNotFound(
+            f"no skill named {name!r} is live{nearest}; to propose {name!r} as a new skill, add --new"
+        )
     try:
         skill, files = read_skill_files(folder.parent, folder, control.limits, name=name)
     except SkillInvalid as exc:
+        declared = _declared(folder)
+        if declared is not None and declared != name:
+            raise CandidateRefused(
+                f"{folder / 'SKILL.md'} declares the skill {declared!r}, not {name!r}: propose it as "
+                f"{declared!r}, or change its frontmatter name"
+            ) from exc
         raise CandidateRefused(f"{folder} is not a valid skill folder: {exc}") from exc
     return files, skill.description
+
+
+def _skill_folders(root: Path) -> list[str]:
+    return [p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+
+
+def _declared(folder: Path) -> str | None:
+    """The name the folder's SKILL.md declares, read only if it is a small regular file."""
+    path = folder / "SKILL.md"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return declared_name(handle.read(MAX_BODY_BYTES * 2).decode("utf-8", "replace"))
 
 
 def agent_candidate(

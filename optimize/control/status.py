@@ -2,7 +2,8 @@
 
 Read-only. Also reports whether the execution sandbox can run here (`sandbox_status`).
 Drift is a skill whose revision on disk is not the one Ingot's audit chain last put
-live (edited by hand, deleted, or broken). The report keeps working over damaged state: an
+live (edited by hand, deleted, or broken); a skill Ingot removed (rolled back to "absent") has
+drifted only if it is back on disk. The report keeps working over damaged state: an
 unreadable audit chain leaves drift unknown (the chain's own verification says where it
 breaks), and an unreadable pending record is listed under `invalid` instead of failing.
 """
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcp_server.registry import Limits, Registry
+from optimize.control.approved import FOLDER_SWITCHES
 from optimize.control.audit import AuditError, AuditLog, Verification
+from optimize.control.gitrepo import GitError, GitRepo
 from optimize.control.pending import PendingQueue
 from optimize.measure.sandbox import Sandbox
 
@@ -27,6 +30,7 @@ class SkillStatus:
     audited_revision: str | None  # last revision Ingot itself put live; None if never
     pending: str | None  # id of the pending change, if any
     recovery_pending: bool = False  # an audited intent has no outcome yet (a killed promotion)
+    removed: bool = False  # Ingot's last completed change to it removed it (rolled back to absent)
 
     @property
     def drifted(self) -> bool:
@@ -34,7 +38,31 @@ class SkillStatus:
         from what is live, and until then either revision may be the truth."""
         if self.recovery_pending:
             return False
+        if self.removed:
+            return self.live_revision is not None
         return self.audited_revision is not None and self.audited_revision != self.live_revision
+
+
+@dataclass(frozen=True)
+class GitState:
+    """A skills root in a git work tree, compared with the audit chain."""
+
+    head: str | None  # the checked-out commit (None: no commit yet)
+    recorded_seq: int | None  # the audit line the newest Ingot commit on HEAD records
+    audit_seq: int | None  # the chain's newest finished switch of a skill in this root
+    foreign: int  # commits after Ingot's newest that touch the root without Ingot
+    problem: str | None = None  # git could not be read
+
+    @property
+    def in_step(self) -> bool:
+        return self.problem is None and self.recorded_seq == self.audit_seq and self.foreign == 0
+
+
+@dataclass(frozen=True)
+class RootStatus:
+    root: Path
+    live_edits: str  # "serve" | "quarantine"
+    git: GitState | None  # None: not a git work tree, or GIT_HISTORY is off
 
 
 @dataclass(frozen=True)
@@ -43,15 +71,16 @@ class Status:
     invalid: tuple[str, ...]
     audit: Verification
     pending: int
+    roots: tuple[RootStatus, ...] = ()
 
     @property
     def drifted(self) -> tuple[SkillStatus, ...]:
         return tuple(s for s in self.skills if s.drifted)
 
 
-def _audited(audit: AuditLog) -> tuple[dict[str, str], set[str]]:
-    """Each skill's revision as of Ingot's last completed change to it, and the skills with an
-    intent that has no outcome yet."""
+def _audited(audit: AuditLog) -> tuple[dict[str, str | None], set[str]]:
+    """Each skill's revision as of Ingot's last completed change to it (None: it removed the
+    skill), and the skills with an intent that has no outcome yet."""
     try:
         entries = audit.entries()
     except AuditError:
@@ -76,6 +105,8 @@ def report(
     audit: AuditLog,
     queue: PendingQueue,
     root_of: Callable[[str], Path | None],
+    live_edits: str = "serve",
+    git: bool = False,
 ) -> Status:
     """Re-read every root (so this costs a full scan: ~170 ms at 1k skills) and compare."""
     registry = Registry(roots, limits)
@@ -84,20 +115,64 @@ def report(
     changes, unreadable = queue.scan()
     pending = {c.skill: c.id for c in changes}
     served = registry.skills()
+    removed = {name for name, revision in audited.items() if revision is None}
     skills = [
         SkillStatus(
-            s.name, s.root, s.revision, audited.get(s.name), pending.get(s.name), s.name in interrupted
+            s.name,
+            s.root,
+            s.revision,
+            audited.get(s.name),
+            pending.get(s.name),
+            s.name in interrupted,
+            s.name in removed,
         )
         for s in served.values()
     ]
-    # A skill Ingot put live that is now missing or unreadable has drifted too.
+    # A skill Ingot put live that is now missing or unreadable has drifted; one it removed has not.
     skills += [
-        SkillStatus(name, root_of(name) or roots[0], None, revision, pending.get(name), name in interrupted)
+        SkillStatus(
+            name,
+            root_of(name) or roots[0],
+            None,
+            revision,
+            pending.get(name),
+            name in interrupted,
+            name in removed,
+        )
         for name, revision in audited.items()
-        if name not in served and revision is not None
+        if name not in served
     ]
     invalid = tuple(f"{p.folder}: {p.reason}" for p in registry.problems()) + tuple(unreadable)
-    return Status(tuple(sorted(skills, key=lambda s: s.name)), invalid, audit.verify(), len(pending))
+    states = tuple(RootStatus(root, live_edits, _git_state(root, audit) if git else None) for root in roots)
+    return Status(tuple(sorted(skills, key=lambda s: s.name)), invalid, audit.verify(), len(pending), states)
+
+
+def _git_state(root: Path, audit: AuditLog) -> GitState | None:
+    """HEAD against the chain: which audit line Ingot's newest commit records, which is the
+    chain's newest switch in this root, and how many commits touched the root since without it."""
+    repo = GitRepo.of(root)
+    if repo is None:
+        return None
+    try:
+        entries = audit.entries()
+    except AuditError:
+        entries = []
+    switches = [
+        e.seq
+        for e in entries
+        if e.get("action") in FOLDER_SWITCHES
+        and str(e.get("outcome", "")).startswith("done")
+        and e.get("root") == str(root)
+    ]
+    try:
+        rel_root = repo.rel(root)
+        newest = repo.last_ingot_commit(rel_root)
+        foreign = len(repo.commits_since(newest.sha, rel_root)) if newest else 0
+        return GitState(
+            repo.head(), newest.audit_seq if newest else None, max(switches, default=None), foreign
+        )
+    except GitError as exc:
+        return GitState(None, None, max(switches, default=None), 0, str(exc))
 
 
 @dataclass(frozen=True)

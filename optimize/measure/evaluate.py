@@ -7,7 +7,8 @@ proposal) land here with the change's files and the live champion's. Cells:
 - `ab`: held-out A/B when the skill has a task set (a new skill against *no skill at all*);
   not applicable to a description change (the body is unchanged);
 - `sandbox_checks`: what the task set's `check:` specs found, per arm;
-- and the cells later issues add (replay). A cell that cannot run says why, never a default.
+- `replay` (given by the caller, measure/regress.py): the skill's blessed runs replayed with the
+  candidate's bytes. A cell that cannot run says why, never a default.
 Measures and never decides: the verdict is the gate's (control/gate.py) when control attaches the
 bundle. Imports no control or search (tests/test_layout.py).
 """

@@ -13,6 +13,7 @@ digests) and would make records useless. Redaction is lossy by design and never 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -79,6 +80,9 @@ REDACTIONS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 _KEEPS_NAME = ("secret-assignment", "secret-quoted", "secret-prose")
 _DETECT_SECRETS_SKIPPED = {"Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector"}
+# detect-secrets keeps its settings in a process-wide global that `transient_settings` swaps
+# in and out: two threads scanning at once corrupt it (replays redact concurrently).
+_SCAN_LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=1)
@@ -94,7 +98,7 @@ def _plugins() -> tuple[dict[str, str], ...]:
 def _detected(text: str) -> set[tuple[str, str]]:
     """(kind, value) of every secret detect-secrets' detectors find in `text`, line by line."""
     found: set[tuple[str, str]] = set()
-    with transient_settings({"plugins_used": list(_plugins())}):
+    with _SCAN_LOCK, transient_settings({"plugins_used": list(_plugins())}):
         for line in text.splitlines():
             if line.strip():
                 for secret in scan_line(line):

@@ -1,7 +1,11 @@
 """The local trace store: one record per agent run in `runs/traces.jsonl` (schema_version 1).
 
 A record holds the task, the answer, the served skill and revision (or novel/related), model,
-tokens, timings, tool calls and errors. Defaults protect the user: secrets are redacted before
+tokens, timings, tool calls and errors, and the run's transcript: the final model request's
+messages in OpenAI wire shape (system prompt, task, every tool call with its arguments and its
+result, in order), the tool schemas offered, and each model call's model and tokens. That is
+what `ingot bless` turns into a golden (optimize/measure/goldens.py); older records without it
+still read. Defaults protect the user: secrets are redacted before
 anything touches disk (API keys, bearer tokens, password/secret assignments, private keys), the
 file is 0600 in a 0700 folder, it rotates at TRACE_MAX_BYTES keeping TRACE_BACKUPS files,
 records older than TRACE_RETENTION_DAYS are never read and are deleted from disk by `prune`
@@ -45,6 +49,9 @@ class TraceRecord:
     tool_calls: tuple[Mapping[str, Any], ...] = ()
     errors: tuple[str, ...] = ()
     harness: str | None = None
+    messages: tuple[Mapping[str, Any], ...] = ()  # the final request's messages, wire shape
+    tools: tuple[Mapping[str, Any], ...] = ()  # tool schemas offered (OpenAI function format)
+    model_calls: tuple[Mapping[str, Any], ...] = ()  # {"model", "tokens_in", "tokens_out"} per call
     id: str = field(default_factory=lambda: f"tr-{secrets.token_hex(8)}")
     time: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
@@ -80,11 +87,16 @@ def parse_record(line: bytes) -> TraceRecord | None:
         data = json.loads(line.decode("utf-8"))
         if data.pop("schema_version") != SCHEMA_VERSION:
             return None
-        data["tool_calls"] = tuple(data.get("tool_calls") or ())
-        data["errors"] = tuple(data.get("errors") or ())
+        for name in ("tool_calls", "errors", "messages", "tools", "model_calls"):
+            data[name] = tuple(data.get(name) or ())
         return TraceRecord(**data)
     except (UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError):
         return None
+
+
+def find_trace(store: TraceStore, trace_id: str) -> TraceRecord | None:
+    """The record with `trace_id` (also within retention only), or None."""
+    return next((r for r in store.read().records if r.id == trace_id), None)
 
 
 class LocalTraceStore:

@@ -28,6 +28,7 @@ from optimize.measure.evaluate import evaluate as measure
 from optimize.measure.execcheck import Sandbox
 from optimize.measure.judge import Judge
 from optimize.measure.mining import mine
+from optimize.measure.regress import ReplayContext
 from optimize.measure.taskset import load_task_set
 from optimize.models.llm import LLMClient
 from optimize.models.traces import TraceStore
@@ -62,12 +63,16 @@ def run_loop(
     progress: Callable[[str], None] = lambda _m: None,
     sandbox: Sandbox | None = None,
     research: Researcher | None = None,
+    replay: ReplayContext | None = None,
 ) -> list[LoopEntry]:
     entries = []
     for skill in skills or skills_with_task_sets(tasks_dir):
         progress(f"mining {skill}")
         try:
             report = mine(skill, store, library, judge, control.runs_dir / "cache" / "verdicts.jsonl")
+            if report.mean_score is not None and control.autonomy.mined(skill, report.mean_score, threshold):
+                why = f"mined live score {report.mean_score:.2f} dropped below {threshold:.2f}"
+                progress("; ".join(control.report_incident(skill, why, "ingot-loop")))
             if report.mean_score is None:
                 entries.append(LoopEntry(skill, None, "no traffic", "no scored traces; nothing to fix"))
                 continue
@@ -85,7 +90,7 @@ def run_loop(
             if "body" in passes:
                 progress(f"body pass for {skill}")
                 outcome = optimize_body(
-                    skill, control, library, llm, judge, tasks_dir, candidates, sandbox, research
+                    skill, control, library, llm, judge, tasks_dir, candidates, sandbox, research, replay
                 )
                 details.append(f"body: {outcome.proposed or outcome.reason}")
             if "description" in passes:

@@ -1,9 +1,10 @@
 """`ingot optimize SKILL`: the body pass, from task set to a quarantined, evidenced rewrite.
 
 Load the skill's task set (refusing a leaky one), search for a better body on the train tasks
-(bestofn.py), measure the winner against the live champion on the sealed holdout (ab.py), and
-hand the result to change control as a pending rewrite with its evidence and cost. It proposes;
-it never activates: nothing here writes a skills root.
+(bestofn.py), measure the winner against the live champion on the sealed holdout (ab.py) and
+replay the skill's blessed goldens with it (regress.py: the "replay" cell), and hand the result
+to change control as a pending rewrite with its evidence and cost. It proposes; it never
+activates: nothing here writes a skills root.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from optimize.measure.ab import ABRefused, ABRunner, Arm
 from optimize.measure.cache import SealedCache
 from optimize.measure.execcheck import Sandbox
 from optimize.measure.judge import Judge
+from optimize.measure.regress import ReplayContext
 from optimize.measure.taskset import load_task_set, origin
 from optimize.models.llm import LLMClient
 from optimize.search.bestofn import CandidateSearch
@@ -52,6 +54,7 @@ def optimize_body(
     sandbox: Sandbox | None = None,
     research: Researcher | None = None,
     provenance: dict | None = None,
+    replay: ReplayContext | None = None,
 ) -> Outcome:
     tasks = load_task_set(tasks_dir, skill)
     if tasks.leakage:
@@ -87,6 +90,9 @@ def optimize_body(
     )
     measurements = {
         "ab": ab,
+        "replay": replay.cell(skill, champion_files, files, llm, sandbox)
+        if replay is not None
+        else {"status": "not_measured", "why": "regression replay was not configured for this run"},
         "search": {
             "status": "measured",
             "seed_train_mean": round(search.seed_mean, 6),

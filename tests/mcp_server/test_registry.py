@@ -292,3 +292,20 @@ def test_adding_removing_or_renaming_a_file_changes_the_revision(tmp_path):
     (path / "a.md").rename(path / "c.md")
     renamed = read_skill(tmp_path, path, Limits()).revision
     assert len({base, added, renamed}) == 3
+
+
+def test_a_missing_root_is_warned_about_once_not_on_every_rescan(tmp_path, caplog):
+    caplog.set_level("INFO", logger="mcp_server.registry")
+    root = tmp_path / "skills"
+    registry = Registry((root,))
+    for _ in range(5):  # a watcher rescans every tick while the root is gone
+        registry.reload()
+    assert [r.getMessage() for r in caplog.records].count(
+        f"skills root {root} does not exist; serving nothing from it meanwhile"
+    ) == 1
+    write_skill(root, "alpha", "Alpha does alpha things.")
+    assert registry.reload().added == ("alpha",)
+    assert any(r.getMessage() == f"skills root {root} is back" for r in caplog.records)
+    shutil.rmtree(root)
+    registry.reload()
+    assert sum("does not exist" in r.getMessage() for r in caplog.records) == 2  # gone again: said again

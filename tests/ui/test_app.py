@@ -85,7 +85,11 @@ def test_approve_or_rollback_while_another_process_is_mid_change_gets_409(world)
     world.control.lock_wait_s = 0.2
     with change_lock(world.control.runs_dir):  # another process (say, the CLI) is mid-change
         approve = post(world, f"/changes/{GOOD}/approve", {"change_id": change.id})
-        rollback = post(world, f"/history/{GOOD}/rollback", {"revision": change.champion_revision})
+        rollback = post(
+            world,
+            f"/history/{GOOD}/rollback",
+            {"revision": change.champion_revision, "live": change.champion_revision},
+        )
     for response in (approve, rollback):
         assert response.status_code == 409 and "another Ingot process" in response.text
     assert world.control.queue.get(GOOD) == change
@@ -321,3 +325,45 @@ def test_a_new_skill_whose_quality_was_not_measured_shows_amber_admissible(world
     card = httpx.get(f"{world.ui}/review").text.split('data-skill="kiln-firing"')[1].split("</article>")[0]
     assert 'class="verdict admissible"' in card and "quality not measured" in card
     assert 'data-testid="approve" disabled' not in card  # a person may approve it
+
+
+def test_a_new_skill_approved_in_the_ui_is_removed_from_its_history_page_and_can_come_back(world):
+    from tests.optimize.conftest import checks, skill_md
+
+    files = {
+        "SKILL.md": skill_md(
+            "kiln-firing", "Plans glaze firings for an electric ceramic kiln.", "Ramp slowly."
+        )
+    }
+    change = world.control.propose("kiln-firing", "create", "agent", files, checks()).change
+    assert post(world, "/changes/kiln-firing/approve", {"change_id": change.id}).status_code == 303
+    assert "kiln-firing" in world.library.skills()
+    page = httpx.get(f"{world.ui}/history/kiln-firing").text
+    row = page.split('data-revision="absent"')[1].split("</tr>")[0]
+    assert "remove this skill" in row and "(it did not exist before)" in row and "Remove this skill" in row
+    assert f'name="live" value="{change.candidate_revision}"' in row
+    unpinned = post(world, "/history/kiln-firing/rollback", {"revision": "absent"}, Accept="application/json")
+    assert unpinned.status_code == 422 and "kiln-firing" in world.library.skills()
+    removed = post(
+        world, "/history/kiln-firing/rollback", {"revision": "absent", "live": change.candidate_revision}
+    )
+    assert removed.status_code == 303 and removed.headers["location"] == "/history/kiln-firing?done=removed"
+    assert "kiln-firing" not in world.library.skills() and not (world.root / "kiln-firing").exists()
+    assert httpx.get(f"{world.ui}/api/status").json()["drifted"] == []
+    page = httpx.get(f"{world.ui}/history/kiln-firing?done=removed").text
+    assert "absent: this skill is not served" in page and "absent (removed)" in page
+    row = page.split(f'data-revision="{change.candidate_revision}"')[1].split("</tr>")[0]
+    assert 'name="live" value="absent"' in row and "Roll back to this" in row
+    assert "removed" in httpx.get(f"{world.ui}/history").text.split(">kiln-firing</a>")[1].split("</tr>")[0]
+    back = post(
+        world, "/history/kiln-firing/rollback", {"revision": change.candidate_revision, "live": "absent"}
+    )
+    assert (
+        back.status_code == 303
+        and world.library.skills()["kiln-firing"].revision == change.candidate_revision
+    )
+
+
+def test_history_of_a_name_nothing_knows_is_404_with_the_nearest_names(world):
+    response = httpx.get(f"{world.ui}/history/relase-notes", headers={"Accept": "application/json"})
+    assert response.status_code == 404 and "did you mean 'release-notes'" in response.json()["error"]

@@ -105,6 +105,45 @@ def test_rollback_from_history_serves_the_old_revision_again(world, page):
     assert page.get_by_test_id("timeline-entry").first.get_attribute("data-action") == "rollback"
 
 
+def served_or_none(world, skill: str) -> str | None:
+    """Like `served_revision`, but None when MCP no longer serves the skill at all."""
+    try:
+        return served_revision(world, skill)
+    except Exception as exc:  # fastmcp's ToolError for an unknown skill
+        assert "no skill named" in str(exc), exc
+        return None
+
+
+def test_a_new_skill_is_removed_from_its_history_page_and_mcp_stops_serving_it(world, page, screenshots):
+    from tests.optimize.conftest import checks, skill_md
+
+    files = {
+        "SKILL.md": skill_md(
+            "kiln-firing", "Plans glaze firings for an electric ceramic kiln.", "Ramp slowly."
+        )
+    }
+    change = world.control.propose("kiln-firing", "create", "agent", files, checks()).change
+    world.control.approve("kiln-firing", "tester", change.id)
+    world.library.reload()
+    wait_for(lambda: served_or_none(world, "kiln-firing") == change.candidate_revision)
+    page.goto(f"{world.ui}/history/kiln-firing")
+    absent = page.locator("[data-testid=snapshot][data-revision=absent]")
+    assert "remove this skill (it did not exist before)" in absent.inner_text()
+    page.screenshot(path=str(screenshots / "history-new-skill.png"), full_page=True)
+    dialogs = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
+    absent.get_by_test_id("rollback").click()
+    page.wait_for_url("**/history/kiln-firing?done=removed")
+    assert dialogs and dialogs[0].startswith("Remove kiln-firing? It did not exist before Ingot created it")
+    wait_for(lambda: served_or_none(world, "kiln-firing") is None)
+    assert "absent" in page.get_by_test_id("live").inner_text()
+    assert page.get_by_test_id("timeline-entry").first.get_attribute("data-action") == "rollback"
+    restore = page.locator(f"[data-testid=snapshot][data-revision='{change.candidate_revision}']")
+    restore.get_by_test_id("rollback").click()
+    page.wait_for_url("**/history/kiln-firing?done=rolled-back")
+    wait_for(lambda: served_or_none(world, "kiln-firing") == change.candidate_revision)
+
+
 def test_dismissing_the_rollback_confirmation_changes_nothing(world, page):
     change = world.change(GOOD)
     world.control.approve(GOOD, "tester", change.id)

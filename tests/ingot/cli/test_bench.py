@@ -68,3 +68,37 @@ def test_bench_agent_shows_fewer_prompt_tokens_with_only_the_tools_a_skill_needs
     for row in rows.values():
         assert row["ingot"]["prompt_tokens"] < row["stock_deepagents"]["prompt_tokens"]
     assert report["trivial_routed_task"]["model_requests_median"] == 1
+
+
+def test_bench_regress_runs_against_an_endpoint_rerecords_the_goldens_and_replays_from_its_cassettes(
+    tmp_path,
+):
+    from tests.regress_sim import TIERS, install
+    from tests.scripted_llm import scripted_llm
+
+    env = {
+        "AGENT_MODEL": "agent-model",
+        "JUDGE_L1_MODEL": TIERS["L1"],
+        "JUDGE_L2_MODEL": TIERS["L2"],
+        "JUDGE_L3_MODEL": TIERS["L3"],
+        "EXEC_SANDBOX": "none",
+    }
+    out = tmp_path / "run"
+    with scripted_llm() as server:  # stands in for a real endpoint: the CLI only sees a base URL
+        install(server)
+        done = ingot(
+            "bench", "regress", "--endpoint", server.url, "--out", str(out), cwd=tmp_path, timeout=300, **env
+        )
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["models"] == {"serving": "agent-model", **{t: m for t, m in TIERS.items()}}
+        assert report["notes"] == [] and report["edits"] >= 30 and report["detection"] == 1.0
+        assert report["false_blocks"] == {"improving": 0, "cosmetic": 0, "world-drift": 0}
+        assert json.loads((out / "report.json").read_text())["detection"] == 1.0
+        sent = len(server.chat_requests())
+        again = ingot(
+            "bench", "regress", "--endpoint", server.url, "--out", str(out), cwd=tmp_path, timeout=300, **env
+        )
+        assert again.returncode == 0, again.stderr
+        assert len(server.chat_requests()) == sent  # every call came from the run's cassette
+        assert json.loads(again.stdout)["detection"] == 1.0

@@ -1,8 +1,10 @@
-"""Run one promotion or rollback in a child process, SIGKILLing itself at step N.
+"""Run one promotion, rollback or restore in a child process, SIGKILLing itself at step N.
 
     python crash_child.py RUNS ROOT SKILL MODE ARG KILL_AT
 MODE promote: ARG is a folder whose files become the candidate. MODE rollback: ARG is a revision.
+MODE restore: ARG is the approved revision the guard restores ("none": the folder goes).
 KILL_AT -1 runs to the end and prints the step names as JSON (to enumerate the kill points).
+With CRASH_GIT=1 in the environment, each switch is also a git commit (GIT_HISTORY).
 """
 
 import json
@@ -11,6 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
+from optimize.control.gitrepo import GitHistory
 from optimize.control.lock import change_lock
 from optimize.control.promote import Promoter
 
@@ -24,7 +27,8 @@ def main() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         steps.append(name)
 
-    promoter = Promoter(Path(runs), on_step=hook)
+    git = GitHistory(enabled=os.environ.get("CRASH_GIT") == "1")
+    promoter = Promoter(Path(runs), on_step=hook, git=git)
     with change_lock(Path(runs)):
         if mode == "promote":
             folder = Path(arg)
@@ -41,6 +45,9 @@ def main() -> None:
                 action="promote",
                 actor="crash-test",
             )
+        elif mode == "restore":
+            revision = None if arg == "none" else arg
+            promoter.restore(skill, Path(root), revision, actor="crash-test", reason="crash test")
         else:
             promoter.rollback(skill, Path(root), arg, actor="crash-test", reason="crash test")
     print(json.dumps(steps))

@@ -8,12 +8,12 @@ import shutil
 
 import pytest
 
-from ingot.errors import IngotError
+from ingot.errors import ChangeNotFound, ConfigError, IngotError, NotFound, SkillNotFound
 from mcp_server.registry import Registry
 from optimize.control.audit import AuditLog
 from optimize.control.changes import ApprovalRefused
 from optimize.control.lock import PromotionConflict
-from optimize.control.promote import PromotionError
+from optimize.control.promote import ABSENT, PromotionError
 from tests.optimize.conftest import ab, checks, skill_md
 
 
@@ -361,3 +361,65 @@ def test_a_forged_promotion_line_never_archives_a_pending_change(control):
     with pytest.raises(IngotError, match="broken at line"):
         control.recover()
     assert control.queue.get("alpha").id == change.id
+
+
+def test_unknown_skills_and_change_ids_are_not_found_with_the_nearest_names(control):
+    change, _ = rewrite(control)
+    for call in (
+        lambda: control.approve("alpah", "reviewer", change.id),
+        lambda: control.reject("alpah", "no", "reviewer", change.id),
+        lambda: control.history("alpah"),
+        lambda: control.rollback("alpah", "0" * 12, "reviewer", expected_live=ABSENT),
+    ):
+        with pytest.raises(SkillNotFound, match="did you mean 'alpha'"):
+            call()
+    typo = change.id[:-1] + ("0" if change.id[-1] != "0" else "1")
+    for call in (
+        lambda: control.approve("alpha", "reviewer", typo),
+        lambda: control.reject("alpha", "no", "reviewer", typo),
+        lambda: control.pending_change("alpha", typo),
+    ):
+        with pytest.raises(ChangeNotFound, match=f"did you mean '{change.id}'"):
+            call()
+    with pytest.raises(NotFound, match="matches 0 snapshots"):
+        control.rollback("alpha", "ffffffff", "reviewer", expected_live=served(control))
+    assert control.queue.get("alpha") == change and served(control) == change.champion_revision
+
+
+def test_a_reject_pinned_to_a_displaced_change_is_a_conflict_and_keeps_the_newer_one(control):
+    reviewed, _ = rewrite(control, "Reviewed text.")
+    newer, _ = rewrite(control, "Swapped in after the review.")
+    with pytest.raises(PromotionConflict, match="is now chg-"):
+        control.reject("alpha", "not this", "reviewer", reviewed.id)
+    assert control.queue.get("alpha") == newer
+
+
+def test_a_rollback_is_pinned_to_the_live_revision_the_caller_saw(control):
+    original = served(control)
+    rewrite(control)
+    promoted = control.approve("alpha", "reviewer", control.queue.get("alpha").id).to_revision
+    with pytest.raises(PromotionConflict, match="not the"):
+        control.rollback("alpha", original[:12], "reviewer", expected_live=original[:12])  # stale
+    with pytest.raises(PromotionConflict, match="not the absent"):
+        control.rollback("alpha", original[:12], "reviewer", expected_live=ABSENT)
+    with pytest.raises(ConfigError, match="at least 8 characters"):
+        control.rollback("alpha", original[:12], "reviewer", expected_live=promoted[:4])
+    assert served(control) == promoted
+    control.rollback("alpha", original[:12], "reviewer", expected_live=promoted[:8])
+    assert served(control) == original
+
+
+def test_an_approved_new_skill_can_be_rolled_back_to_absent_and_restored(control):
+    files = {"SKILL.md": skill_md("beta", "Beta plans kiln firings for glazed stoneware.", "Ramp slowly.")}
+    change, _ = control.propose("beta", "create", "agent", files, checks())
+    created = control.approve("beta", "reviewer", change.id).to_revision
+    assert control.snapshots("beta") == [created, ABSENT]  # the live revision is kept too (served when pinned)
+    removed = control.rollback("beta", ABSENT, "reviewer", "undo the new skill", expected_live=created)
+    assert removed.to_revision is None and served(control, "beta") is None
+    assert control.live_revision("beta") is None and control.snapshots("beta") == [created, ABSENT]
+    beta = next(s for s in control.status().skills if s.name == "beta")
+    assert beta.removed and not beta.drifted and not control.status().drifted
+    with pytest.raises(PromotionError, match="already absent"):
+        control.rollback("beta", ABSENT, "reviewer", expected_live=ABSENT)
+    control.rollback("beta", created[:12], "reviewer", "bring it back", expected_live=ABSENT)
+    assert served(control, "beta") == created and control.root_of("beta") == control.roots[0]

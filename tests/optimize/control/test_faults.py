@@ -115,13 +115,14 @@ def test_a_full_disk_during_rollback_is_one_line_and_changes_nothing(tiny_disk):
     control.approve("alpha", "reviewer", change_id)
     promoted = served(root)
     filler = fill(tiny_disk)
-    done = ingot("rollback", "alpha", original[:12], "--skills", str(root), cwd=tiny_disk)
+    pin = ("--live", promoted[:12], "--skills", str(root))
+    done = ingot("rollback", "alpha", original[:12], *pin, cwd=tiny_disk)
     assert done.returncode == 1
     line = one_clean_line(done)
     assert "No space left on device" in line and "Nothing was changed" in line
     assert served(root) == promoted
     filler.unlink()
-    assert ingot("rollback", "alpha", original[:12], "--skills", str(root), cwd=tiny_disk).returncode == 0
+    assert ingot("rollback", "alpha", original[:12], *pin, cwd=tiny_disk).returncode == 0
     assert served(root) == original
 
 

@@ -17,7 +17,8 @@ from mcp_server.registry import Registry
 from optimize.control.audit import AuditError, AuditLog
 from optimize.control.changes import ChangeControl
 from optimize.control.lock import change_lock
-from optimize.control.promote import STAGE_PREFIX, Promoter, PromotionError, tree_revision
+from optimize.control.promote import ABSENT, STAGE_PREFIX, Promoter, PromotionError, tree_revision
+from tests.conftest import write_skill
 
 CHILD = Path(__file__).with_name("crash_child.py")
 REPO = Path(__file__).resolve().parents[3]
@@ -146,10 +147,11 @@ def test_an_unwritable_audit_log_blocks_the_promotion(world):
 
 @pytest.fixture
 def tiny_disk(tmp_path):
+    """A 512 KiB filesystem: room for a 200 KB candidate twice (its snapshot and its stage)."""
     mount = tmp_path / "tiny"
     mount.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True, text=True
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True, text=True
     )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip()}); CI runs as root and can")
@@ -195,14 +197,17 @@ def run_child(runs: Path, root: Path, mode: str, arg: str, kill_at: int) -> subp
     )
 
 
-def fresh_world(base: Path) -> tuple[Path, Path, dict[str, bytes], dict[str, bytes], Path]:
+def fresh_world(
+    base: Path, with_alpha: bool = True
+) -> tuple[Path, Path, dict[str, bytes], dict[str, bytes], Path]:
     shutil.rmtree(base, ignore_errors=True)
     root, runs = base / "skills", base / "runs"
     root.mkdir(parents=True)
     promoter = Promoter(runs)
     v1 = skill_files("version one", {"notes/a.txt": b"A1"})
-    with change_lock(runs):
-        promoter.switch("alpha", root, v1, expected_from=None, action="create", actor="test")
+    if with_alpha:  # created by Ingot: it has an absent snapshot
+        with change_lock(runs):
+            promoter.switch("alpha", root, v1, expected_from=None, action="create", actor="test")
     v2 = skill_files("version two", {"notes/a.txt": b"A2", "notes/b.txt": b"B2"})
     candidate = base / "candidate"
     for rel, data in v2.items():
@@ -211,28 +216,36 @@ def fresh_world(base: Path) -> tuple[Path, Path, dict[str, bytes], dict[str, byt
     return root, runs, v1, v2, candidate
 
 
-@pytest.mark.parametrize("mode", ["promote", "rollback"])
+# promote: live v1 -> v2; rollback: live v2 -> snapshot v1; create: nothing -> v2 (a new skill,
+# recorded as an absent snapshot first); remove: live v1 -> absent (the undo of a creation).
+@pytest.mark.parametrize("mode", ["promote", "rollback", "create", "remove"])
 def test_sigkill_at_every_step_leaves_one_complete_revision_and_recovers(tmp_path, mode):
     base = tmp_path / "w"
 
     def prepared():
-        root, runs, v1, v2, candidate = fresh_world(base)
+        root, runs, v1, v2, candidate = fresh_world(base, with_alpha=mode != "create")
         if mode == "rollback":  # live v2, roll back to v1
             with change_lock(runs):
                 Promoter(runs).switch(
                     "alpha", root, v2, expected_from=tree_revision(v1), action="promote", actor="test"
                 )
             return root, runs, tree_revision(v2), tree_revision(v1), tree_revision(v1)
+        if mode == "create":
+            return root, runs, None, tree_revision(v2), str(candidate)
+        if mode == "remove":
+            return root, runs, tree_revision(v1), None, ABSENT
         return root, runs, tree_revision(v1), tree_revision(v2), str(candidate)
 
+    child_mode = {"create": "promote", "remove": "rollback"}.get(mode, mode)
     root, runs, old, new, arg = prepared()
-    dry = run_child(runs, root, mode, arg, -1)
+    dry = run_child(runs, root, child_mode, arg, -1)
     assert dry.returncode == 0, dry.stderr
     steps = json.loads(dry.stdout)
-    assert len(steps) >= 10 and any("switch" in s for s in steps)
+    assert len(steps) >= 10 and any("switch" in s or "remove:" in s for s in steps)
+    assert served_revision(root) == new
     for kill_at in range(len(steps)):
         root, runs, old, new, arg = prepared()
-        killed = run_child(runs, root, mode, arg, kill_at)
+        killed = run_child(runs, root, child_mode, arg, kill_at)
         assert killed.returncode == -9, (kill_at, steps[kill_at], killed.stderr)
         assert served_revision(root) in {old, new}, steps[kill_at]
         assert AuditLog(runs).verify().ok, steps[kill_at]
@@ -241,9 +254,11 @@ def test_sigkill_at_every_step_leaves_one_complete_revision_and_recovers(tmp_pat
         with change_lock(runs, wait_s=5):  # the dead child's lock is gone
             Promoter(runs).recover((root,))
         assert AuditLog(runs).verify().ok
-        assert not list(root.glob(f"{STAGE_PREFIX}*")), steps[kill_at]
+        assert not [p.name for p in root.iterdir() if p.name.startswith(".")], steps[kill_at]
+        assert not list((runs / "revisions").glob("*/.tmp-*")), steps[kill_at]
         assert not [p.name for p in runs.iterdir() if p.name.endswith(".tmp")], steps[kill_at]
-        assert not any(s.recovery_pending for s in ChangeControl(runs, (root,)).status().skills)
+        after = ChangeControl(runs, (root,)).status()
+        assert not any(s.recovery_pending for s in after.skills) and not after.drifted, steps[kill_at]
         entries = AuditLog(runs).entries()
         intents = {e.seq for e in entries if str(e.get("action")).endswith("-intent")}
         assert intents <= {e.get("intent_seq") for e in entries if e.get("outcome")}
@@ -257,6 +272,56 @@ def test_sigkill_at_every_step_leaves_one_complete_revision_and_recovers(tmp_pat
                 action="promote",
                 actor="test",
             )
+
+
+def test_a_new_skill_records_an_absent_snapshot_and_rolling_back_to_it_removes_it(tmp_path):
+    root, runs = tmp_path / "skills", tmp_path / "runs"
+    root.mkdir()
+    promoter = Promoter(runs)
+    v1 = skill_files("version one", {"notes/a.txt": b"A1"})
+    with change_lock(runs):
+        promoter.switch("alpha", root, v1, expected_from=None, action="promote", actor="test")
+    assert promoter.absent_recorded("alpha")
+    with change_lock(runs):
+        outcome = promoter.rollback("alpha", root, ABSENT, actor="test", reason="undo")
+    assert outcome.to_revision is None and outcome.from_revision == tree_revision(v1)
+    assert not (root / "alpha").exists() and served_revision(root) is None
+    assert not [p.name for p in root.iterdir()]  # no trash folder left behind
+    last = AuditLog(runs).entries()[-1]
+    assert (
+        last.get("action") == "rollback" and last.get("outcome") == "done" and last.get("to_revision") is None
+    )
+    status = ChangeControl(runs, (root,)).status()
+    assert [(s.name, s.removed, s.drifted) for s in status.skills] == [("alpha", True, False)]
+    # The removal is itself undoable: the removed revision was snapshotted, byte for byte.
+    with change_lock(runs):
+        promoter.rollback("alpha", root, tree_revision(v1), actor="test", reason="redo")
+    assert promoter.read_tree(root / "alpha", "alpha") == v1
+    assert not ChangeControl(runs, (root,)).status().drifted
+
+
+def test_a_skill_ingot_did_not_create_has_no_absent_snapshot_even_with_a_planted_marker(world):
+    root, runs, promoter, v1 = world
+    write_skill(root, "beta", "Beta, made by hand.")
+    marker = promoter.snapshot_path("beta", ABSENT)
+    marker.parent.mkdir(parents=True)
+    marker.write_text(json.dumps({"schema_version": 1, "skill": "beta", "root": str(root)}))
+    assert not promoter.absent_recorded("beta")  # the chain holds no creation of beta by Ingot
+    with change_lock(runs), pytest.raises(PromotionError, match="Ingot did not create it"):
+        promoter.rollback("beta", root, ABSENT, actor="test", reason="r")
+    assert (root / "beta" / "SKILL.md").exists()
+
+
+def test_a_removed_skill_put_back_by_hand_is_drift(world):
+    root, runs, promoter, v1 = world
+    with change_lock(runs):
+        promoter.rollback("alpha", root, ABSENT, actor="test", reason="undo")
+    assert not ChangeControl(runs, (root,)).status().drifted
+    for rel, data in v1.items():
+        (root / "alpha" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "alpha" / rel).write_bytes(data)
+    drifted = ChangeControl(runs, (root,)).status().drifted
+    assert [(s.name, s.removed, s.live_revision) for s in drifted] == [("alpha", True, tree_revision(v1))]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -117,6 +117,9 @@ def exercise(work: Path, root: Path) -> None:
 
     asyncio.run(mcp_calls())
     control.approve("gamma-reports", "probe", created["change_id"])  # a create, promoted
+    gamma = control.live_revision("gamma-reports")
+    control.rollback("gamma-reports", "absent", "probe", "probe", expected_live=gamma)  # removed again
+    control.rollback("gamma-reports", gamma, "probe", "probe", expected_live="absent")  # and restored
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Better step one.")}
     control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1, 0.2], [0.9, 0.9, 0.8, 0.9]))
     original = control.live_revision("alpha")

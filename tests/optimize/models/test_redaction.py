@@ -75,3 +75,17 @@ def test_nested_records_lose_secret_fields_and_addresses():
     assert "bob@corp.example" not in str(cleaned) and cleaned["tool_calls"][0]["arguments"]["api_key"] == (
         "[REDACTED:secret-field]"
     )
+
+
+def test_redaction_is_safe_from_many_threads_at_once():
+    """Replays redact concurrently (REPLAY_CONCURRENCY); detect-secrets' settings are global."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from optimize.models.redaction import redact
+
+    texts = [
+        f"aws_secret_access_key = 'wJalrXUtnFEMI/K7MDENG/bPxRfiCY{n:010d}'\nhello {n}" for n in range(600)
+    ]
+    expected = [redact(t) for t in texts]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert list(pool.map(redact, texts)) == expected

@@ -153,3 +153,80 @@ def test_a_skill_edited_before_or_during_a_run_is_never_proposed_on_stale_eviden
             "release-notes", "rewrite", "optimizer", {"SKILL.md": b"x"}, {}, measured_against=measured
         )
     assert control.pending() == []
+
+
+def test_the_body_pass_replays_the_skills_goldens_with_the_winner_and_records_the_cell(optimizer_world):
+    from agent.run import skill_system_prompt
+    from optimize.control.goldens_admin import GoldenAdmin
+    from optimize.measure.cascade import JudgeTiers
+    from optimize.measure.regress import ReplayContext
+    from optimize.models.traces import TraceRecord
+
+    server, control, library, llm, judge, tasks, _ = optimizer_world
+    skill = library.get("release-notes")
+    served = TraceRecord(
+        task="Notes for 0.9",
+        answer="weak answer",
+        route="match",
+        skill="release-notes",
+        revision=skill.revision,
+        model="agent-model",
+        messages=(
+            {
+                "role": "system",
+                "content": skill_system_prompt("match", skill.name, skill.revision, skill.body),
+            },
+            {"role": "user", "content": "Notes for 0.9"},
+        ),
+    )
+    admin = GoldenAdmin(control)
+    stored, _ = admin.bless(served, "ana")
+    admin.approve(stored.id, "ana", ["answers the task"], [])
+    adjudicate = json.dumps({"verdict": "pass", "failed": [], "rationale": "the new answer is stronger"})
+    server.rules.insert(
+        0, server.rules[0].__class__(model="judge-model", user_contains="You adjudicate", reply=adjudicate)
+    )
+    server.rules.insert(
+        0,
+        server.rules[0].__class__(
+            model="judge-model", user_contains="Write the rationale", reply="All good."
+        ),
+    )
+    server.add(
+        model="teacher-model",
+        user_contains="Rewrite the skill",
+        reply=json.dumps({"body": "# Release notes\n\nNEW-MARK: group changes by theme.\n"}),
+    )
+    replay = ReplayContext(
+        control.runs_dir / "goldens", control.runs_dir / "cache" / "replay", JudgeTiers(l3="judge-model")
+    )
+    outcome = optimize_body("release-notes", control, library, llm, judge, tasks, candidates=2, replay=replay)
+    from optimize.control import evidence
+
+    cell = evidence.load(control.runs_dir / control.queue.get("release-notes").evidence_path).data[
+        "measurements"
+    ]["replay"]
+    assert outcome.proposed and cell["status"] == "measured" and cell["verdict"] == "PASS"
+    (golden,) = cell["goldens"]
+    assert golden["id"] == stored.id and golden["tier"] == "L3" and golden["answer"] == "strong answer"
+    assert (
+        cell["champion_revision"] == skill.revision
+        and cell["candidate_revision"] == control.queue.get("release-notes").candidate_revision
+    )
+
+
+def test_without_a_replay_context_the_cell_says_it_was_not_measured(optimizer_world):
+    server, control, library, llm, judge, tasks, _ = optimizer_world
+    server.add(
+        model="teacher-model",
+        user_contains="Rewrite the skill",
+        reply=json.dumps({"body": "# Release notes\n\nNEW-MARK: group changes by theme.\n"}),
+    )
+    optimize_body("release-notes", control, library, llm, judge, tasks, candidates=2)
+    from optimize.control import evidence
+
+    bundle = evidence.load(control.runs_dir / control.queue.get("release-notes").evidence_path)
+    assert bundle.data["measurements"]["replay"] == {
+        "status": "not_measured",
+        "why": "regression replay was not configured for this run",
+    }

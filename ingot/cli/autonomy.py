@@ -1,0 +1,96 @@
+"""`ingot autonomy`: earned autonomy per skill and change class: show it, allow a ceiling, tick.
+
+Registered on the group by `main.py`; this module imports only `options` from the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ingot.cli.options import settings_for, setup_logging, skills_option
+
+
+def _control(skills: tuple[Path, ...]):  # noqa: ANN202 - ChangeControl, imported lazily
+    from ingot.runtime import change_control
+
+    setup_logging("WARNING")
+    settings = settings_for(skills)
+    return settings, change_control(settings)
+
+
+class _ShowByDefault(click.Group):
+    """`ingot autonomy [SKILL]` means `ingot autonomy show [SKILL]`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+            args = ["show", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_ShowByDefault)
+def autonomy() -> None:
+    """Earned autonomy per skill and change class (create, description, body).
+
+    `ingot autonomy [SKILL]` shows each class's level (manual, supervised, auto), streak, ceiling
+    and last incident; `allow` sets a ceiling; `tick` runs the autopilot once."""
+
+
+@autonomy.command(name="show")
+@skills_option
+@click.argument("skill", required=False)
+def show(skills: tuple[Path, ...], skill: str | None) -> None:
+    """Each class's level, streak, ceiling and last incident (of SKILL, or of every skill)."""
+    _, control = _control(skills)
+    names = [skill] if skill else sorted({*control.autonomy.table(), *(c.skill for c in control.pending())})
+    if skill and control.live_revision(skill) is None and control.queue.get(skill) is None:
+        from ingot.errors import SkillNotFound
+
+        raise SkillNotFound(f"no skill or pending change named {skill!r}")
+    if not names:
+        click.echo(
+            "every class of every skill is manual (nothing delegated yet): see `ingot autonomy allow --help`"
+        )
+    for name in names:
+        for cls, trust in control.autonomy.table(name)[name].items():
+            incident = f"  last incident: {trust.last_incident}" if trust.last_incident else ""
+            click.echo(
+                f"{name}  {cls:<11} {trust.level:<10} streak {trust.streak}/{control.autonomy.streak_needed}"
+                f"  ceiling {trust.ceiling}{incident}"
+            )
+
+
+@autonomy.command(name="allow")
+@skills_option
+@click.argument("skill")
+@click.argument("change_class", metavar="CLASS", type=click.Choice(["create", "description", "body"]))
+@click.argument("level", type=click.Choice(["manual", "supervised", "auto"]))
+def allow(skills: tuple[Path, ...], skill: str, change_class: str, level: str) -> None:
+    """Let SKILL's CLASS of changes earn up to LEVEL (audited). The class still starts at manual
+    and climbs one level per AUTONOMY_STREAK clean changes; `manual` takes the delegation back."""
+    from ingot.runtime import actor
+    from optimize.control.lock import change_lock
+
+    settings, control = _control(skills)
+    if control.live_revision(skill) is None and control.queue.get(skill) is None:
+        from ingot.errors import SkillNotFound
+
+        raise SkillNotFound(f"no skill or pending change named {skill!r}")
+    with change_lock(control.runs_dir, control.lock_wait_s):
+        trust = control.autonomy.allow(skill, change_class, level, actor(settings))
+    click.echo(f"{skill} {change_class}: ceiling {trust.ceiling}, level now {trust.level}")
+
+
+@autonomy.command(name="tick")
+@skills_option
+def tick(skills: tuple[Path, ...]) -> None:
+    """Run the autopilot once: promote what autonomy may, report incidents (for cron or Compose;
+    `ingot serve` does this every AUTOPILOT_TICK_S)."""
+    from optimize.control.autopilot import Autopilot
+
+    settings, control = _control(skills)
+    for step in Autopilot(control).tick():
+        click.echo(f"{step.skill}  {step.change_id or '-'}  {step.did}: {step.why}")
+
+
+COMMANDS = (autonomy,)

@@ -1,0 +1,291 @@
+"""`ingot` commands for regression replay: traces, bless, goldens (list, show, approve, retire)
+and replay.
+
+Registered on the group by `main.py`; this module imports only `options` from the CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from ingot.cli.options import print_json, settings_for, setup_logging, skills_option
+from ingot.errors import ConfigError, IngotError
+
+
+def _admin(skills: tuple[Path, ...]):
+    from ingot.runtime import actor, change_control
+    from optimize.control.goldens_admin import GoldenAdmin
+
+    settings = settings_for(skills)
+    setup_logging("WARNING")
+    return GoldenAdmin(change_control(settings)), actor(settings), settings
+
+
+@click.command()
+@skills_option
+@click.argument("skill", required=False)
+@click.option("--limit", default=20, show_default=True, help="How many of the most recent runs.")
+def traces(skills: tuple[Path, ...], skill: str | None, limit: int) -> None:
+    """Recorded runs (newest first), with the id `ingot bless` takes."""
+    from ingot.runtime import trace_store
+
+    settings = settings_for(skills)
+    records = [r for r in trace_store(settings).read().records if skill is None or r.skill == skill]
+    if not records:
+        click.echo(
+            f"no recorded runs{f' of {skill}' if skill else ''}; "
+            "run a task through `ingot agent` or `ingot proxy`"
+        )
+    for record in list(reversed(records))[:limit]:
+        served = f"{record.skill}@{(record.revision or '')[:12]}" if record.skill else record.route
+        final = "answer" if record.answer and not record.tool_calls else "tool call"
+        click.echo(
+            f"{record.id}  {record.time}  {served}  {record.harness or '-'}  {final}  {record.task[:60]!r}"
+        )
+
+
+@click.command()
+@skills_option
+@click.argument("trace_id")
+@click.option("--no-draft", is_flag=True, help="Do not ask the teacher for criteria; write them yourself.")
+def bless(skills: tuple[Path, ...], trace_id: str, no_draft: bool) -> None:
+    """Make the recorded run TRACE_ID a golden of the skill revision that served it."""
+    from ingot.runtime import llm_client, run_id, trace_store
+    from optimize.measure.goldens import draft_review
+    from optimize.models.traces import find_trace
+
+    admin, who, settings = _admin(skills)
+    record = find_trace(trace_store(settings), trace_id)
+    if record is None:
+        raise IngotError(
+            f"no recorded run {trace_id!r} (within TRACE_RETENTION_DAYS); `ingot traces` lists them"
+        )
+    drafter = None
+    if not no_draft and settings.teacher_model:
+        llm = llm_client(settings, run_id("bless"))
+        drafter = lambda golden: draft_review(llm, golden)[0]  # noqa: E731
+    stored, created = admin.bless(record, who, drafter)
+    click.echo(
+        f"{'blessed' if created else 'already blessed'}: {stored.id} for "
+        f"{stored.golden.skill}@{stored.golden.revision[:12]}"
+    )
+    _echo_review(stored)
+    click.echo(
+        f"review it: `ingot goldens show {stored.id}`; approve or edit the criteria: "
+        f"`ingot goldens approve {stored.id} [--from FILE]`"
+    )
+
+
+class _Goldens(click.Group):
+    """`ingot goldens [SKILL]` lists; `ingot goldens show|approve|retire ID` act on one."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            return "list", self.commands["list"], args
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=_Goldens, invoke_without_command=True)
+@click.pass_context
+def goldens(ctx: click.Context) -> None:
+    """Goldens: blessed runs every change of their skill is replayed against."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(list_goldens)
+
+
+@goldens.command(name="list")
+@skills_option
+@click.argument("skill", required=False)
+@click.option("--all", "everything", is_flag=True, help="Include retired goldens.")
+def list_goldens(skills: tuple[Path, ...] = (), skill: str | None = None, everything: bool = False) -> None:
+    """List goldens (of SKILL): id, revision, state, criteria status, task."""
+    admin, _, _ = _admin(skills)
+    found, problems = admin.store.all(skill)
+    shown = [s for s in found if everything or s.review.state == "active"]
+    if not shown:
+        click.echo(
+            f"no goldens{f' for {skill}' if skill else ''}; bless a good run with `ingot bless TRACE_ID`"
+        )
+    for stored in shown:
+        golden, review = stored.golden, stored.review
+        click.echo(
+            f"{stored.id}  {golden.skill}@{golden.revision[:12]}  {review.state}  criteria {review.status} "
+            f"({len(review.criteria)}, {len(review.facts)} facts)  {golden.task[:60]!r}"
+        )
+    for problem in problems:
+        click.echo(f"UNREADABLE {problem}")
+
+
+@goldens.command()
+@skills_option
+@click.argument("golden_id")
+@click.option(
+    "--yaml", "as_yaml", is_flag=True, help="Only the criteria and world facts, to edit and `approve --from`."
+)
+def show(skills: tuple[Path, ...], golden_id: str, as_yaml: bool) -> None:
+    """Show a golden: the run, its steps, its criteria and world facts."""
+    admin, _, _ = _admin(skills)
+    stored = admin.store.find(golden_id)
+    if as_yaml:
+        click.echo(yaml.safe_dump(_editable(stored), sort_keys=False, allow_unicode=True))
+        return
+    golden = stored.golden
+    click.echo(f"{stored.id}  {golden.skill}@{golden.revision}  ({stored.review.state})")
+    click.echo(
+        f"from trace {golden.source.get('trace')} at {golden.source.get('time')}; "
+        f"harness {golden.harness}; model {golden.model}"
+    )
+    click.echo(f"task: {golden.task}")
+    for step in golden.steps:
+        click.echo(
+            f"  step {step.index}: {step.name}({json.dumps(step.arguments)[:120]}) -> {step.result[:160]!r}"
+        )
+    click.echo("answer:")
+    click.echo("  " + golden.answer.replace("\n", "\n  "))
+    _echo_review(stored)
+
+
+def _one_line(exc: Exception) -> str:
+    """A YAML or OS error as one line: the problem and where it is."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{getattr(exc, 'problem', None) or exc}{where}".replace("\n", " ")
+
+
+def _editable(stored) -> dict[str, Any]:
+    return {
+        "criteria": [c.text for c in stored.review.criteria],
+        "world_facts": [{"step": f.step, "label": f.label, "value": f.value} for f in stored.review.facts],
+    }
+
+
+def _echo_review(stored) -> None:
+    review = stored.review
+    who = f" by {review.approved_by} at {review.approved_at}" if review.status == "human-approved" else ""
+    drafted = f" (drafted by {review.drafted_by})" if review.drafted_by else ""
+    click.echo(f"criteria: {review.status}{who}{drafted}")
+    for criterion in review.criteria:
+        click.echo(f"  {criterion.id}: {criterion.text}")
+    for fact in review.facts:
+        click.echo(f"  {fact.id}: {fact.label} = {fact.value} (step {fact.step}, {fact.tool})")
+    for note in review.notes:
+        click.echo(f"  note: {note}")
+    if review.state == "retired":
+        click.echo(f"retired by {review.retired_by} at {review.retired_at}: {review.retired_reason}")
+
+
+@goldens.command()
+@skills_option
+@click.argument("golden_id")
+@click.option(
+    "--from",
+    "source",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="YAML with `criteria` and `world_facts` (see `show --yaml`); default: approve them as they are.",
+)
+def approve(skills: tuple[Path, ...], golden_id: str, source: Path | None) -> None:
+    """Approve a golden's criteria and world facts as yours (edited from FILE, or as drafted)."""
+    admin, who, _ = _admin(skills)
+    stored = admin.store.find(golden_id)
+    data = _editable(stored)
+    if source is not None:
+        try:
+            data = yaml.safe_load(source.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{source} is not readable YAML: {_one_line(exc)}") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("criteria", []), list):
+            raise ConfigError(f"{source} needs a `criteria` list (and optionally `world_facts`)")
+    stored = admin.approve(
+        stored.id, who, [str(c) for c in data.get("criteria") or []], data.get("world_facts") or []
+    )
+    click.echo(f"approved {stored.id}")
+    _echo_review(stored)
+
+
+@goldens.command()
+@skills_option
+@click.argument("golden_id")
+@click.option("--reason", required=True, help="Why it no longer applies (kept in the audit chain).")
+def retire(skills: tuple[Path, ...], golden_id: str, reason: str) -> None:
+    """Stop replaying a golden; it stays on disk and in the audit chain."""
+    admin, who, _ = _admin(skills)
+    stored = admin.retire(golden_id, who, reason)
+    click.echo(f"retired {stored.id} ({stored.golden.skill}): {reason}")
+
+
+@click.command()
+@skills_option
+@click.argument("skill")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole replay cell as JSON.")
+def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
+    """Replay SKILL's goldens with its live revision alone (catches a serving-model change).
+
+    A BLOCK is an incident: every change class of SKILL drops to manual autonomy, and a revision
+    autonomy promoted is rolled back. Exits 0 on PASS, 1 on WARN, BLOCK or nothing to replay."""
+    from ingot.runtime import change_control, llm_client, replay_context, run_id, sandbox
+
+    settings = settings_for(skills)
+    setup_logging("WARNING")
+    control = change_control(settings)
+    root = control.root_of(control.require_skill(skill))  # an unknown name: the nearest known ones
+    if root is None:
+        raise IngotError(f"skill {skill!r} is not live (`ingot history {skill}` shows what happened)")
+    files = control.promoter.read_tree(root / skill, skill)
+    llm = llm_client(settings, run_id(f"replay-{skill}"), cassette_name=f"replay-{skill}")
+    cell = replay_context(settings).cell(skill, None, files, llm, sandbox(settings))
+    if as_json:
+        print_json(cell)
+    else:
+        _echo_cell(skill, cell)
+    if cell.get("verdict") == "BLOCK":
+        live = control.live_revision(skill) or "none"
+        why = f"replay of the live revision {live[:12]} is BLOCK: {'; '.join(cell.get('reasons') or [])}"
+        for note in control.report_incident(skill, why, "ingot-replay", key=f"replay:{live}"):
+            click.echo(f"incident: {note}", err=True)
+    sys.exit(0 if cell.get("verdict") == "PASS" else 1)
+
+
+def _usd(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:.4f}"
+
+
+def _echo_cell(skill: str, cell: dict[str, Any]) -> None:
+    if cell["status"] != "measured":
+        click.echo(f"replay not measured: {cell['why']}")
+        return
+    tiers = ", ".join(f"{tier}={model or 'skipped'}" for tier, model in cell["tiers"].items())
+    click.echo(
+        f"replay {skill} @ {cell['candidate_revision'][:12]} (live revision alone; serving model "
+        f"{cell['serving_model']}; tiers {tiers})"
+    )
+    for entry in cell["goldens"]:
+        click.echo(f"  {entry['id']}  {entry['verdict']:<5} {entry['tier']}  {entry['why']}")
+        for card in entry["drift"]:
+            click.echo(
+                f"      drift: {card['label']} {card['old']} -> {card['new']} "
+                f"({card['source']}; {card['corroboration']}): {card['ruling']}"
+            )
+    click.echo(f"verdict: {cell['verdict']}")
+    click.echo(cell["rationale"])
+    cost = cell["cost"]
+    tiers = ", ".join(f"{t} {_usd(b['usd'])} ({b['calls']} calls)" for t, b in cost["judging"].items())
+    click.echo(
+        f"cost: {_usd(cost['usd'])} (serving {_usd(cost['serving']['usd'])}{', ' + tiers if tiers else ''})"
+    )
+    counter = cell["counterfactual"]
+    if counter.get("all_strongest_usd") is not None:
+        click.echo(
+            f"judging everything with {counter['strongest_model']} would cost "
+            f"${counter['all_strongest_usd']:.4f}"
+        )
+    for problem in cell["skipped_goldens"]:
+        click.echo(f"  skipped: {problem}")
+
+
+COMMANDS = (traces, bless, goldens, replay)

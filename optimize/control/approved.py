@@ -1,0 +1,135 @@
+"""Which revision of each skill is approved, read from the audit chain, and serving only those.
+
+A skill's approved revision is the one Ingot last put (or found and adopted) in its live
+folder: the `to_revision` of its latest promote / rollback / restore / adopt line. An intent
+counts from the moment it is written (the switch on disk follows it, so a reload in between
+must already accept the new revision); an intent that recovery settles as aborted gives the
+approval back to the revision it would have replaced. `None` means "approved absent" (a skill
+Ingot removed).
+
+With LIVE_EDITS=quarantine the served library is pinned through `Pinned`: a skill whose folder
+holds its approved revision is served from the folder; one edited behind Ingot's back is
+served from the snapshot of its approved revision (`runs/revisions/<skill>/<revision>/`) until
+the guard restores the folder; a folder that was never approved is not served at all.
+Read-only: nothing here writes a skills root or the chain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from ingot.errors import SkillInvalid
+from mcp_server.registry import Limits, Skill, read_skill
+from optimize.control.audit import AuditEntry, AuditError, AuditLog
+
+log = logging.getLogger(__name__)
+FOLDER_SWITCHES = ("promote", "create", "rollback", "restore")  # actions that change a live folder
+SWITCHES = (*FOLDER_SWITCHES, "adopt")  # and those that approve what a folder holds
+MARKER = "protected.json"  # in the state home: protection started (the baseline was adopted)
+
+
+def approved_revisions(entries: Iterable[AuditEntry]) -> dict[str, str | None]:
+    """Each skill the chain knows, with its approved revision (None: approved absent)."""
+    approved: dict[str, str | None] = {}
+    for entry in entries:
+        action, skill = str(entry.get("action", "")), entry.get("skill")
+        if not skill or action.removesuffix("-intent") not in SWITCHES:
+            continue
+        outcome = str(entry.get("outcome", ""))
+        if action.endswith("-intent") or outcome.startswith("done"):
+            approved[skill] = entry.get("to_revision")
+        elif outcome.startswith("aborted"):
+            approved[skill] = entry.get("from_revision")
+    return approved
+
+
+class ApprovedRevisions:
+    """`approved_revisions` of one chain, re-read only when the chain's file changes."""
+
+    def __init__(self, audit: AuditLog) -> None:
+        self.audit = audit
+        self._stamp: tuple[int, int] | None = None
+        self._approved: dict[str, str | None] = {}
+
+    def current(self) -> Mapping[str, str | None]:
+        try:
+            info = os.stat(self.audit.path)
+            stamp = (info.st_size, info.st_mtime_ns)
+        except FileNotFoundError:
+            stamp = (0, 0)
+        if stamp != self._stamp:
+            try:
+                entries = self.audit.entries() if stamp != (0, 0) else []
+            except AuditError as exc:  # keep what was last read from a chain that verified
+                log.warning("the audit chain cannot be read (%s); approvals as last read", exc)
+                return dict(self._approved)
+            self._approved, self._stamp = approved_revisions(entries), stamp
+        return dict(self._approved)
+
+
+class Pinned:
+    """A library filter: every served skill at its approved revision, or not served. Until
+    protection has started (`marker`, written by the guard's baseline adoption), everything on
+    disk is served: there is no baseline to hold it to yet."""
+
+    def __init__(self, approved: ApprovedRevisions, revisions: Path, limits: Limits, marker: Path) -> None:
+        self.approved, self.revisions, self.limits, self.marker = approved, revisions, limits, marker
+        self._snapshots: dict[tuple[str, str], Skill] = {}
+        self._told: set[tuple[str, str]] = set()
+
+    def _tell(self, name: str, revision: str, message: str, *args: object) -> None:
+        """Log once per skill and revision, not at every reload."""
+        if (name, revision) not in self._told:
+            self._told.add((name, revision))
+            log.warning(message, *args)
+
+    def __call__(self, skills: Mapping[str, Skill], roots: tuple[Path, ...]) -> dict[str, Skill]:
+        if not self.marker.exists():
+            return dict(skills)
+        approved = self.approved.current()
+        served: dict[str, Skill] = {}
+        for name, skill in skills.items():
+            revision = approved.get(name, "unapproved")
+            if revision == skill.revision:
+                served[name] = skill
+            elif revision == "unapproved":
+                self._tell(name, skill.revision, "not serving %s: its folder was never approved", name)
+            elif revision is not None:
+                pinned = self._snapshot(name, revision, skill.root)
+                if pinned is not None:
+                    served[name] = pinned
+        for name, revision in approved.items():  # approved, but the folder was deleted or broken
+            if name not in served and name not in skills and revision is not None:
+                pinned = self._snapshot(name, revision, roots[0])
+                if pinned is not None:
+                    served[name] = pinned
+        return served
+
+    def _snapshot(self, name: str, revision: str, root: Path) -> Skill | None:
+        key = (name, revision)
+        if key not in self._snapshots:
+            folder = self.revisions / name / revision
+            try:
+                skill = read_skill(folder.parent, folder, self.limits, name=name)
+            except (SkillInvalid, OSError) as exc:
+                self._tell(
+                    name,
+                    revision,
+                    "not serving %s: its folder is not the approved revision %s, whose snapshot is "
+                    "unreadable (%s); roll it back or approve what is there",
+                    name,
+                    revision[:12],
+                    exc,
+                )
+                return None
+            if skill.revision != revision:
+                self._tell(
+                    name, revision, "not serving %s: the snapshot of %s was edited", name, revision[:12]
+                )
+                return None
+            self._snapshots[key] = skill
+        return dataclasses.replace(self._snapshots[key], root=root)

@@ -1,0 +1,204 @@
+"""Earned autonomy: per skill and change class, how far a change may go without a person.
+
+Levels: `manual` (a person approves each change), `supervised` (promoted after REVIEW_WINDOW
+unless a person rejects it), `auto` (promoted as soon as its passport is all green). A class
+moves up one level after STREAK clean changes in a row (every passport cell green, approved
+without an override), and only up to the ceiling the operator allowed (`ingot autonomy allow`).
+Any incident (a rollback, a failing replay of the live revision, the mined live score dropping
+below the health bar, drift, an override) drops the class to `manual` at once. Fail-closed: a
+change whose passport is not all green waits for a person at every level.
+
+State lives in `<home>/autonomy.json` (written atomically, under the change lock); every level
+change, ceiling and incident is an audited `autonomy` line with its reason. Deciding is pure
+(`decide`); promoting is the autopilot's job (autopilot.py), through the same `approve`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ingot.errors import ConfigError
+from ingot.fsutil import write_atomic
+from optimize.control.audit import AuditLog
+from optimize.control.passport import Passport
+
+LEVELS = ("manual", "supervised", "auto")
+CLASSES = ("create", "description", "body")
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Trust:
+    """One class of one skill: where it stands and how it got there."""
+
+    level: str = "manual"
+    ceiling: str = "manual"
+    streak: int = 0  # clean changes in a row since the last level change or incident
+    last_incident: str | None = None  # "when: why"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What may happen to a pending change without a person."""
+
+    action: str  # "human" | "promote" | "wait"
+    why: str
+    ready_at: dt.datetime | None = None  # supervised: when the review window ends
+
+
+def check_level(level: str) -> str:
+    if level not in LEVELS:
+        raise ConfigError(f"unknown autonomy level {level!r}: choose one of {', '.join(LEVELS)}")
+    return level
+
+
+def check_class(cls: str) -> str:
+    if cls not in CLASSES:
+        raise ConfigError(f"unknown change class {cls!r}: choose one of {', '.join(CLASSES)}")
+    return cls
+
+
+def decide(
+    trust: Trust, passport: Passport, window_start: dt.datetime, window_s: float, now: dt.datetime
+) -> Decision:
+    """Pure: what autonomy may do with a change of this class and passport, now."""
+    if trust.level == "manual":
+        return Decision("human", "this class is manual: a person approves each change")
+    if not passport.all_green:
+        return Decision("human", f"{passport.summary} A person decides (fail-closed)")
+    if trust.level == "auto":
+        return Decision("promote", "auto, and every cell is green")
+    ready = window_start + dt.timedelta(seconds=window_s)
+    if now >= ready:
+        return Decision(
+            "promote", "supervised, green, and the review window passed without a rejection", ready
+        )
+    return Decision(
+        "wait", f"supervised: goes live at {ready.isoformat(timespec='seconds')} unless rejected", ready
+    )
+
+
+class Autonomy:
+    """Reads and changes `<home>/autonomy.json`; callers hold the change lock when writing."""
+
+    def __init__(self, runs_dir: Path, audit: AuditLog, streak_needed: int = 3) -> None:
+        self.path = runs_dir / "autonomy.json"
+        self.audit = audit
+        self.streak_needed = streak_needed
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {"schema_version": SCHEMA_VERSION, "skills": {}, "mined": {}}
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"{self.path} is unreadable ({exc}); fix or remove it (every class becomes manual)"
+            ) from exc
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise ConfigError(f"{self.path} is not a version-{SCHEMA_VERSION} autonomy record")
+        data.setdefault("mined", {})
+        return data
+
+    def _save(self, data: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
+
+    def trust(self, skill: str, cls: str) -> Trust:
+        raw = self._load()["skills"].get(skill, {}).get(check_class(cls))
+        return Trust(**raw) if isinstance(raw, Mapping) else Trust()
+
+    def table(self, skill: str | None = None) -> dict[str, dict[str, Trust]]:
+        """Every class of every skill with a record (or of `skill`), manual where none."""
+        skills = self._load()["skills"]
+        names = [skill] if skill else sorted(skills)
+        return {name: {cls: self.trust(name, cls) for cls in CLASSES} for name in names}
+
+    def _put(self, skill: str, cls: str, trust: Trust, actor: str, reason: str) -> Trust:
+        data = self._load()
+        data["skills"].setdefault(skill, {})[cls] = dataclasses.asdict(trust)
+        self.audit.append(
+            action="autonomy", skill=skill, actor=actor, reason=f"{cls}: {reason}", outcome=trust.level
+        )
+        self._save(data)
+        return trust
+
+    def allow(self, skill: str, cls: str, ceiling: str, actor: str) -> Trust:
+        """The operator's ceiling for a class; a level above a lowered ceiling comes down to it."""
+        old = self.trust(skill, cls)
+        level = LEVELS[min(LEVELS.index(old.level), LEVELS.index(check_level(ceiling)))]
+        return self._put(
+            skill,
+            cls,
+            dataclasses.replace(old, ceiling=ceiling, level=level),
+            actor,
+            f"ceiling set to {ceiling}",
+        )
+
+    def record(self, skill: str, cls: str, outcome: str, actor: str, why: str) -> Trust:
+        """After a promotion: `clean` (every cell green, no override) extends the streak and may
+        lift the level; `not-green` (a person approved it anyway) restarts the streak; an
+        `override` is an incident."""
+        old = self.trust(skill, cls)
+        if outcome == "override":
+            return (
+                self.incident(skill, (cls,), why, actor)[0]
+                if old.level != "manual"
+                else self._put(
+                    skill,
+                    cls,
+                    dataclasses.replace(old, streak=0, last_incident=why),
+                    actor,
+                    f"override: {why}",
+                )
+            )
+        if outcome != "clean":
+            if old.streak == 0:
+                return old
+            return self._put(skill, cls, dataclasses.replace(old, streak=0), actor, f"streak restarts: {why}")
+        streak = old.streak + 1
+        level = old.level
+        if streak >= self.streak_needed and LEVELS.index(level) < LEVELS.index(old.ceiling):
+            level, streak = LEVELS[LEVELS.index(level) + 1], 0
+            reason = f"{old.level} -> {level} after {self.streak_needed} clean changes in a row"
+        else:
+            reason = f"clean change {streak} of {self.streak_needed} at {level} (ceiling {old.ceiling})"
+        return self._put(skill, cls, dataclasses.replace(old, level=level, streak=streak), actor, reason)
+
+    def incident(self, skill: str, classes: tuple[str, ...], why: str, actor: str) -> list[Trust]:
+        """Drop each class to manual at once and remember why."""
+        when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        out = []
+        for cls in classes:
+            old = self.trust(skill, cls)
+            if old.level == "manual" and old.ceiling == "manual" and old.streak == 0:
+                out.append(old)  # nothing was delegated: nothing to take back
+                continue
+            new = dataclasses.replace(old, level="manual", streak=0, last_incident=f"{when}: {why}")
+            out.append(self._put(skill, cls, new, actor, f"incident ({why}): {old.level} -> manual"))
+        return out
+
+    def first_report(self, skill: str, key: str) -> bool:
+        """True the first time an incident with this key (say, a drifted revision) is reported."""
+        data = self._load()
+        seen = data.setdefault("reported", {})
+        if seen.get(skill) == key:
+            return False
+        seen[skill] = key
+        self._save(data)
+        return True
+
+    def mined(self, skill: str, score: float, health: float) -> bool:
+        """Record a mined live score; True when it dropped below the health bar from at or above
+        it (an incident: the caller reports it through `ChangeControl.report_incident`)."""
+        data = self._load()
+        before = data["mined"].get(skill)
+        data["mined"][skill] = score
+        self._save(data)
+        return score < health and before is not None and before >= health

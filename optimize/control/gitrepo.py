@@ -1,0 +1,274 @@
+"""Git, for skills roots that live in a git work tree: read a candidate branch, commit a promotion.
+
+Everything goes through the `git` program (the reference implementation: it honours the
+repository's own config, object format and worktrees), never a reimplementation. Two uses:
+
+* the candidate inbox reads what commits on a candidate branch changed under a skills root
+  (`touched`, `export`), without checking anything out;
+* promote.py records each promotion and rollback as one commit on the checked-out branch
+  (`commit_paths`). That commit is built with plumbing on a private index: only the named paths
+  go in, the user's staged work is never included, the work tree is never written, and no hook
+  runs (the decision was already taken and audited; a hook must not be able to undo half of it).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingot.errors import IngotError
+from mcp_server.registry import Limits
+
+GIT_TIMEOUT_S = 60.0
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's well-known empty tree (sha1)
+TRAILER = "Ingot-Audit"
+
+
+class GitError(IngotError):
+    """A git command failed or a branch holds something Ingot will not read."""
+
+
+@dataclass(frozen=True)
+class GitHistory:
+    """Whether promote.py records each switch as a commit (in a skills root that is a git work
+    tree; GIT_HISTORY), and the remote each such commit is pushed to (GIT_PUSH_REMOTE)."""
+
+    enabled: bool = True
+    push_remote: str | None = None
+
+
+@dataclass(frozen=True)
+class IngotCommit:
+    """A commit Ingot made for a promotion or rollback, read back from its trailers."""
+
+    sha: str
+    audit_seq: int
+    skill: str
+
+
+def _git_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env["LC_ALL"] = "C"
+    return env
+
+
+class GitRepo:
+    """One git work tree (the folder `git rev-parse --show-toplevel` names)."""
+
+    def __init__(self, top: Path) -> None:
+        self.top = top
+
+    @classmethod
+    def of(cls, folder: Path) -> GitRepo | None:
+        """The work tree `folder` belongs to, or None (not in one, or git is not installed)."""
+        if shutil.which("git") is None or not folder.is_dir():
+            return None
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(folder), "rev-parse", "--show-toplevel"],
+                capture_output=True,
+                text=True,
+                env=_git_env(),
+                timeout=GIT_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode != 0 or not done.stdout.strip():
+            return None
+        return cls(Path(done.stdout.strip()).resolve())
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def git(
+        self, *args: str, index: Path | None = None, stdin: bytes | None = None, ok: tuple[int, ...] = (0,)
+    ) -> bytes:
+        env = _git_env()
+        if index is not None:
+            env["GIT_INDEX_FILE"] = str(index)
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(self.top), *args],
+                input=stdin,
+                capture_output=True,
+                env=env,
+                timeout=GIT_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise GitError(f"git {args[0]} in {self.top} did not run: {exc}") from exc
+        if done.returncode not in ok:
+            reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise GitError(f"git {args[0]} in {self.top} failed: {(reason or ['no message'])[-1]}")
+        return done.stdout
+
+    def text(self, *args: str, **kwargs) -> str:  # noqa: ANN003 - the keywords of `git`
+        return self.git(*args, **kwargs).decode("utf-8", "replace").strip()
+
+    def rel(self, path: Path) -> str:
+        """`path` relative to the work tree, in git's spelling ('' for the top itself)."""
+        rel = Path(os.path.realpath(path)).relative_to(self.top).as_posix()
+        return "" if rel == "." else rel
+
+    def resolve(self, ref: str) -> str | None:
+        """The commit `ref` names, or None if it names none (an unborn HEAD, a missing branch)."""
+        out = self.git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", ok=(0, 1, 128))
+        return out.decode().strip() or None
+
+    def head(self) -> str | None:
+        return self.resolve("HEAD")
+
+    def branch(self) -> str | None:
+        """The checked-out branch's name, or None when HEAD is detached."""
+        out = self.git("symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1, 128))
+        return out.decode().strip() or None
+
+    # -- reading a candidate branch --------------------------------------------------------
+
+    def touched(self, branch: str, rel_root: str) -> dict[str, str]:
+        """Skill folders under `rel_root` that commits on `branch` changed since it left HEAD,
+        each with the last such commit (deleted folders included)."""
+        tip = self.resolve(f"refs/heads/{branch}")
+        if tip is None:
+            return {}
+        head = self.head()
+        base = None
+        if head is not None:
+            base = self.text("merge-base", head, tip, ok=(0, 1)) or None
+        prefix = f"{rel_root}/" if rel_root else ""
+        names = self.git(
+            "diff", "--name-only", "-z", "--no-renames", base or EMPTY_TREE, tip, "--", rel_root or "."
+        )
+        skills = {
+            path[len(prefix) :].split("/", 1)[0]
+            for path in names.decode("utf-8", "replace").split("\0")
+            if path.startswith(prefix) and "/" in path[len(prefix) :]
+        }
+        return {
+            skill: self.text("log", "-1", "--format=%H", tip, "--", f"{prefix}{skill}")
+            for skill in sorted(skills)
+            if not skill.startswith(".")
+        }
+
+    def tree(self, ref: str, rel_path: str) -> str | None:
+        """The tree object at `ref:rel_path`, or None if there is none."""
+        out = self.git("rev-parse", "--verify", "--quiet", f"{ref}:{rel_path}", ok=(0, 1, 128))
+        return out.decode().strip() or None
+
+    def export(self, ref: str, rel_path: str, dest: Path, limits: Limits) -> Path:
+        """Write the folder `ref:rel_path` under `dest` (read-only from git; nothing checked
+        out) after checking it against the skill limits; returns the written folder."""
+        listing = self.git("ls-tree", "-r", "-l", "-z", ref, "--", rel_path).decode("utf-8", "replace")
+        entries = [e for e in listing.split("\0") if e]
+        if not entries:
+            raise GitError(f"{ref[:12]} has no folder {rel_path}")
+        where = f"{rel_path} at {ref[:12]}"
+        if len(entries) > limits.max_files:
+            raise GitError(f"{where} has {len(entries)} files; the limit is {limits.max_files}")
+        total = 0
+        for entry in entries:
+            meta, path = entry.split("\t", 1)
+            mode, kind, _, size = meta.split()
+            if kind != "blob" or mode not in ("100644", "100755"):
+                what = "symlink" if mode == "120000" else kind
+                raise GitError(f"{path} at {ref[:12]} is a {what}; a skill holds only regular files")
+            if int(size) > limits.max_file_bytes:
+                raise GitError(f"{path} at {ref[:12]} is {size} bytes; the limit is {limits.max_file_bytes}")
+            total += int(size)
+        if total > limits.max_skill_bytes:
+            raise GitError(f"{where} is {total} bytes; the limit is {limits.max_skill_bytes}")
+        archive = self.git("archive", "--format=tar", ref, "--", rel_path)
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(dest, filter="data")  # no absolute paths, traversal or links
+        return dest / rel_path
+
+    # -- recording a promotion ---------------------------------------------------------------
+
+    def dirty(self, rel_paths: list[str]) -> set[str]:
+        """Which of `rel_paths` differ between HEAD and the work tree (untracked files count)."""
+        out = self.git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--", *rel_paths)
+        changed = [e[3:] for e in out.decode("utf-8", "replace").split("\0") if len(e) > 3]
+        return {p for p in rel_paths if any(c == p or c.startswith(f"{p}/") for c in changed)}
+
+    def commit_paths(self, rel_paths: list[str], message: str, author: str) -> str | None:
+        """Commit exactly `rel_paths` as they are in the work tree onto HEAD; returns the commit,
+        or None if they already match HEAD. Built on a private index, so whatever the user has
+        staged stays staged and out of this commit; then the real index is synced for those
+        paths only, so `git status` shows them clean."""
+        head = self.head()
+        with tempfile.TemporaryDirectory(prefix="ingot-git-") as scratch:
+            index = Path(scratch) / "index"
+            if head is not None:
+                self.git("read-tree", head, index=index)
+            else:
+                self.git("read-tree", "--empty", index=index)
+            self.git("add", "--all", "--force", "--", *rel_paths, index=index)
+            tree = self.text("write-tree", index=index)
+        if head is not None and tree == self.text("rev-parse", f"{head}^{{tree}}"):
+            return None
+        parents = ["-p", head] if head is not None else []
+        env_name = author.replace("<", "").replace(">", "").strip() or "ingot"
+        commit = self._commit_tree(tree, parents, message, env_name)
+        self.git("update-ref", "-m", f"ingot: {message.splitlines()[0]}", "HEAD", commit, head or "0" * 40)
+        self.git("reset", "--quiet", "HEAD", "--", *rel_paths, ok=(0, 1))
+        return commit
+
+    def _commit_tree(self, tree: str, parents: list[str], message: str, author: str) -> str:
+        env = _git_env()
+        env.update(
+            GIT_AUTHOR_NAME=author,
+            GIT_AUTHOR_EMAIL="ingot@localhost",
+            GIT_COMMITTER_NAME="Ingot",
+            GIT_COMMITTER_EMAIL="ingot@localhost",
+        )
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(self.top), "commit-tree", tree, *parents, "-F", "-"],
+                input=message.encode(),
+                capture_output=True,
+                env=env,
+                timeout=GIT_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise GitError(f"git commit-tree in {self.top} did not run: {exc}") from exc
+        if done.returncode != 0:
+            raise GitError(f"git commit-tree in {self.top} failed: {done.stderr.decode().strip()}")
+        return done.stdout.decode().strip()
+
+    def last_ingot_commit(self, rel_root: str) -> IngotCommit | None:
+        """The newest commit on HEAD under `rel_root` that Ingot made, or None."""
+        if self.head() is None:
+            return None
+        out = self.text(
+            "log", "-1", f"--grep=^{TRAILER}: ", "--format=%H%x00%B", "HEAD", "--", rel_root or "."
+        )
+        if not out:
+            return None
+        sha, body = out.split("\0", 1)
+        trailers = dict(
+            line.split(": ", 1) for line in body.splitlines() if line.startswith("Ingot-") and ": " in line
+        )
+        try:
+            return IngotCommit(sha, int(trailers[TRAILER].split()[0]), trailers.get("Ingot-Skill", ""))
+        except (KeyError, ValueError, IndexError):
+            return None
+
+    def commits_since(self, sha: str, rel_root: str) -> list[str]:
+        """Commits on HEAD after `sha` that touch `rel_root` (someone else's, if not Ingot's)."""
+        out = self.text("rev-list", f"{sha}..HEAD", "--", rel_root or ".")
+        return out.split() if out else []
+
+    def push(self, remote: str) -> None:
+        """Push the checked-out branch to `remote` (fast-forward only, like any push)."""
+        branch = self.branch()
+        if branch is None:
+            raise GitError(f"{self.top} has a detached HEAD; there is no branch to push")
+        self.git("push", "--quiet", remote, f"HEAD:refs/heads/{branch}")

@@ -1,0 +1,268 @@
+"""Protected live roots (LIVE_EDITS=quarantine): the folders harnesses read hold approved revisions.
+
+When protection starts, the skills as they are become the approved baseline (`adopt`, audited).
+From then on, each tick (`ingot serve`'s background thread, or `ingot guard`) looks at every
+skill folder in the roots; one that is not at its approved revision, and has been unchanged for
+INBOX_SETTLE_S, is handled in three crash-safe steps:
+
+1. keep: its files are copied to `<home>/direct-edits/<skill>/<time>-<revision>/` with a record
+   (a broken folder is kept too, with why; a deleted one has nothing to keep);
+2. restore: promote.py puts the approved revision back (audited, one atomic exchange; a skill
+   that was never approved is removed);
+3. queue: a valid kept edit becomes a pending change with source `direct-edit`, through the
+   same admission checks as any other, against the approved revision it would replace.
+
+A kill between steps is finished by the next tick (kept records not yet queued are queued; an
+edit already kept is not kept twice). Meanwhile the served library serves approved revisions
+only (approved.py), so no agent is ever handed an unapproved edit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ingot.errors import IngotError
+from ingot.fsutil import check_relative, fsync_dir, write_atomic
+from mcp_server.library import Similarity
+from mcp_server.registry import Registry, read_skill_files
+from mcp_server.skillfiles import read_folder
+from optimize.control.approved import MARKER
+from optimize.control.changes import ChangeControl
+from optimize.control.inbox import newest_mtime
+from optimize.control.quarantine import CandidateRefused, admit
+
+log = logging.getLogger(__name__)
+ACTOR = "ingot-guard"
+SimilarTo = Callable[[str, str], Similarity]
+
+
+@dataclass(frozen=True)
+class GuardEvent:
+    skill: str
+    did: str  # "adopted" | "queued" | "kept" | "restored" | "failed"
+    detail: str
+    change_id: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.skill} {self.did}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One out-of-band edit, copied aside before its folder was restored."""
+
+    path: Path  # <home>/direct-edits/<skill>/<stamp>-<revision>/
+    skill: str
+    root: str
+    found: str  # "edited" | "new" | "invalid (why)"
+    revision: str | None  # None for a broken folder
+    status: str  # "kept" (not queued yet) | "queued" | "refused" | "invalid"
+    change_id: str | None = None
+    why: str | None = None
+
+
+class Guard:
+    def __init__(
+        self,
+        control: ChangeControl,
+        similar_to: SimilarTo,
+        *,
+        settle_s: float = 2.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.control, self.similar_to, self.settle_s, self.clock = control, similar_to, settle_s, clock
+        self.kept_dir = control.runs_dir / "direct-edits"
+        self.marker = control.runs_dir / MARKER
+        self._registry = Registry(control.roots, control.limits)
+
+    # -- the baseline ------------------------------------------------------------------------
+
+    def adopt(self) -> list[GuardEvent]:
+        """The first time protection runs, approve what is live as the baseline; afterwards only
+        snapshot approved revisions that lack one (a folder that appears later is a new skill
+        waiting for review, never a baseline)."""
+        first = not self.marker.exists()
+        notes = self.control.adopt(ACTOR, baseline=first)
+        if first:
+            write_atomic(
+                self.marker,
+                json.dumps({"since": _now(), "roots": [str(r) for r in self.control.roots]}).encode(),
+            )
+        return [GuardEvent(n.split(":", 1)[0], "adopted", n.split(": ", 1)[-1]) for n in notes]
+
+    # -- each tick -----------------------------------------------------------------------------
+
+    def check(self) -> list[GuardEvent]:
+        if not self.marker.exists():
+            return self.adopt()
+        events: list[GuardEvent] = []
+        approved = self.control.approvals.current()
+        on_disk = self._on_disk()
+        for kept in self.kept():  # kept and restored, then stopped before it was queued
+            if kept.status == "kept" and kept.revision is not None:
+                folder_at = on_disk.get(kept.skill, (None, None))[1]
+                if folder_at == approved.get(kept.skill, "unapproved"):  # restored: measure against it
+                    events += self._queue(kept)
+        for name, (root, state) in sorted(on_disk.items()):
+            known, revision = name in approved, approved.get(name)
+            if known and state == revision:
+                continue
+            folder = root / name
+            if folder.exists() and self.clock() - newest_mtime(folder) < self.settle_s:
+                continue  # still being written: the library serves the approved revision meanwhile
+            events += self._handle(name, root, state, known)
+        for name, revision in approved.items():  # approved, and the folder is gone
+            if revision is not None and self.control.root_of(name) is None:
+                events += self._restore(name, "its folder was deleted", None)
+        return events
+
+    def _on_disk(self) -> dict[str, tuple[Path, str]]:
+        """Each skill folder's state: its revision, or "invalid (why)". First root wins."""
+        self._registry.reload()
+        broken = {p.folder: p.reason for p in self._registry.problems()}
+        found: dict[str, tuple[Path, str]] = {}
+        for root, folder in self._registry.folders():
+            if folder.name in found:
+                continue
+            skill = self._registry.skills().get(folder.name)
+            if folder in broken or skill is None or skill.folder != folder:
+                reason = broken.get(folder, "not a valid skill folder").split(" (still serving", 1)[0]
+                found[folder.name] = (root, f"invalid ({reason})")
+            else:
+                found[folder.name] = (root, skill.revision)
+        return found
+
+    def _handle(self, name: str, root: Path, state: str, known: bool) -> list[GuardEvent]:
+        revision = None if state.startswith("invalid") else state
+        found = ("edited" if known else "new") if revision is not None else state
+        kept = self._already_kept(name, revision) if revision is not None else None
+        if kept is None:
+            try:
+                kept = self._keep(name, root, found, revision)
+            except (OSError, IngotError) as exc:
+                return [GuardEvent(name, "failed", f"could not keep the edit aside ({exc}); left in place")]
+        events = self._restore(name, f"out-of-band edit ({found}) kept at {kept.path}", kept)
+        if events and events[-1].did == "restored" and kept.revision is not None:
+            events += self._queue(kept)
+        return events
+
+    def _restore(self, name: str, why: str, kept: Kept | None) -> list[GuardEvent]:
+        try:
+            outcome = self.control.restore(name, ACTOR, why)
+        except IngotError as exc:
+            return [GuardEvent(name, "failed", f"could not restore the approved revision: {exc}")]
+        now = f"at {outcome.to_revision[:12]}" if outcome.to_revision else "removed (never approved)"
+        return [GuardEvent(name, "restored", f"{now}; {why}")]
+
+    # -- keeping what was found ----------------------------------------------------------------
+
+    def _keep(self, name: str, root: Path, found: str, revision: str | None) -> Kept:
+        """Copy the folder aside (files within the skill limits; symlinks and specials are not
+        followed) before anything replaces it."""
+        folder = root / name
+        try:
+            files = read_folder(folder, self.control.limits)
+            why = None
+        except (OSError, IngotError) as exc:
+            files, why = {}, f"its files could not be read: {exc}"
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
+        final = self.kept_dir / name / f"{stamp}-{(revision or 'invalid')[:12]}"
+        temp = final.parent / f".tmp-{secrets.token_hex(4)}"
+        for rel, data in files.items():
+            target = temp / "files" / check_relative(rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        status = "kept" if revision is not None else "invalid"
+        kept = Kept(
+            final, name, str(root), found, revision, status, why=why or (found if not revision else None)
+        )
+        temp.mkdir(parents=True, exist_ok=True)
+        write_atomic(temp / "record.json", json.dumps(_record(kept), indent=1).encode())
+        fsync_dir(temp)
+        os.rename(temp, final)
+        fsync_dir(final.parent)
+        return kept
+
+    def _queue(self, kept: Kept) -> list[GuardEvent]:
+        """A valid kept edit becomes a pending change (the folder holds the approved revision
+        again, so it is measured against that)."""
+        files_dir = kept.path / "files"
+        try:
+            skill, files = read_skill_files(files_dir.parent, files_dir, self.control.limits, name=kept.skill)
+            pending = self.control.queue.get(kept.skill)
+            if pending is not None and pending.candidate_revision == kept.revision:
+                self._update(kept, "queued", change_id=pending.id)
+                return []
+            description = skill.description
+            proposed = admit(
+                self.control,
+                kept.skill,
+                files,
+                "direct-edit",
+                self.similar_to(kept.skill, description),
+                f"edited in place in {kept.root}; kept at {kept.path}",
+            )
+        except CandidateRefused as exc:
+            self._update(kept, "refused", why=str(exc))
+            return [GuardEvent(kept.skill, "kept", f"not queued ({exc}); the edit is kept at {kept.path}")]
+        except IngotError as exc:  # a busy lock, a full disk: the next tick queues it
+            return [GuardEvent(kept.skill, "failed", f"could not queue the kept edit yet: {exc}")]
+        change = proposed.change
+        self._update(kept, "queued", change_id=change.id)
+        detail = proposed.withheld or f"queued as {change.id} for review (source direct-edit)"
+        return [GuardEvent(kept.skill, "queued", detail, change.id)]
+
+    def kept(self) -> list[Kept]:
+        """Every kept edit, oldest first."""
+        found = []
+        for record in sorted(self.kept_dir.glob("*/*/record.json")) if self.kept_dir.exists() else []:
+            try:
+                data = json.loads(record.read_text())
+                found.append(
+                    Kept(
+                        record.parent,
+                        str(data["skill"]),
+                        str(data["root"]),
+                        str(data["found"]),
+                        data.get("revision"),
+                        str(data["status"]),
+                        data.get("change_id"),
+                        data.get("why"),
+                    )
+                )
+            except (OSError, ValueError, KeyError) as exc:
+                log.warning("kept edit %s is unreadable: %s", record.parent, exc)
+        return found
+
+    def _already_kept(self, name: str, revision: str) -> Kept | None:
+        return next((k for k in self.kept() if k.skill == name and k.revision == revision), None)
+
+    def _update(self, kept: Kept, status: str, change_id: str | None = None, why: str | None = None) -> None:
+        data = {**_record(kept), "status": status, "change_id": change_id, "why": why}
+        write_atomic(kept.path / "record.json", json.dumps(data, indent=1).encode())
+
+
+def _record(kept: Kept) -> dict[str, Any]:
+    return {
+        "skill": kept.skill,
+        "root": kept.root,
+        "found": kept.found,
+        "revision": kept.revision,
+        "status": kept.status,
+        "change_id": kept.change_id,
+        "why": kept.why,
+        "kept_at": _now(),
+    }
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -1,0 +1,79 @@
+"""The replay verdict's rules, as pure functions of a replay cell's per-golden findings.
+
+One golden's verdict: BLOCK for a regression established by L0 evidence or by L2 and L3
+agreeing, on a complete replay, in something the controls (the unchanged champion replayed the
+same way) do not also show; WARN for a contested or partial finding, a replay that did not
+finish, a world fact that moved without corroboration, or a golden the unchanged champion
+itself fails every time (stale); PASS otherwise. The cell's verdict is the worst of its
+goldens'. The cell records every input here, and gate.py recomputes the verdict from them with
+these same functions, so a verdict can always be re-derived from the bundle alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+ORDER = {"PASS": 0, "WARN": 1, "BLOCK": 2}
+
+
+def blamed(signature: Iterable[str], controls: Sequence[Mapping[str, Any]]) -> set[str]:
+    """What the candidate's finding shows that no failing control shows too."""
+    shown = {s for c in controls if c.get("verdict") != "pass" for s in c.get("signature") or ()}
+    return set(signature) - shown
+
+
+def golden_verdict(entry: Mapping[str, Any]) -> tuple[str, str]:
+    """(PASS | WARN | BLOCK, why) for one golden's entry in a replay cell."""
+    verdict, why = _finding(entry)
+    drift = entry.get("drift") or ()
+    unconfirmed = [d for d in drift if d.get("ruling") != "world moved"]
+    if unconfirmed and verdict == "PASS":
+        labels = ", ".join(f"{d.get('label')} {d.get('old')} -> {d.get('new')}" for d in unconfirmed)
+        return "WARN", f"a world fact changed without corroboration ({labels})"
+    controls = entry.get("controls") or ()
+    if verdict == "PASS" and controls and all(c.get("verdict") != "pass" for c in controls):
+        return (
+            "WARN",
+            "the unchanged champion fails this golden in every control (stale: re-bless or retire it)",
+        )
+    return verdict, why
+
+
+def _finding(entry: Mapping[str, Any]) -> tuple[str, str]:
+    found = entry.get("verdict_found")
+    if found == "pass":
+        return "PASS", entry.get("note") or "passes"
+    if found == "error":
+        return "WARN", f"the replay did not finish: {entry.get('note') or 'no answer'}"
+    if found not in ("regressed", "contested"):
+        return "BLOCK", f"unknown finding {found!r} (malformed replay cell)"
+    controls = entry.get("controls") or ()
+    rest = blamed(entry.get("signature") or (), controls)
+    failing = sum(c.get("verdict") != "pass" for c in controls)
+    if failing and not rest:
+        return (
+            "PASS",
+            f"the unchanged champion shows the same difference in {failing} of {len(controls)} controls",
+        )
+    if found == "contested":
+        return "WARN", f"contested: {entry.get('note') or 'the judges did not settle it'}"
+    if entry.get("evidence") not in ("L0", "L2+L3"):
+        return "WARN", "a regression without L0 evidence or L2 and L3 agreeing"
+    if entry.get("partial"):
+        return "WARN", "regressed, but the replay was partial (world contact was unavailable)"
+    cited = entry.get("cited") or {}
+    where = f" at {cited.get('run')} step {cited.get('step')}: {cited.get('quote')!r}" if cited else ""
+    return "BLOCK", f"regressed ({entry.get('evidence')}){where}"
+
+
+def cell_verdict(goldens: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """The worst golden verdict and one reason line per golden that did not pass."""
+    verdict, reasons = "PASS", []
+    for entry in goldens:
+        found, why = golden_verdict(entry)
+        if ORDER[found] > ORDER[verdict]:
+            verdict = found
+        if found != "PASS":
+            reasons.append(f"{entry.get('id')}: {found}: {why}")
+    return verdict, reasons

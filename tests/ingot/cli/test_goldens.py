@@ -1,0 +1,122 @@
+"""The regression-replay commands as real processes: traces, bless, goldens, replay, and
+approving a change the replay blocks."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from optimize.measure.cascade import SIDE_EFFECT_TOOLS, JudgeTiers
+from optimize.measure.regress import ReplaySettings, replay_cell
+from tests.ingot.cli.test_main import ingot
+from tests.optimize.conftest import ab
+from tests.regress_sim import TIERS, edited, regress_world
+
+
+def env_for(w, **extra: str) -> dict[str, str]:
+    return {
+        "INGOT_HOME": str(w.control.runs_dir),
+        "SKILLS_DIRS": str(w.root),
+        "BASE_URL": w.server.url,
+        "AGENT_MODEL": "agent-model",
+        "JUDGE_L1_MODEL": TIERS["L1"],
+        "JUDGE_L2_MODEL": TIERS["L2"],
+        "JUDGE_L3_MODEL": TIERS["L3"],
+        "REPLAY_SIDE_EFFECT_TOOLS": "write_file,edit_file,delete,create_skill,send_quote",
+        "EXEC_SANDBOX": "none",
+        **extra,
+    }
+
+
+def test_traces_bless_goldens_approve_retire_and_replay(tmp_path, library_factory):
+    with regress_world(tmp_path, library_factory) as w:
+        record = w.record()
+        env = env_for(w)
+        listed = ingot("traces", "fx-quote", cwd=tmp_path, env=env)
+        assert listed.returncode == 0 and record.id in listed.stdout and "answer" in listed.stdout
+
+        missing = ingot("bless", "tr-0000000000000000", cwd=tmp_path, env=env)
+        assert missing.returncode == 1 and missing.stderr.startswith("Error: no recorded run")
+        blessed = ingot("bless", record.id, cwd=tmp_path, env=env)
+        assert blessed.returncode == 0, blessed.stderr
+        assert blessed.stdout.startswith("blessed: g-") and "criteria: none" in blessed.stdout
+        golden_id = blessed.stdout.split()[1]
+
+        for args in (("goldens",), ("goldens", "fx-quote"), ("goldens", "list", "fx-quote")):
+            shown = ingot(*args, cwd=tmp_path, env=env)
+            assert shown.returncode == 0 and golden_id in shown.stdout and "criteria none" in shown.stdout
+        draft = yaml.safe_load(ingot("goldens", "show", golden_id, "--yaml", cwd=tmp_path, env=env).stdout)
+        assert draft == {"criteria": [], "world_facts": []}
+        edits = tmp_path / "criteria.yaml"
+        edits.write_text(
+            yaml.safe_dump(
+                {
+                    "criteria": ['keeps "no fees"'],
+                    "world_facts": [{"step": 1, "label": "EUR/USD rate", "value": "1.0842"}],
+                }
+            )
+        )
+        approved = ingot("goldens", "approve", golden_id, "--from", str(edits), cwd=tmp_path, env=env)
+        assert approved.returncode == 0 and "criteria: human-approved by" in approved.stdout
+        edits.write_text("criteria: [unclosed")
+        bad = ingot("goldens", "approve", golden_id, "--from", str(edits), cwd=tmp_path, env=env)
+        assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and len(bad.stderr.splitlines()) == 1
+
+        replayed = ingot("replay", "fx-quote", cwd=tmp_path, env=env)
+        assert replayed.returncode == 0, replayed.stderr + replayed.stdout
+        assert "live revision alone" in replayed.stdout and "verdict: PASS" in replayed.stdout
+        as_json = json.loads(ingot("replay", "fx-quote", "--json", cwd=tmp_path, env=env).stdout)
+        assert as_json["verdict"] == "PASS" and as_json["noise_floor"]["status"] == "not_measured"
+
+        retired = ingot("goldens", "retire", golden_id, "--reason", "task retired", cwd=tmp_path, env=env)
+        assert retired.returncode == 0 and "retired" in retired.stdout
+        nothing = ingot("replay", "fx-quote", cwd=tmp_path, env=env)
+        assert nothing.returncode == 1 and "no blessed goldens for fx-quote" in nothing.stdout
+        history = ingot("history", "fx-quote", cwd=tmp_path, env=env)
+        assert all(a in history.stdout for a in ("golden-bless", "golden-approve", "golden-retire"))
+
+
+def test_a_model_change_that_breaks_a_golden_fails_ingot_replay(tmp_path, library_factory):
+    with regress_world(tmp_path, library_factory) as w:
+        w.bless(w.record(), ['keeps "no fees"'])
+        w.server.rules.insert(
+            0, w.server.rules[0].__class__(model="agent-model-2", reply="250 EUR is about 271 USD.")
+        )
+        broken = ingot("replay", "fx-quote", cwd=tmp_path, env=env_for(w, AGENT_MODEL="agent-model-2"))
+        assert broken.returncode == 1 and "verdict: BLOCK" in broken.stdout  # the new model drops the quote
+
+
+def test_approve_takes_an_override_reason_for_a_blocked_change(tmp_path, library_factory):
+    with regress_world(tmp_path, library_factory) as w:
+        w.bless(w.record(), ['keeps "no fees"'])
+        candidate = edited(w.files(), '3. Mention "no fees" for transfers under 1000 EUR.\n', "")
+        replay = replay_cell(
+            "fx-quote",
+            w.files(),
+            candidate,
+            w.control.runs_dir / "goldens",
+            w.server.client("agent", "judge"),
+            JudgeTiers(TIERS["L1"], TIERS["L2"], TIERS["L3"]),
+            settings=ReplaySettings(side_effects=SIDE_EFFECT_TOOLS | {"send_quote"}),
+        )
+        measurements = {**ab([0.2, 0.3, 0.1, 0.2], [0.9, 0.8, 0.9, 0.8]), "replay": replay}
+        change, _ = w.control.propose("fx-quote", "rewrite", "optimizer", candidate, measurements)
+        env = env_for(w)
+        pending = ingot("pending", cwd=tmp_path, env=env)
+        assert "gate: pass  replay: BLOCK" in pending.stdout
+        refused = ingot("approve", "fx-quote", "--change", change.id, cwd=tmp_path, env=env)
+        assert refused.returncode == 1 and "--override-reason" in refused.stderr
+        done = ingot(
+            "approve",
+            "fx-quote",
+            "--change",
+            change.id,
+            "--override-reason",
+            "fees moved to the invoice",
+            cwd=tmp_path,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr
+        history = ingot("history", "fx-quote", cwd=tmp_path, env=env)
+        assert "replay BLOCK overridden: fees moved to the invoice" in history.stdout

@@ -1,0 +1,213 @@
+"""Earned autonomy on real files and processes: clean changes lift a class to its ceiling, one
+incident drops it to manual, a supervised change is promoted after its window (also across a
+restart) unless rejected, and a change with a missing cell always waits for a person."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from ingot.home import establish
+from optimize.control.autopilot import Autopilot
+from optimize.control.changes import ChangeControl
+from optimize.control.lock import change_lock
+from tests.conftest import BUNDLED_SKILLS
+from tests.optimize.conftest import checks
+
+SKILL = "release-notes"
+BASE = {"top1": 0.8, "recall_at_3": 0.9, "no_route_precision": 0.9}
+
+
+def impact(better: bool = True) -> dict:
+    after = {**BASE, "top1": 0.9} if better else BASE
+    return {
+        "routing_impact": {
+            "status": "measured",
+            "metrics": {"champion": BASE, "challenger": after, "n": {m: 8 for m in BASE}},
+            "shadowed": [],
+            "collisions": [],
+        }
+    }
+
+
+def green() -> dict:
+    """A description change's cells, all passing (A/B, replay, sandbox and cost do not apply)."""
+    return {**checks(), **impact(), "ab": {"status": "not_applicable", "why": "description"}}
+
+
+def description_files(control: ChangeControl, n: int) -> dict[str, bytes]:
+    files = control.champion_files(SKILL)
+    text = files["SKILL.md"].decode()
+    front, body = text.split("---", 2)[1], text.split("---", 2)[2]
+    meta = yaml.safe_load(front)
+    meta["description"] = f"Drafts release notes from merged pull requests, version {n}. Use for changelogs."
+    files["SKILL.md"] = ("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body).encode()
+    return files
+
+
+@pytest.fixture
+def control(tmp_path, library_factory) -> ChangeControl:
+    root = tmp_path / "lib" / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    home = establish((root,))
+    return ChangeControl(home.path, home.roots, neighbours=library_factory(root).current, review_window_s=60)
+
+
+def propose(control: ChangeControl, n: int, measurements: dict | None = None):
+    return control.propose(
+        SKILL, "description", "optimizer", description_files(control, n), measurements or green()
+    )
+
+
+def allow(control: ChangeControl, level: str, cls: str = "description") -> None:
+    with change_lock(control.runs_dir):
+        control.autonomy.allow(SKILL, cls, level, "operator")
+
+
+def test_three_clean_changes_lift_a_class_to_its_ceiling_and_one_rollback_drops_it(control):
+    allow(control, "supervised")
+    original = control.live_revision(SKILL)
+    levels = []
+    for n in range(1, 4):
+        change, _ = propose(control, n)
+        control.approve(SKILL, "reviewer", change.id)
+        levels.append(control.autonomy.trust(SKILL, "description").level)
+    assert levels == ["manual", "manual", "supervised"]  # the third clean change earns it
+    change, _ = propose(control, 4)
+    control.approve(SKILL, "reviewer", change.id)
+    assert control.autonomy.trust(SKILL, "description").level == "supervised"  # never past the ceiling
+    control.rollback(SKILL, original[:12], "reviewer", "bad")
+    trust = control.autonomy.trust(SKILL, "description")
+    assert trust.level == "manual" and trust.streak == 0 and "rolled back" in trust.last_incident
+    reasons = [e.get("reason") for e in control.history(SKILL) if e.get("action") == "autonomy"]
+    assert any("manual -> supervised" in r for r in reasons) and any("incident" in r for r in reasons)
+
+
+def test_an_approval_that_is_not_green_restarts_the_streak_and_an_override_is_an_incident(control):
+    allow(control, "auto")
+    for n in (1, 2):
+        change, _ = propose(control, n)
+        control.approve(SKILL, "reviewer", change.id)
+    assert control.autonomy.trust(SKILL, "description").streak == 2
+    change, _ = propose(control, 3, {**green(), "checks": {"status": "not_measured", "why": "skipped"}})
+    assert not control.passport(change).all_green  # the gate lets a person approve it anyway
+    control.approve(SKILL, "reviewer", change.id)
+    trust = control.autonomy.trust(SKILL, "description")
+    assert (trust.level, trust.streak) == ("manual", 0)
+    with change_lock(control.runs_dir):
+        for _ in range(3):
+            control.autonomy.record(SKILL, "description", "clean", "test", "earned")
+    assert control.autonomy.trust(SKILL, "description").level == "supervised"
+    change, _ = propose(control, 4)
+    control.approve(SKILL, "reviewer", change.id, override_reason="shipping it anyway")
+    trust = control.autonomy.trust(SKILL, "description")
+    assert trust.level == "manual" and "override" in trust.last_incident
+
+
+def test_an_auto_class_promotes_a_green_change_at_the_next_tick_and_a_missing_cell_waits(control):
+    allow(control, "auto")
+    with change_lock(control.runs_dir):  # as if three clean changes had been earned
+        for _ in range(3 * 2):
+            control.autonomy.record(SKILL, "description", "clean", "test", "earned")
+    assert control.autonomy.trust(SKILL, "description").level == "auto"
+    missing = {**checks(), "routing_impact": {"status": "not_measured", "why": "no routing cases"}}
+    held, _ = propose(control, 1, missing)
+    (step,) = Autopilot(control).tick()
+    assert step.did == "left for a person" and "routing impact missing" in step.why
+    assert control.queue.get(SKILL).id == held.id
+    change, _ = propose(control, 2)  # green: displaces the held one
+    steps = Autopilot(control).tick()
+    assert [s.did for s in steps] == ["promoted"] and control.live_revision(
+        SKILL
+    ) == change.candidate_revision
+    promotion = [e for e in control.history(SKILL) if e.get("action") == "promote" and e.get("outcome")][-1]
+    assert promotion.get("actor") == "autonomy"
+
+
+def test_a_supervised_change_waits_for_its_window_and_a_rejection_stops_it(control):
+    allow(control, "supervised")
+    with change_lock(control.runs_dir):
+        for _ in range(3):
+            control.autonomy.record(SKILL, "description", "clean", "test", "earned")
+    now = [dt.datetime.now(dt.UTC)]
+    pilot = Autopilot(control, clock=lambda: now[0])
+    change, _ = propose(control, 1)
+    assert [s.did for s in pilot.tick()] == ["waiting"]
+    now[0] += dt.timedelta(seconds=61)
+    assert [s.did for s in pilot.tick()] == ["promoted"]
+    assert control.live_revision(SKILL) == change.candidate_revision
+    rejected, _ = propose(control, 2)
+    control.reject(SKILL, "not this one", "reviewer", rejected.id)
+    now[0] += dt.timedelta(seconds=120)
+    assert pilot.tick() == [] and control.live_revision(SKILL) == change.candidate_revision
+
+
+def test_the_window_survives_a_restart_real_processes(control, tmp_path):
+    allow(control, "supervised")
+    with change_lock(control.runs_dir):
+        for _ in range(3):
+            control.autonomy.record(SKILL, "description", "clean", "test", "earned")
+    change, _ = propose(control, 1)
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "INGOT_HOME"},
+        "HF_HUB_OFFLINE": "1",
+        "REVIEW_WINDOW": "3",
+    }
+
+    def tick() -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "ingot.cli", "autonomy", "tick", "--skills", str(control.roots[0])],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert f"{change.id}  waiting:" in tick()  # a fresh process: the window started at the audit line
+    deadline = time.monotonic() + 120
+    while f"{change.id}  promoted:" not in (out := tick()):
+        assert time.monotonic() < deadline, out
+    assert control.live_revision(SKILL) == change.candidate_revision, (out, control.history(SKILL)[-3:])
+
+
+def test_drift_after_an_autonomous_promotion_rolls_it_back_and_demotes(control):
+    allow(control, "auto")
+    with change_lock(control.runs_dir):
+        for _ in range(6):
+            control.autonomy.record(SKILL, "description", "clean", "test", "earned")
+    before = control.live_revision(SKILL)
+    change, _ = propose(control, 1)
+    assert [s.did for s in Autopilot(control).tick()] == ["promoted"]
+    skill_md = control.roots[0] / SKILL / "SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\nEdited behind Ingot's back.\n")
+    steps = Autopilot(control).tick()
+    assert [s.did for s in steps][:1] == ["incident"] and "rolled back" in steps[0].why
+    assert control.live_revision(SKILL) == change.champion_revision == before
+    assert control.autonomy.trust(SKILL, "description").level == "manual"
+    assert Autopilot(control).tick() == []  # the same drift is reported once
+
+
+def test_an_incident_after_autonomy_created_a_skill_removes_it_again(control):
+    from tests.optimize.conftest import skill_md
+
+    files = {
+        "SKILL.md": skill_md(
+            "kiln-firing", "Plans glaze firings for an electric ceramic kiln.", "Ramp slowly."
+        )
+    }
+    change, _ = control.propose("kiln-firing", "create", "agent", files, checks())
+    control.approve("kiln-firing", "autonomy", change.id)  # as the autopilot does
+    assert control.live_revision("kiln-firing") == change.candidate_revision
+    notes = control.report_incident("kiln-firing", "replay of the live revision failed", "test")
+    assert any("rolled back to absent" in note for note in notes), notes
+    assert control.live_revision("kiln-firing") is None and not control.status().drifted

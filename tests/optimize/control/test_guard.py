@@ -1,0 +1,293 @@
+"""Protected live roots (LIVE_EDITS=quarantine) on real files, real kills and a real `ingot serve`:
+an edit made straight to a live skill is kept, the approved revision restored and the edit
+queued, the served library never hands out an unapproved revision, and a SIGKILL at any step of
+a restore leaves the approved revision served."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ingot.home import establish
+from mcp_server.library import Library
+from mcp_server.registry import Limits, Registry
+from optimize.control.approved import MARKER, ApprovedRevisions, Pinned
+from optimize.control.audit import AuditLog
+from optimize.control.changes import ChangeControl
+from optimize.control.guard import Guard
+from optimize.control.lock import change_lock
+from optimize.control.promote import Promoter, tree_revision
+from tests.conftest import BUNDLED_SKILLS, free_port, wait_for
+from tests.optimize.conftest import checks
+from tests.optimize.control.test_promote import run_child, skill_files
+
+SKILL = "release-notes"
+
+
+class Clock:
+    now = 2e9
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def world(tmp_path, embedder):
+    """A protected root: change control in quarantine mode, a pinned served library, a guard."""
+    root = tmp_path / "lib" / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    home = establish((root,))
+    pin = Pinned(
+        ApprovedRevisions(AuditLog(home.path)), home.path / "revisions", Limits(), home.path / MARKER
+    )
+    library = Library((root,), embedder, pin=pin)
+    library.reload()
+    control = ChangeControl(home.path, home.roots, neighbours=library.current, live_edits="quarantine")
+    guard = Guard(control, library.similarity, settle_s=0, clock=Clock())
+    assert {e.did for e in guard.adopt()} == {"adopted"}
+    library.reload()
+    return root, control, library, guard
+
+
+def test_a_direct_edit_is_never_served_and_is_kept_restored_and_queued(world):
+    root, control, library, guard = world
+    approved = folder_bytes(root / SKILL)
+    revision = library.get(SKILL).revision
+    skill_md = root / SKILL / "SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\nAGENT-EDIT: skip the changelog.\n")
+    library.reload()
+    served = library.get(SKILL)
+    assert served.revision == revision and "AGENT-EDIT" not in served.body  # the approved snapshot
+    assert b"AGENT-EDIT" not in library.read_file(SKILL, "SKILL.md")
+    events = guard.check()
+    assert [e.did for e in events] == ["restored", "queued"]
+    assert folder_bytes(root / SKILL) == approved  # the folder harnesses read is approved again
+    change = control.queue.get(SKILL)
+    assert change.source == "direct-edit" and change.kind == "rewrite"
+    assert change.champion_revision == revision and "AGENT-EDIT" in change.files["SKILL.md"].decode()
+    history = [(e.get("action"), e.get("actor")) for e in control.history(SKILL)]
+    assert ("restore", "ingot-guard") in history and ("propose", "direct-edit") in history
+    [kept] = guard.kept()
+    assert kept.status == "queued" and kept.change_id == change.id
+    assert b"AGENT-EDIT" in (kept.path / "files" / "SKILL.md").read_bytes()
+    assert guard.check() == []  # settled: nothing left to do
+    library.reload()
+    assert library.get(SKILL).folder == root / SKILL  # served from its folder again
+
+
+def test_a_new_folder_is_not_served_until_approved_and_a_deleted_one_is_served_from_its_snapshot(world):
+    root, control, library, guard = world
+    new = root / "kiln-firing"
+    new.mkdir()
+    (new / "SKILL.md").write_text(
+        "---\nname: kiln-firing\ndescription: Plans glaze firing schedules for a ceramic kiln.\n"
+        "---\n\nRamp slowly.\n"
+    )
+    gone = folder_bytes(root / "csv-data-cleaning")
+    shutil.rmtree(root / "csv-data-cleaning")
+    library.reload()
+    assert "kiln-firing" not in library.skills() and "csv-data-cleaning" in library.skills()
+    events = {(e.skill, e.did) for e in guard.check()}
+    assert events == {
+        ("kiln-firing", "restored"),
+        ("kiln-firing", "queued"),
+        ("csv-data-cleaning", "restored"),
+    }
+    assert not new.exists() and folder_bytes(root / "csv-data-cleaning") == gone
+    change = control.queue.get("kiln-firing")
+    assert change.kind == "create" and change.source == "direct-edit"
+
+
+def test_a_broken_folder_is_kept_byte_for_byte_and_restored_and_nothing_is_queued(world):
+    root, control, library, guard = world
+    approved = folder_bytes(root / SKILL)
+    (root / SKILL / "SKILL.md").write_bytes(b"\x00\x01 not a skill")
+    library.reload()
+    assert SKILL in library.skills()
+    assert [e.did for e in guard.check()] == ["restored"]
+    assert folder_bytes(root / SKILL) == approved and control.pending() == []
+    [kept] = guard.kept()
+    assert (
+        kept.status == "invalid"
+        and (kept.path / "files" / "SKILL.md").read_bytes() == b"\x00\x01 not a skill"
+    )
+
+
+def test_an_edit_still_being_written_waits_and_the_library_serves_the_approved_revision_meanwhile(world):
+    root, control, library, guard = world
+    guard.settle_s, guard.clock = 60, Clock()
+    skill_md = root / SKILL / "SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\nhalf")
+    guard.clock.now = os.stat(skill_md).st_mtime + 1
+    assert guard.check() == [] and "half" in skill_md.read_text()
+    library.reload()
+    assert "half" not in library.get(SKILL).body
+    guard.clock.now += 120
+    assert [e.did for e in guard.check()] == ["restored", "queued"]
+
+
+def test_a_promotion_is_served_at_once_and_protected_like_the_baseline(world):
+    root, control, library, guard = world
+    files = control.champion_files(SKILL)
+    files["SKILL.md"] += b"\nAPPROVED-MARK: group by theme.\n"
+    change, _ = control.propose(SKILL, "rewrite", "operator", files, {**checks(), **_ab()})
+    control.approve(SKILL, "reviewer", change.id)
+    library.reload()
+    assert "APPROVED-MARK" in library.get(SKILL).body  # the intent line approved it before the switch
+    promoted = folder_bytes(root / SKILL)
+    (root / SKILL / "SKILL.md").write_text("---\nname: release-notes\ndescription: Hijacked.\n---\n\nNo.\n")
+    assert [e.did for e in guard.check()][0] == "restored"
+    assert folder_bytes(root / SKILL) == promoted  # back to the promoted revision, not the baseline
+
+
+def _ab() -> dict:
+    from tests.optimize.conftest import ab
+
+    return ab([0.2, 0.3, 0.2, 0.3, 0.25], [0.9, 0.8, 0.9, 0.85, 0.9])
+
+
+# -- SIGKILL at every step of a restore -------------------------------------------------------
+
+
+def protected(base: Path, found: str) -> tuple[Path, Path, str, str]:
+    """A root with alpha created by Ingot (approved v1), then changed behind its back: `found`."""
+    shutil.rmtree(base, ignore_errors=True)
+    root, runs = base / "skills", base / "runs"
+    root.mkdir(parents=True)
+    v1 = skill_files("version one", {"notes/a.txt": b"A1"})
+    with change_lock(runs):
+        Promoter(runs).switch("alpha", root, v1, expected_from=None, action="create", actor="test")
+    (runs / MARKER).write_text("{}")
+    if found == "edited":
+        (root / "alpha" / "SKILL.md").write_bytes(skill_files("agent edit")["SKILL.md"])
+        (root / "alpha" / "notes" / "extra.txt").write_bytes(b"new file")
+    elif found == "invalid":
+        (root / "alpha" / "SKILL.md").write_bytes(b"\x00 broken")
+    elif found == "deleted":
+        shutil.rmtree(root / "alpha")
+    return root, runs, tree_revision(v1), v1["SKILL.md"].decode()
+
+
+def served_alpha(root: Path, runs: Path) -> str | None:
+    """What a pinned library serves for alpha right now: its SKILL.md text."""
+    registry = Registry((root,))
+    registry.reload()
+    pin = Pinned(ApprovedRevisions(AuditLog(runs)), runs / "revisions", Limits(), runs / MARKER)
+    skill = pin(registry.skills(), (root,)).get("alpha")
+    return (skill.folder / "SKILL.md").read_text() if skill else None
+
+
+@pytest.mark.parametrize("found", ["edited", "invalid", "deleted"])
+def test_sigkill_at_every_step_of_a_restore_leaves_the_approved_revision_served(tmp_path, found):
+    base = tmp_path / "w"
+    root, runs, v1, v1_text = protected(base, found)
+    dry = run_child(runs, root, "restore", v1, -1)
+    assert dry.returncode == 0, dry.stderr
+    approved_bytes = folder_bytes(root / "alpha")
+    steps = json.loads(dry.stdout)
+    assert any("switch" in s for s in steps) and len(steps) >= 6
+    for kill_at in range(len(steps)):
+        root, runs, v1, v1_text = protected(base, found)
+        before = folder_bytes(root / "alpha") if (root / "alpha").exists() else None
+        killed = run_child(runs, root, "restore", v1, kill_at)
+        assert killed.returncode == -9, (kill_at, steps[kill_at], killed.stderr)
+        assert served_alpha(root, runs) == v1_text, steps[kill_at]  # served: the approved revision
+        # ...and the folder harnesses read directly holds one whole tree: what was found, or v1.
+        now = folder_bytes(root / "alpha") if (root / "alpha").exists() else None
+        assert now in (before, approved_bytes), steps[kill_at]
+        assert AuditLog(runs).verify().ok, steps[kill_at]
+        with change_lock(runs, wait_s=5):
+            promoter = Promoter(runs)
+            promoter.recover((root,))
+            try:
+                disk = promoter.live_revision(root, "alpha")
+            except Exception:  # noqa: BLE001 - a broken folder: the guard restores it next
+                disk = None
+            if disk != v1:  # killed before the switch: the next tick restores
+                promoter.restore("alpha", root, v1, actor="test", reason="after the kill")
+        assert Promoter(runs).live_revision(root, "alpha") == v1, steps[kill_at]
+        assert served_alpha(root, runs) == v1_text
+        assert not [p.name for p in root.iterdir() if p.name.startswith(".")], steps[kill_at]
+        entries = AuditLog(runs).entries()
+        intents = {e.seq for e in entries if str(e.get("action")).endswith("-intent")}
+        assert intents <= {e.get("intent_seq") for e in entries if e.get("outcome")}
+
+
+# -- a real serving process -------------------------------------------------------------------
+
+
+def test_ingot_serve_in_quarantine_mode_never_hands_an_agent_its_own_unapproved_edit(tmp_path):
+    from fastmcp import Client
+
+    root = tmp_path / "lib" / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    approved = folder_bytes(root / SKILL)
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "INGOT_HOME"},
+        "HF_HUB_OFFLINE": "1",
+        "LIVE_EDITS": "quarantine",
+        "INBOX_SETTLE_S": "0.3",
+        "AUTOPILOT_TICK_S": "0.2",
+    }
+    log = tmp_path / "serve.log"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ingot.cli",
+            "serve",
+            "--no-ui",
+            "--skills",
+            str(root),
+            "--mcp-port",
+            str(port),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+
+    async def loaded() -> str:
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            result = await client.call_tool("get_skill", {"name": SKILL})
+            return json.dumps(result.structured_content)
+
+    def up() -> str | None:
+        assert process.poll() is None, log.read_text()[-3000:]
+        try:
+            return asyncio.run(loaded())
+        except Exception:  # noqa: BLE001 - not listening yet
+            return None
+
+    try:
+        assert "AGENT-EDIT" not in wait_for(up, timeout=60, interval=0.2)
+        home = establish((root,))
+        wait_for(lambda: (home.path / MARKER).exists(), timeout=30)
+        skill_md = root / SKILL / "SKILL.md"
+        skill_md.write_text(skill_md.read_text() + "\nAGENT-EDIT: skip the changelog.\n")
+        control = ChangeControl(home.path, home.roots)
+
+        def settled():
+            assert "AGENT-EDIT" not in asyncio.run(loaded())  # never served, at any moment
+            change = control.queue.get(SKILL)
+            return change if change is not None and folder_bytes(root / SKILL) == approved else None
+
+        change = wait_for(settled, timeout=90, interval=0.05)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    assert change.source == "direct-edit" and "AGENT-EDIT" in change.files["SKILL.md"].decode()

@@ -1,0 +1,115 @@
+"""The replay rule at approval: a BLOCK needs an audited override, a WARN an audited reason, and
+the verdict is recomputed from the cell's per-golden findings, never taken on trust."""
+
+from __future__ import annotations
+
+import pytest
+
+from optimize.control.audit import AuditLog
+from optimize.control.changes import ApprovalRefused
+from optimize.control.gate import replay_rule
+from optimize.measure.cascade import SIDE_EFFECT_TOOLS, JudgeTiers
+from optimize.measure.regress import ReplaySettings, replay_cell
+from tests.optimize.conftest import ab
+from tests.regress_sim import edited, regress_world
+
+PASSING_AB = ab([0.2, 0.3, 0.1, 0.4], [0.9, 0.8, 0.7, 0.9])
+
+
+def golden(found: str, **extra) -> dict:
+    return {"id": "g-1", "verdict_found": found, "evidence": "", "signature": [], "controls": [], **extra}
+
+
+def cell(*goldens: dict, verdict: str = "PASS") -> dict:
+    return {"measurements": {"replay": {"status": "measured", "verdict": verdict, "goldens": list(goldens)}}}
+
+
+def test_the_rule_asks_nothing_of_a_pass_a_reason_of_a_warn_and_an_override_of_a_block():
+    assert replay_rule(cell(golden("pass"))).needs is None
+    assert replay_rule(cell(golden("contested", note="L2 and L3 disagree"), verdict="WARN")).needs == "reason"
+    blocked = golden(
+        "regressed", evidence="L2+L3", signature=["c1"], cited={"run": "golden", "step": 2, "quote": "x"}
+    )
+    rule = replay_rule(cell(blocked, verdict="BLOCK"))
+    assert (rule.verdict, rule.needs) == ("BLOCK", "override") and "golden step 2" in rule.reasons[0]
+    missing = replay_rule(
+        {"measurements": {"replay": {"status": "not_measured", "why": "no blessed goldens"}}}
+    )
+    assert (missing.verdict, missing.needs) == (None, None) and "no blessed goldens" in missing.reasons[0]
+
+
+def test_the_verdict_is_recomputed_from_the_findings_and_the_stricter_one_counts():
+    blocked = golden("regressed", evidence="L0", signature=["missing side effect: send()"])
+    assert replay_rule(cell(blocked, verdict="PASS")).verdict == "BLOCK"  # a forged PASS does not pass
+    assert replay_rule(cell(golden("pass"), verdict="WARN")).verdict == "WARN"
+    assert replay_rule(cell(golden("pass"), verdict="MAYBE")).needs == "override"  # malformed blocks
+    assert replay_rule({"measurements": {"replay": {"status": "measured"}}}).verdict == "BLOCK"
+
+
+def test_a_difference_the_controls_show_and_a_partial_replay_never_block():
+    shared = golden(
+        "regressed",
+        evidence="L2+L3",
+        signature=["c1"],
+        controls=[{"verdict": "regressed", "signature": ["c1"]}, {"verdict": "pass"}],
+    )
+    assert replay_rule(cell(shared)).verdict == "PASS"
+    partial = golden("regressed", evidence="L2+L3", signature=["c1"], partial=True)
+    assert replay_rule(cell(partial, verdict="WARN")).verdict == "WARN"
+    stale = golden("pass", controls=[{"verdict": "regressed", "signature": ["c1"]}] * 2)
+    assert replay_rule(cell(stale, verdict="WARN")).verdict == "WARN"
+
+
+def test_a_blocked_change_cannot_be_approved_without_an_audited_override(tmp_path, library_factory):
+    with regress_world(tmp_path, library_factory) as w:
+        w.bless(w.record(), ['keeps "no fees"'])
+        candidate = edited(w.files(), '3. Mention "no fees" for transfers under 1000 EUR.\n', "")
+        replay = replay_cell(
+            "fx-quote",
+            w.files(),
+            candidate,
+            w.control.runs_dir / "goldens",
+            w.server.client("agent", "judge"),
+            JudgeTiers("judge-l1", "judge-l2", "judge-l3"),
+            settings=ReplaySettings(side_effects=SIDE_EFFECT_TOOLS | {"send_quote"}),
+        )
+        assert replay["verdict"] == "BLOCK"
+        control = w.control
+        change, _ = control.propose(
+            "fx-quote", "rewrite", "optimizer", candidate, {**PASSING_AB, "replay": replay}
+        )
+        with pytest.raises(ApprovalRefused, match="regression replay BLOCKs this change"):
+            control.approve("fx-quote", "ana", change.id)
+        with pytest.raises(ApprovalRefused, match="--override-reason"):
+            control.approve(
+                "fx-quote", "ana", change.id, reason="looks fine"
+            )  # a plain reason is not an override
+        refused = [e for e in AuditLog(control.runs_dir).entries() if e.get("action") == "approve-refused"]
+        assert len(refused) == 2 and all("BLOCKs" in e.get("reason") for e in refused)
+        assert control.live_revision("fx-quote") == change.champion_revision
+        outcome = control.approve(
+            "fx-quote", "ana", change.id, override_reason="fees are now shown on the invoice"
+        )
+        assert outcome.to_revision == change.candidate_revision
+        lines = [e for e in AuditLog(control.runs_dir).entries() if e.get("change_id") == change.id]
+        promoted = [e for e in lines if e.get("action") in ("promote-intent", "promote")]
+        assert len(promoted) == 2 and all(
+            e.get("reason").endswith("replay BLOCK overridden: fees are now shown on the invoice")
+            and e.get("actor") == "ana"
+            for e in promoted
+        )
+        assert AuditLog(control.runs_dir).verify().ok
+
+
+def test_a_warned_change_needs_a_reason_which_is_audited(control):
+    files = {
+        "SKILL.md": b"---\nname: alpha\ndescription: Alpha does alpha things.\n---\n# alpha\n\nBetter.\n"
+    }
+    warned = cell(golden("contested", note="L2 and L3 disagree"), verdict="WARN")["measurements"]
+    change, _ = control.propose("alpha", "rewrite", "optimizer", files, {**PASSING_AB, **warned})
+    assert control.refusal(change) is None  # the button stays live: the form asks for the reason
+    with pytest.raises(ApprovalRefused, match="regression replay WARNs"):
+        control.approve("alpha", "ana", change.id, reason="   ")
+    control.approve("alpha", "ana", change.id, reason="the contested line is a rewording")
+    intent = next(e for e in AuditLog(control.runs_dir).entries() if e.get("action") == "promote-intent")
+    assert intent.get("reason").endswith("replay WARN accepted: the contested line is a rewording")
