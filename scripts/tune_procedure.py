@@ -18,6 +18,8 @@ and with every other body ignored (a pick must also serve body-less and mixed li
 random confidence configurations (ranking = confidence), then, for the best few of each pick, every
 combination of ranking-only weights on the body and sentence components. For every library it
 picks on the others and reports on it (leave-one-library-out), then picks on all of them.
+Each leave-one-library-out pick is also measured without its ranking-only weights: what the
+second stage buys on a library it was not picked on.
 `--mixed` also serves all the libraries together as one (each one's skills are distractors for the
 others' cases): measured for every reported pick, never picked on. `ceiling` is what labels could
 buy the shipped procedure: its ranking's top-1 with no threshold, and its top-1 with the threshold
@@ -226,6 +228,11 @@ def _random_confidence(rng: np.random.Generator, base: Procedure) -> Procedure:
     )
 
 
+def without_ranking_only(procedure: Procedure) -> Procedure:
+    """`procedure` ranking by its confidence alone (the ablation of its ranking-only weights)."""
+    return replace(procedure, **{f"rank_{c}": 0.0 for c in COMPONENTS})
+
+
 def _with_ranking_only(procedure: Procedure) -> list[Procedure]:
     return [
         replace(procedure, **{f"rank_{c}": v for c, v in zip(RANK_ONLY, steps, strict=True)})
@@ -256,7 +263,7 @@ def run(libraries: list[Library], mixed: Library | None, samples: int, refine: i
     def best(candidates: list[Procedure], on: list[str]) -> tuple[Procedure, float]:
         return max(((p, t) for p in candidates for t in TAUS), key=lambda pt: family(pt[0], on, pt[1]))
 
-    confidences = [shipped, replace(shipped, **{f"rank_{c}": 0.0 for c in COMPONENTS})]
+    confidences = [shipped, without_ranking_only(shipped)]
     confidences += [_random_confidence(rng, shipped) for _ in range(samples)]
 
     def pick(on: list[str]) -> tuple[Procedure, float]:
@@ -276,7 +283,12 @@ def run(libraries: list[Library], mixed: Library | None, samples: int, refine: i
     report: dict = {"leave_one_library_out": []}
     for held_out in names:
         on = [n for n in names if n != held_out]
-        report["leave_one_library_out"].append({"picked_on": on, "measured_on": held_out, **show(*pick(on))})
+        chosen, chosen_tau = pick(on)
+        ablated = without_ranking_only(chosen)
+        report["leave_one_library_out"].append(
+            {"picked_on": on, "measured_on": held_out, **show(chosen, chosen_tau),
+             "without_its_ranking_only_weights": show(ablated, chosen_tau)}
+        )  # fmt: skip
     report["picked_on_all"] = show(*pick(names))
     tau = min(TAUS, key=lambda t: abs(t - shipped.tau_related))
     report["shipped"] = show(shipped, tau)

@@ -4,13 +4,14 @@ both ways: a tuner that drifted from the router would tune something that is nev
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from mcp_server.calibration import Procedure
+from mcp_server.calibration import COMPONENTS, Procedure
 from mcp_server.library import Library
-from scripts.tune_procedure import VARIANTS, calibrated, evaluate, load_library, run
+from scripts.tune_procedure import VARIANTS, calibrated, evaluate, load_library, run, without_ranking_only
 from tests.mcp_server.test_calibration import BODYLESS, BODYRICH, OFF_LIBRARY, REQUESTS
 
 
@@ -53,6 +54,12 @@ def test_the_tuner_picks_on_each_library_measures_on_the_other_and_on_both_serve
     for entry in [*report["leave_one_library_out"], report["picked_on_all"], report["shipped"]]:
         assert set(entry["results"]) == {"bodyless", "bodyrich", "mixed"}
         assert all(set(entry["results"][n]) == set(VARIANTS) for n in entry["results"])
+    for entry in report["leave_one_library_out"]:  # the ablation drops exactly the ranking-only weights
+        picked, ablation = entry["procedure"], entry["without_its_ranking_only_weights"]
+        assert ablation["procedure"] == {k: 0.0 if k.startswith("rank_") else v for k, v in picked.items()}
+        ablated = Procedure(**{k: v for k, v in ablation["procedure"].items() if k != "tau_related"})
+        measured = evaluate(libraries[1], ablated, "as_is")[picked["tau_related"]]
+        assert ablation["results"]["bodyrich"]["as_is"] == {k: round(v, 4) for k, v in measured.items()}
     shipped = evaluate(libraries[1], Procedure(), "as_is")[0.35]
     assert report["shipped"]["results"]["bodyrich"]["as_is"] == {k: round(v, 4) for k, v in shipped.items()}
     assert report["shipped"]["procedure"]["rank_bm25_body"] == Procedure().rank_bm25_body
@@ -60,3 +67,11 @@ def test_the_tuner_picks_on_each_library_measures_on_the_other_and_on_both_serve
     assert all(v == 0.0 for k, v in without.items() if k.startswith("rank_"))
     ceiling = report["ceiling"]["mixed"]["as_is"]
     assert ceiling["oracle_no_route"] >= 0.92 and 0.0 <= ceiling["oracle_top1"] <= ceiling["ranking_top1"]
+
+
+def test_the_ablation_drops_the_ranking_only_weights_and_keeps_everything_else():
+    shipped = Procedure()
+    assert shipped.rank_weights.sum() > shipped.weights.sum()  # the shipped one has some to drop
+    ablated = without_ranking_only(shipped)
+    assert list(ablated.rank_weights) == list(shipped.weights) == list(ablated.weights)
+    assert replace(ablated, **{f"rank_{c}": getattr(shipped, f"rank_{c}") for c in COMPONENTS}) == shipped
