@@ -171,10 +171,21 @@ class Scoring:
         p = self.procedure
         return None if np.array_equal(p.rank_weights, p.weights) else self._per_skill(p.rank_weights)
 
-    def fuse(self, raw: Scores) -> np.ndarray:
+    def fuse(self, raw: Scores, rows: np.ndarray | None = None) -> np.ndarray:
         """The confidence's score: weighted mean of the components each skill has (renormalised
-        over what is present)."""
-        return self._mean(raw, self._weights)
+        over what is present). With `rows`, `raw` holds only those skills' scores."""
+        return self._mean(raw, self._weights, rows)
+
+    @functools.cached_property
+    def rank_per_skill(self) -> dict[int, np.ndarray]:
+        """Each weighed component's per-skill weight in the ranking score (ranking.py folds them)."""
+        return dict(self._per_skill(self.procedure.rank_weights))
+
+    def saturate(self, component: int, values: np.ndarray) -> np.ndarray:
+        """BM25 component values as s / (s + bm25_half x the library's scale); others unchanged."""
+        if component not in (3, 4):
+            return values
+        return values / (values + np.float32(self.procedure.bm25_half * self.bm25_scale[component - 3]))
 
     def rank(self, raw: Scores, fused: np.ndarray | None = None) -> np.ndarray:
         """The ranking score (`fused`, the confidence's score, when no component is ranking-only)."""
@@ -182,17 +193,12 @@ class Scoring:
             return fused if fused is not None else self.fuse(raw)
         return self._mean(raw, self._rank_weights)
 
-    def _mean(self, raw: Scores, weights: list[tuple[int, np.ndarray]]) -> np.ndarray:
-        half = {
-            3: self.procedure.bm25_half * self.bm25_scale[0],
-            4: self.procedure.bm25_half * self.bm25_scale[1],
-        }
+    def _mean(
+        self, raw: Scores, weights: list[tuple[int, np.ndarray]], rows: np.ndarray | None = None
+    ) -> np.ndarray:
         total: np.ndarray | None = None
         for c, weight in weights:
-            part = getattr(raw, COMPONENTS[c])
-            if c in half:
-                part = part / (part + np.float32(half[c]))
-            term = part * weight
+            term = self.saturate(c, getattr(raw, COMPONENTS[c])) * (weight if rows is None else weight[rows])
             total = term if total is None else total + term
         return total if total is not None else np.zeros_like(raw.dense_description)
 

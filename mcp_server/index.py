@@ -265,6 +265,24 @@ class Index:
             best[..., self._sent_skills] = np.maximum.reduceat(sentences, self._sent_starts, axis=-1)
         return best
 
+    def dense_vectors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(description vectors, body-opening vectors, which skills have a one-sentence
+        description), rows in `names` order: what ranking.py folds into one matrix."""
+        single = np.ones(len(self.names), dtype=bool)
+        single[self._sent_skills] = False
+        return self._desc, self._body, single
+
+    def best_sentences(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, best sentence cosine) for the skills whose description has several sentences."""
+        if not len(self._sent_skills):
+            return self._sent_skills, np.zeros(0, dtype=np.float32)
+        return self._sent_skills, np.maximum.reduceat(self._sent @ query, self._sent_starts)
+
+    def lexical(self, component: str, query_terms: list[str]) -> np.ndarray:
+        """One BM25 component ("bm25_description" or "bm25_body") for every skill."""
+        field = self._bm25_desc if component == "bm25_description" else self._bm25_body
+        return self._lexical(field, query_terms, len(self.names))
+
     @staticmethod
     def _lexical(index: bm25s.BM25 | None, query_terms: list[str], n: int) -> np.ndarray:
         known = [t for t in query_terms if index is not None and t in index.vocab_dict]
