@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run install dev test test-sandbox-nonroot check format bench bench-routing bench-latency bench-agent bench-regress calibrate tune-procedure compose-check screenshots clean
+.PHONY: run demo install dev test test-sandbox-nonroot check format bench bench-routing bench-latency bench-agent bench-regress calibrate tune-procedure compose-check screenshots clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -23,8 +23,15 @@ install: $(VENV)/.installed
 
 dev: $(VENV)/.dev-installed
 
+# GIT_HISTORY=false: the bundled skills live inside Ingot's own repository, whose branch an
+# approval must not commit to (point SKILLS_DIRS at your own skills repository to get commits).
 run: install
-	$(VENV)/bin/ingot serve
+	GIT_HISTORY=false $(VENV)/bin/ingot serve
+
+# The README's first ten minutes with models and no API key: the bundled skills copied to .demo/,
+# `ingot serve` pointed at the scripted model server from tests/ (see scripts/demo.py).
+demo: install
+	$(PY) scripts/demo.py
 
 test: dev
 	$(PY) -m pytest
@@ -89,6 +96,8 @@ tune-procedure: dev
 # README screenshots, taken by the browser tests from a real run (needs /usr/bin/chromium).
 screenshots: dev
 	INGOT_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/ui/test_browser.py -k "evidence_before or approve_in or removed_from_its_history"
+	INGOT_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/ui/test_skills_page.py -k "body_rendered"
+	INGOT_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/ui/test_walkthrough.py
 	INGOT_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/ui/test_replay.py -k "in_the_browser or blocked_change"
 
 compose-check:

@@ -310,6 +310,30 @@ def models_missing(settings: Settings) -> str | None:
     return None
 
 
+# The model roles each optimize pass calls (optimize/search): the body pass serves, authors and judges.
+PASS_ROLES = {"body": ("agent", "teacher", "judge"), "description": ("teacher",)}
+
+
+def optimize_missing(settings: Settings) -> dict[str, str | None]:
+    """Why each optimize pass (body, description) cannot run with these settings, or None when it
+    can: the UI disables its Optimize and Start buttons from this, and refuses a run with it."""
+    try:
+        config = llm_config(settings)
+    except ConfigError as exc:
+        return dict.fromkeys(PASS_ROLES, str(exc))
+    reasons: dict[str, str | None] = {}
+    for mode, roles in PASS_ROLES.items():
+        missing = [role for role in roles if role not in config.endpoints]
+        names = ", ".join(f"{r.upper()}_MODEL" for r in missing)
+        reasons[mode] = (
+            f"no {' or '.join(missing)} model configured: set BASE_URL and {names} (see .env.example), "
+            "then restart `ingot serve`"
+            if missing
+            else None
+        )
+    return reasons
+
+
 def provenance(settings: Settings, llm: LLMClient | None) -> dict:
     """The models and endpoints behind a measurement, for its evidence (never keys)."""
     config = llm.config if llm is not None else llm_config(settings)

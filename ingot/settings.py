@@ -54,10 +54,16 @@ class Settings(BaseSettings):
         description="Folders under which a caller's cwd may be inspected for `paths` constraints.",
     )
     create_skill_max_pending: int = Field(
-        default=25, ge=0, description="Agent-proposed changes that may wait for review at once."
+        default=25, ge=0, description="Changes one MCP client may have waiting for review at once."
+    )
+    create_skill_max_pending_total: int = Field(
+        default=100, ge=0, description="Agent-proposed changes from all clients waiting at once."
     )
     create_skill_per_minute: float = Field(
-        default=6.0, gt=0, description="create_skill calls admitted per minute."
+        default=6.0, gt=0, description="create_skill calls admitted per minute from one MCP client."
+    )
+    create_skill_per_minute_total: float = Field(
+        default=24.0, gt=0, description="create_skill calls admitted per minute from all clients."
     )
     embed_model_dir: Path | None = Field(default=None, description="Folder with model.onnx + tokenizer.json.")
     embed_model_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")

@@ -8,10 +8,11 @@ model can read; nothing a client sends can crash the server. Host and Origin hea
 checked (DNS-rebinding protection), and the default bind is loopback.
 
 Limits (`ToolLimits`), because any local process can be a client: `create_skill` is rate limited
-and refused once too many agent changes wait for review; it never waits more than a moment for
-the change lock (a busy lock answers "busy, retry", so routing keeps its threads); results name
-a skill's root by label, never by its path on this disk; and a caller's `cwd` is looked into
-(for `paths` constraints) only under the operator's ALLOWED_CALLER_ROOTS.
+and capped per source (the client name it declared at initialize, so one noisy agent cannot lock
+the others out) and for all sources together (a process may declare any name); it never waits
+more than a moment for the change lock (a busy lock answers "busy, retry", so routing keeps its
+threads); results name a skill's root by label, never by its path on this disk; and a caller's
+`cwd` is looked into (for `paths` constraints) only under the operator's ALLOWED_CALLER_ROOTS.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
-from fastmcp import FastMCP
+from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.skills import SkillFile as WireFile
 from fastmcp.skills import SkillFrontmatter, SkillManifest
@@ -36,7 +37,7 @@ from ingot import __version__
 from ingot.errors import IngotError
 from mcp_server.library import Library
 from mcp_server.policy import CallerContext, may_read
-from mcp_server.ratelimit import RateLimit
+from mcp_server.ratelimit import SourceRates
 from mcp_server.registry import Skill
 from mcp_server.sessions import SessionRoutes
 from optimize.control.changes import ChangeControl
@@ -52,9 +53,11 @@ class ToolLimits:
     """What MCP callers may do; the defaults match the settings' defaults."""
 
     allowed_caller_roots: tuple[Path, ...] = ()  # where `paths` constraints may look
-    create_max_pending: int = 25  # agent-proposed changes waiting for review at once
-    create_per_minute: float = 6.0  # create_skill calls admitted per minute on average
+    create_max_pending: int = 25  # changes one MCP client proposed, waiting for review at once
+    create_max_pending_total: int = 100  # ... from all clients together
+    create_per_minute: float = 6.0  # create_skill calls admitted per minute per client, on average
     create_burst: int = 3  # ... and at once after a quiet spell
+    create_total_per_minute: float = 24.0  # ... from all clients together (4 busy clients' worth)
     create_lock_wait_s: float = 1.0  # longest a create_skill waits for the change lock
     create_concurrency: int = 2  # create_skill calls working at once; more answer "busy"
 
@@ -248,6 +251,25 @@ def build_server(
     return mcp
 
 
+def client_name(ctx: Context) -> str:
+    """The name the MCP client declared at initialize (its `clientInfo`), tidied; the source that
+    create_skill's per-client limits count. A client that declared none is "unnamed client"."""
+    try:
+        params = ctx.session.client_params
+    except RuntimeError:  # no session (called outside a request)
+        params = None
+    info = getattr(params, "client_info", None)
+    name = str(getattr(info, "name", "") or "")
+    tidy = "".join(ch for ch in name if ch.isalnum() or ch in "._- ").strip()[:64]
+    return tidy or "unnamed client"
+
+
+def source_note(source: str) -> str:
+    """The pending change's note for a create_skill from `source`: shown to the reviewer, and how
+    the per-client cap counts what a client already has waiting (it survives a restart)."""
+    return f"proposed over MCP by {source}"
+
+
 def _add_create_skill(
     mcp: FastMCP,
     library: Library,
@@ -256,7 +278,12 @@ def _add_create_skill(
     queued: Callable[[str, str], None] | None,
 ) -> None:
     quick = replace(control, lock_wait_s=limits.create_lock_wait_s)
-    rate = RateLimit(limits.create_per_minute, burst=limits.create_burst)
+    rates = SourceRates(
+        limits.create_per_minute,
+        limits.create_burst,
+        limits.create_total_per_minute,
+        limits.create_burst * 4,
+    )
     working = threading.BoundedSemaphore(limits.create_concurrency)
 
     @mcp.tool
@@ -266,25 +293,37 @@ def _add_create_skill(
             str, Field(description="What the skill does and when to use it (<=1024 chars).")
         ],
         body: Annotated[str, Field(description="The instructions, in markdown.")],
+        ctx: Context,
     ) -> dict[str, Any]:
         """Propose a new reusable skill from what you just did. It is quarantined for human review
         and is NOT served until approved; existing skills are never overwritten."""
-        wait = rate.take()
+        source = client_name(ctx)
+        wait, which = rates.take(source)
         if wait > 0:
-            raise ToolError(
-                f"not queued: too many create_skill calls (at most {limits.create_per_minute:g} a minute); "
-                f"retry in {math.ceil(wait)} s"
+            per = (
+                f"at most {limits.create_per_minute:g} a minute from {source!r}"
+                if which == "source"
+                else f"at most {limits.create_total_per_minute:g} a minute from all clients"
             )
+            raise ToolError(f"not queued: too many create_skill calls ({per}); retry in {math.ceil(wait)} s")
         if not working.acquire(blocking=False):
             raise ToolError("not queued: busy with other create_skill calls; retry in a few seconds")
         try:
-            waiting = sum(1 for c in quick.pending() if c.source == "agent")
-            if waiting >= limits.create_max_pending:
+            agents = [c for c in quick.pending() if c.source == "agent"]
+            mine = sum(1 for c in agents if c.note == source_note(source))
+            if mine >= limits.create_max_pending:
                 raise ToolError(
-                    f"not queued: {waiting} agent-proposed changes already wait for review (the limit is "
-                    f"{limits.create_max_pending}); ask the operator to review them, then retry"
+                    f"not queued: {mine} changes from {source!r} already wait for review (the limit is "
+                    f"{limits.create_max_pending} per client); ask the operator to review them, then retry"
                 )
-            change, _ = agent_candidate(quick, name, description, body, library.similarity)
+            if len(agents) >= limits.create_max_pending_total:
+                raise ToolError(
+                    f"not queued: {len(agents)} agent-proposed changes already wait for review (the limit "
+                    f"is {limits.create_max_pending_total}); ask the operator to review them, then retry"
+                )
+            change, _ = agent_candidate(
+                quick, name, description, body, library.similarity, note=source_note(source)
+            )
         except PromotionConflict as exc:
             raise ToolError("not queued: Ingot is busy changing skills; retry in a few seconds") from exc
         except IngotError as exc:

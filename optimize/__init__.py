@@ -1,9 +1,12 @@
 """Evidence and change control: everything between "an agent proposed a change" and "it is served".
 
 Four rooms, read in this order, each importing only the ones before it (tests/test_layout.py):
-- `models/`  talks to models and records it: the one client, ledger, cassettes, prompts, traces.
-- `measure/` produces evidence and never decides: task sets, judges, A/B, sandboxed checks, mining.
-- `control/` decides and is the only writer: pending queue, evidence bundles, gate, quarantine,
-             audit chain, lock and `promote.py`, the only code that writes a skills root.
+- `models/`  talks to models and records it: the one client, ledger, cassettes, redaction,
+             prompts, traces (local or Langfuse).
+- `measure/` produces evidence and never decides: task sets, judges, A/B, routing impact,
+             sandboxed checks, mining, goldens and regression replay.
+- `control/` decides and is the only writer: pending queue, evidence bundles, gate, passport,
+             audit chain, lock, earned autonomy, the candidate inbox, protected roots, git
+             history, and `promote.py`, the only code that writes a skills root.
 - `search/`  proposes candidates and never promotes: best-of-N, descriptions, the loop; it hands
              results to control only through `ChangeControl.propose`."""

@@ -72,10 +72,10 @@ def test_every_ingot_service_runs_as_the_images_user_after_the_state_step(config
         assert service["user"] == "10001:10001", name
         assert service["depends_on"]["state"] == {"condition": "service_completed_successfully"}, name
         mounted = {v.split(":")[1] for v in service["volumes"]}
-        assert mounted <= {"/app/skills", "/app/runs", "/app/optimize/tasks"}, name
+        assert mounted <= {"/app/skills", "/app/runs", "/app/optimize/tasks", "/app/inbox"}, name
     state = services["state"]
     assert state["user"] == "0:0" and state["environment"]["INGOT_OWNER"] == "10001:10001"
-    assert {v.split(":")[1] for v in state["volumes"]} == {"/app/runs", "/app/optimize/tasks"}
+    assert {v.split(":")[1] for v in state["volumes"]} == {"/app/runs", "/app/optimize/tasks", "/app/inbox"}
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root (CI runs as root)")
@@ -92,7 +92,7 @@ def test_the_state_step_leaves_runs_and_tasks_owned_by_the_ingot_user(config, tm
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    for path in ("app/runs", "app/runs/old.jsonl", "app/optimize/tasks"):
+    for path in ("app/runs", "app/runs/old.jsonl", "app/optimize/tasks", "app/inbox"):
         info = (tmp_path / path).stat()
         assert (info.st_uid, info.st_gid) == (10001, 10001), path
 
@@ -161,3 +161,11 @@ def test_nothing_is_published_beyond_loopback(config):
         for port in service.get("ports", []):
             published = port if isinstance(port, str) else f"{port.get('host_ip', '')}:{port['published']}"
             assert published.startswith("127.0.0.1:"), f"{name} publishes {port}"
+
+
+def test_the_serving_process_reads_an_inbox_agents_can_write_to(config):
+    mcp = config["services"]["mcp"]
+    assert mcp["environment"]["CANDIDATE_ROOTS"] == "/app/inbox"
+    assert mcp["environment"]["LIVE_EDITS"] == "serve"  # the default; quarantine is opt-in
+    assert any(v.endswith(":/app/inbox") or ":/app/inbox:" in v for v in mcp["volumes"])
+    assert "serve" in mcp["command"]  # `ingot serve` runs the inbox, the guard and autonomy

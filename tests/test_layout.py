@@ -89,8 +89,13 @@ RULES: list[tuple[str, tuple[str, ...]]] = [
     ("optimize.search", (*FRONT_ENDS, "ingot.runtime")),
     ("ui", ("ingot.cli", "ingot.bench", "ingot.runtime", "mcp_server.server", "agent")),
 ]
-# optimize.search reaches change control only through ChangeControl (propose) and the bundle it returns.
-SEARCH_MAY_USE_FROM_CONTROL = ("optimize.control.changes", "optimize.control.evidence")
+# optimize.search reaches change control only through ChangeControl (propose) and the bundle it
+# returns, and reports an incident (the loop's mined score below the bar) like any caller.
+SEARCH_MAY_USE_FROM_CONTROL = (
+    "optimize.control.changes",
+    "optimize.control.evidence",
+    "optimize.control.autopilot.report_incident",
+)
 # The exception, not the rule: the MCP front end lives in mcp_server/ and calls change control.
 EXEMPT = {"mcp_server.server"}
 
@@ -141,8 +146,7 @@ def test_no_import_runs_up_the_floors(module):
             for n in imported
             if _under(n, "optimize.control")
             and not any(_under(n, allowed) for allowed in SEARCH_MAY_USE_FROM_CONTROL)
-            and n not in SEARCH_MAY_USE_FROM_CONTROL
-            and n != "optimize.control"
+            and not any(a.startswith(f"{n}.") for a in SEARCH_MAY_USE_FROM_CONTROL)  # `from n import a`
         ]
     assert not offences, f"{module} imports {sorted(set(offences))}, which its floor must not"
 

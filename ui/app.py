@@ -14,7 +14,9 @@ from __future__ import annotations
 import hmac
 import logging
 import re
+import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,8 +28,9 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from ingot import __version__
-from ingot.errors import IngotError, NotFound, SkillNotFound
+from ingot.errors import IngotError, NotFound, SkillNotFound, did_you_mean
 from mcp_server.library import Library
+from mcp_server.policy import CallerContext
 from optimize.control.changes import ApprovalRefused, ChangeControl
 from optimize.control.goldens_admin import GoldenAdmin
 from optimize.control.lock import PromotionConflict
@@ -35,9 +38,11 @@ from optimize.control.promote import check_skill_name
 from optimize.control.status import Status
 from optimize.measure.goldens import Golden, GoldenError, Review
 from optimize.models.traces import TraceStore, find_trace
+from ui import lifecycle, markdown, views
 from ui import replay as replay_views
-from ui import views
-from ui.runs import RunManager, RunNotFound
+from ui import skills as skill_views
+from ui.queue import ordered
+from ui.runs import RunManager, RunNotFound, RunRefused
 from ui.security import COOKIE, Guard, session_value
 
 log = logging.getLogger(__name__)
@@ -47,6 +52,7 @@ HTTP_STATUS: tuple[tuple[type[IngotError], int], ...] = (
     (PromotionConflict, 409),  # in flight elsewhere, already decided, or displaced since viewed
     (ApprovalRefused, 422),  # re-verification failed: blocked, stale, tampered
     (GoldenError, 422),  # a run that cannot be a golden, criteria that do not hold
+    (RunRefused, 422),  # no model configured for that pass
     (NotFound, 404),
     (RunNotFound, 404),
 )
@@ -60,6 +66,7 @@ NOTICES = {
     "criteria": "Criteria and world facts approved (recorded as yours in the audit chain).",
     "retired": "Retired: the golden is no longer replayed (kept on disk and in the audit chain).",
 }
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")  # a skill name in a notice's link, nothing else
 TRACE_ID = re.compile(r"^tr-[0-9a-f]{16}$")
 GOLDEN_ID = re.compile(r"^g-[0-9a-f]{12}$")
 
@@ -73,11 +80,15 @@ def build_app(
     token: str | None = None,
     traces: TraceStore | None = None,
     drafter: Callable[[Golden], Review] | None = None,
+    tasks_dir: Path | None = None,
 ) -> FastAPI:
     """The UI as an ASGI app; with `token`, every request must carry it (see ui/security.py).
-    `traces` feeds the Traces page; `drafter` (the teacher) drafts a blessed golden's criteria."""
+    `traces` feeds the Traces page; `drafter` (the teacher) drafts a blessed golden's criteria;
+    `tasks_dir` holds the task sets the skill pages count."""
     app = FastAPI(title="Ingot", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     templates = Jinja2Templates(directory=HERE / "templates")
+    templates.env.filters["component"] = skill_views.component_text
+    templates.env.filters["until"] = views.until
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_middleware(Guard, token=token)
     in_flight = threading.Lock()  # one approve / reject / rollback at a time in this process
@@ -128,7 +139,7 @@ def build_app(
         return {"status": "ok"}
 
     @app.get("/review", response_class=HTMLResponse)
-    def review(request: Request, done: str | None = None) -> HTMLResponse:
+    def review(request: Request, done: str | None = None, skill: str | None = None) -> HTMLResponse:
         changes, problems = control.queue.scan()
         cards = []
         for change in changes:
@@ -136,14 +147,28 @@ def build_app(
                 cards.append(views.review(control, change))
             except (IngotError, OSError, ValueError, TypeError) as exc:  # one bad change, not the page
                 problems.append(f"cannot show the change for {change.skill}: {exc}")
+        decided = skill if skill and done in NOTICES and _NAME.match(skill) else None
         return page(
             request,
             "review.html",
-            cards=cards,
+            cards=ordered(cards),
             problems=problems,
             set_aside=views.set_aside(control),
             notice=NOTICES.get(done or ""),
+            decided=decided,
         )
+
+    @app.get("/changes/{skill}/confirm", response_class=HTMLResponse)
+    def confirm(request: Request, skill: str, change_id: str = "") -> HTMLResponse:
+        """The step before approving: what will be served, in place of what, on what evidence."""
+        check_skill_name(skill)
+        change = control.queue.get(skill)
+        if change is None or change.id != change_id:
+            raise PromotionConflict(
+                f"change {change_id or '(none given)'} is no longer the one waiting for {skill!r}: "
+                "it was decided or replaced; go back to the review queue"
+            )
+        return page(request, "confirm.html", card=views.review(control, change))
 
     @app.post("/changes/{skill}/evaluate")
     def evaluate_change(skill: str, change_id: Annotated[str, Form()]) -> RedirectResponse:
@@ -168,7 +193,7 @@ def build_app(
                 override_reason=override_reason[:2000] or None,
             )
         refresh(skill)
-        return RedirectResponse(f"/history/{skill}?done=approved", status_code=303)
+        return RedirectResponse(f"/review?done=approved&skill={skill}", status_code=303)
 
     @app.post("/changes/{skill}/reject")
     def reject(
@@ -179,7 +204,7 @@ def build_app(
             raise ApprovalRefused("a rejection needs a reason; say why so the author can learn from it")
         with exclusive():
             control.reject(skill, reason.strip()[:2000], actor, change_id)
-        return RedirectResponse("/review?done=rejected", status_code=303)
+        return RedirectResponse(f"/review?done=rejected&skill={skill}", status_code=303)
 
     @app.get("/history", response_class=HTMLResponse)
     def history_index(request: Request) -> HTMLResponse:
@@ -191,13 +216,18 @@ def build_app(
         check_skill_name(skill)
         entries = views.timeline(control, skill)  # SkillNotFound (404) for a name nothing knows
         snapshots = control.snapshots(skill)
+        live = control.live_revision(skill)
+        changes = lifecycle.for_skill(
+            control.history(skill), lifecycle.bundle_paths(control.runs_dir, skill), control.thresholds, live
+        )
         return page(
             request,
             "history.html",
             skill=skill,
             entries=entries,
+            changes=changes,
             snapshots=snapshots,
-            live=control.live_revision(skill),
+            live=live,
             trust=control.autonomy.table(skill)[skill],
             streak_needed=control.autonomy.streak_needed,
             notice=NOTICES.get(done or ""),
@@ -226,13 +256,37 @@ def build_app(
         inside = folder.parent == (control.runs_dir / "evidence" / skill).resolve()
         if not inside or path.is_symlink() or not path.is_file():
             raise SkillNotFound(f"no evidence bundle {bundle!r} for {skill!r}")
+        readable = folder / "EVIDENCE.md"
+        rendered = None
+        if readable.is_file() and not readable.is_symlink():
+            rendered = markdown.render(readable.read_text(errors="replace"))
         text = path.read_text(errors="replace")
-        return page(request, "evidence.html", skill=skill, bundle=bundle, text=text)
+        return page(request, "evidence.html", skill=skill, bundle=bundle, text=text, rendered=rendered)
+
+    def skill_rows(status: Status) -> list[skill_views.Row]:
+        managed = {s.name: s for s in status.skills}
+        stored, _ = admin.store.all()
+        goldens = Counter(g.golden.skill for g in stored if g.review.state == "active")
+        return [
+            skill_views.row(skill, managed.get(skill.name), control.runs_dir, tasks_dir, goldens)
+            for skill in sorted(library.skills().values(), key=lambda s: s.name)
+        ]
+
+    def library_values(status: Status) -> dict[str, Any]:
+        return {
+            "rows": skill_rows(status),
+            "blocked": runs.blocked,
+            **_library_values(library, status),
+        }
+
+    @app.get("/skills")
+    def skills_index() -> RedirectResponse:
+        return RedirectResponse("/library", status_code=303)  # every skill is listed there
 
     @app.get("/library", response_class=HTMLResponse)
     def library_page(request: Request) -> HTMLResponse:
         status = control.status()
-        return page(request, "library.html", state=status, **_library_values(library, status))
+        return page(request, "library.html", state=status, **library_values(status))
 
     @app.post("/library/route", response_class=HTMLResponse)
     def try_routing(request: Request, task: Annotated[str, Form()]) -> HTMLResponse:
@@ -240,18 +294,49 @@ def build_app(
         if not task or len(task) > 4000:
             raise IngotError("type a task of 1 to 4000 characters to see how it routes")
         status = control.status()
+        # As `ingot route` asks by default: a caller on this machine's platform.
+        context = CallerContext(platform=sys.platform)
         return page(
             request,
             "library.html",
             state=status,
             task=task,
-            result=library.route(task),
-            **_library_values(library, status),
+            platform=sys.platform,
+            result=library.route(task, context),
+            **library_values(status),
+        )
+
+    @app.get("/skills/{skill}", response_class=HTMLResponse)
+    def skill_page(request: Request, skill: str) -> HTMLResponse:
+        check_skill_name(skill)
+        if skill not in library.skills():  # 404, naming the nearest served skills
+            raise SkillNotFound(
+                f"no skill named {skill!r} is served{did_you_mean(skill, library.skills())}; "
+                "the Library lists them"
+            )
+        served = library.get(skill)
+        status = control.status()
+        managed = {s.name: s for s in status.skills}
+        stored, _ = admin.store.all()
+        goldens = Counter(g.golden.skill for g in stored if g.review.state == "active")
+        info = skill_views.page(
+            skill_views.row(served, managed.get(skill), control.runs_dir, tasks_dir, goldens)
+        )
+        busy = [r for r in runs.list() if r.skill == skill and r.status in ("running", "stopping")]
+        return page(
+            request,
+            "skill.html",
+            state=status,
+            info=info,
+            blocked=runs.blocked,
+            busy=busy[0] if busy else None,
         )
 
     @app.get("/runs", response_class=HTMLResponse)
     def runs_page(request: Request) -> HTMLResponse:
-        return page(request, "runs.html", runs=runs.list(), skills=sorted(library.skills()))
+        return page(
+            request, "runs.html", runs=runs.list(), skills=sorted(library.skills()), blocked=runs.blocked
+        )
 
     @app.post("/runs")
     def start_run(skill: Annotated[str, Form()], mode: Annotated[str, Form()] = "body") -> RedirectResponse:

@@ -5,7 +5,8 @@ model call never takes the UI down and a run can be stopped. Its output goes to 
 so the progress bars draw as they do in a shell; it is kept in runs/ui-runs/<id>.log (capped),
 and progress is read from the newest bar. Metadata (<id>.json) outlives the UI: a run whose
 process vanished without a recorded exit shows as "interrupted". A run only proposes; it takes
-no change-control lock of its own beyond what `ingot optimize` takes to queue its result.
+no change-control lock of its own beyond what `ingot optimize` takes to queue its result. A pass
+the model settings cannot run is refused before it starts, with what to set.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class RunConflict(PromotionConflict):
 
 class RunNotFound(IngotError):
     """No run with that id."""
+
+
+class RunRefused(IngotError):
+    """The pass cannot run with this server's model settings (say which to set)."""
 
 
 @dataclass(frozen=True)
@@ -99,8 +104,11 @@ class RunManager:
         roots: Sequence[Path],
         env: Mapping[str, str] | None = None,
         command: Sequence[str] = (sys.executable, "-m", "ingot.cli"),
+        blocked: Mapping[str, str | None] | None = None,
     ) -> None:
+        """`blocked`: why each optimize pass cannot run (runtime.optimize_missing), None: it can."""
         self.folder = runs_dir / "ui-runs"
+        self.blocked = dict(blocked or {})
         self.roots, self.command = tuple(roots), tuple(command)
         self.env = {
             **(os.environ if env is None else env),
@@ -119,6 +127,8 @@ class RunManager:
             raise IngotError(f"unknown pass {mode!r}; choose one of {', '.join(MODES)}")
         if mode == "evaluate" and not (change_id and ID_PATTERN.match(change_id)):
             raise IngotError("an evaluation needs the pending change's id")
+        if self.blocked.get(mode):  # refused before a process starts, not after it fails
+            raise RunRefused(f"cannot start a {mode} pass: {self.blocked[mode]}")
         with self._lock:
             busy = [r for r in self.list() if r.skill == skill and r.status in ("running", "stopping")]
             if busy:

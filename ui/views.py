@@ -20,12 +20,16 @@ from ingot.errors import IngotError
 from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditEntry
 from optimize.control.autonomy import decide
+from optimize.control.autopilot import change_passport, queued_at
 from optimize.control.changes import ChangeControl
-from optimize.control.gate import evaluate, format_p
+from optimize.control.gate import evaluate, p_clause
 from optimize.control.passport import Cell, change_class
 from optimize.control.pending import PendingChange
 from optimize.control.status import Status
-from ui.diffs import FileDiff, file_diffs
+from ui import lifecycle
+from ui.diffs import FileDiff, Risk, file_diffs, risk
+from ui.lifecycle import Stage
+from ui.queue import ScoreCard, ab_cards, age, routing_cards
 from ui.replay import ReplayView, replay_view
 
 # The cells each kind of change is measured by (measure/evaluate.py): shown as missing when absent.
@@ -96,20 +100,11 @@ class Moved:
 
 
 @dataclass(frozen=True)
-class Stage:
-    """One step of a change's lifecycle, lit when an artifact shows it happened."""
-
-    name: str  # proposed, evidenced, gated, decided, promoted, watched
-    lit: bool
-    detail: str
-
-
-@dataclass(frozen=True)
 class Statistic:
     name: str
     n: int | None
     statistic: float | None
-    p: str  # "< 0.001", "0.125", or "undefined"
+    p: str  # "p < 0.001", "p = 0.125", or "p undefined"
 
 
 @dataclass(frozen=True)
@@ -164,7 +159,33 @@ class Review:
     passport_summary: str = ""
     lifecycle: tuple[Stage, ...] = ()
     autonomy: str | None = None  # what autonomy will do with it (level, countdown), or None
+    goes_live_at: str | None = None  # a supervised change's window end (ISO, UTC): the countdown
     replay: ReplayView | None = None  # the regression replay cell
+    risk: Risk | None = None  # the change's size and shape, from its bytes
+    scorecards: tuple[ScoreCard, ScoreCard] | None = None  # None: no headline number measured
+    age: str = ""  # how long it has waited
+
+    @property
+    def created(self) -> str:
+        return self.change.created
+
+    @property
+    def refusal_extra(self) -> str | None:
+        """The refusal, when it says more than the gate's reasons (a stale or tampered change):
+        a blocked card states its reason once."""
+        if self.refusal is None or any(r in self.refusal for r in self.reasons):
+            return None
+        return self.refusal
+
+    @property
+    def open_cells(self) -> tuple[Cell, ...]:
+        """Passport cells a reviewer must read: measured (pass or fail) or stale."""
+        return tuple(c for c in self.passport if c.state not in ("missing", "n/a"))
+
+    @property
+    def folded_cells(self) -> tuple[Cell, ...]:
+        """Cells with no measurement behind them (missing or not applicable): folded away."""
+        return tuple(c for c in self.passport if c.state in ("missing", "n/a"))
 
     @property
     def champion_tokens(self) -> int | None:
@@ -229,7 +250,7 @@ def header(status: Status) -> Header:
     )
 
 
-def review(control: ChangeControl, change: PendingChange) -> Review:
+def review(control: ChangeControl, change: PendingChange, now: dt.datetime | None = None) -> Review:
     data: Mapping[str, Any] = {}
     evidence_id = None
     if change.evidence_path:
@@ -239,7 +260,7 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         except evidence_mod.EvidenceError:
             data = {}
     verdict = evaluate(data, control.thresholds) if data else None
-    card_passport = control.passport(change)
+    card_passport = change_passport(control, change)
     blocks = data.get("measurements", {}) if isinstance(data.get("measurements"), Mapping) else {}
     names = list(EXPECTED.get(change.kind, ())) + [
         n for n in blocks if n not in EXPECTED.get(change.kind, ())
@@ -254,6 +275,27 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
     cases = (
         tuple(_case(c) for c in raw_cases if isinstance(c, Mapping)) if isinstance(raw_cases, list) else ()
     )
+    champion_mean = _mean(ab.get("champion_mean"), [c.champion for c in cases])
+    challenger_mean = _mean(ab.get("challenger_mean"), [c.challenger for c in cases])
+    samples = _int(ab.get("samples")) if _int(ab.get("samples")) is not None else (len(cases) or None)
+    scorecards = None
+    if ab:
+        scorecards = ab_cards(
+            change.kind,
+            change.champion_revision,
+            change.candidate_revision,
+            (champion_mean, challenger_mean),
+            samples,
+            ([c.champion_pass for c in cases], [c.challenger_pass for c in cases]),
+        )
+    elif impact:
+        scorecards = routing_cards(
+            change.champion_revision,
+            change.candidate_revision,
+            (_num(_get(metrics, "champion", "top1")), _num(_get(metrics, "challenger", "top1"))),
+            _int(_get(metrics, "n", "top1")),
+        )
+    autonomy = _autonomy(control, change)
     return Review(
         change=change,
         verdict=verdict.status if verdict else "blocked",
@@ -261,9 +303,9 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         warnings=verdict.warnings if verdict else (),
         refusal=control.refusal(change),
         measurements=measurements,
-        champion_mean=_mean(ab.get("champion_mean"), [c.champion for c in cases]),
-        challenger_mean=_mean(ab.get("challenger_mean"), [c.challenger for c in cases]),
-        samples=_int(ab.get("samples")) if _int(ab.get("samples")) is not None else (len(cases) or None),
+        champion_mean=champion_mean,
+        challenger_mean=challenger_mean,
+        samples=samples,
         cases=cases,
         retention=_num(ab.get("retention")),
         serving_model=ab.get("serving_model") if isinstance(ab.get("serving_model"), str) else None,
@@ -303,62 +345,61 @@ def review(control: ChangeControl, change: PendingChange) -> Review:
         passport=card_passport.cells,
         passport_summary=card_passport.summary,
         lifecycle=_lifecycle(control, change, data, verdict),
-        autonomy=_autonomy(control, change),
+        autonomy=autonomy[0] if autonomy else None,
+        goes_live_at=autonomy[1] if autonomy else None,
         replay=replay_view(data) if data else None,
+        risk=risk(change.skill, live, change.files, control.thresholds.retention_warn),
+        scorecards=scorecards,
+        age=age(change.created, now or dt.datetime.now(dt.UTC)),
     )
 
 
 def _lifecycle(
     control: ChangeControl, change: PendingChange, data: Mapping[str, Any], verdict: Any
 ) -> tuple[Stage, ...]:
-    """proposed -> evidenced -> gated -> decided -> promoted -> watched, from the artifacts: the
-    audit chain's lines for the change, its bundle, the gate. A pending change is not decided yet."""
     try:
         lines = [e for e in control.audit.entries() if e.get("change_id") == change.id]
     except IngotError:  # a damaged chain: the card still shows, its lifecycle says why it is dark
         lines = []
-    proposed = next((e for e in lines if e.get("action") == "propose"), None)
-    evidenced = [e for e in lines if e.get("action") == "evidence"]
-    measured = [
-        n
-        for n, b in (data.get("measurements") or {}).items()
-        if isinstance(b, Mapping) and b.get("status") == "measured"
-    ]
-    return (
-        Stage(
-            "proposed",
-            proposed is not None,
-            f"by {change.source}, {change.created}" if proposed else "no propose line",
-        ),
-        Stage(
-            "evidenced",
-            bool(measured),
-            f"{len(measured)} cell(s) measured" + (f", re-evaluated {len(evidenced)}x" if evidenced else ""),
-        ),
-        Stage("gated", verdict is not None, verdict.status if verdict is not None else "no readable bundle"),
-        Stage("decided", False, "waiting for a decision"),
-        Stage("promoted", False, "not yet"),
-        Stage("watched", False, "after promotion: replay, mining and drift watch the live revision"),
-    )
+    return lifecycle.for_pending(lines, change.source, change.created, data, verdict)
 
 
-def _autonomy(control: ChangeControl, change: PendingChange) -> str | None:
+def _autonomy(control: ChangeControl, change: PendingChange) -> tuple[str, str | None] | None:
+    """What autonomy will do with `change`, and when a supervised one goes live (None: manual)."""
     cls = change_class(change.kind, {})
     trust = control.autonomy.trust(change.skill, cls)
     if trust.level == "manual":
         return None
     try:
-        start = control.queued_at(change)
+        start = queued_at(control, change)
     except IngotError as exc:
         return (
-            f"{cls} changes are {trust.level}, but the audit chain cannot be read ({exc}): a person decides"
+            f"{cls} changes are {trust.level}, but the audit chain cannot be read ({exc}): a person decides",
+            None,
         )
     if start is None:
         return None
     decision = decide(
-        trust, control.passport(change), start, control.review_window_s, dt.datetime.now(dt.UTC)
+        trust, change_passport(control, change), start, control.review_window_s, dt.datetime.now(dt.UTC)
     )
-    return f"{cls} changes are {trust.level}: {decision.why}"
+    deadline = (
+        decision.ready_at.isoformat(timespec="seconds")
+        if decision.action == "wait" and decision.ready_at
+        else None
+    )
+    return f"{cls} changes are {trust.level}: {decision.why}", deadline
+
+
+def until(iso: str, now: dt.datetime | None = None) -> str:
+    """ "in 41 min 5 s" until the ISO time `iso` (UTC), or "any moment now" once it has passed."""
+    left = int((dt.datetime.fromisoformat(iso) - (now or dt.datetime.now(dt.UTC))).total_seconds())
+    if left <= 0:
+        return "any moment now"
+    hours, rest = divmod(left, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{hours} h"] if hours else []
+    parts += [f"{minutes} min"] if minutes or hours else []
+    return "in " + " ".join([*parts, f"{seconds} s"])
 
 
 def _list(value: Any) -> list[Any]:
@@ -383,7 +424,7 @@ def _statistic(block: Any) -> Statistic:
         str(block.get("test", "?")),
         _int(block.get("n")),
         _num(block.get("statistic")),
-        format_p(_num(block.get("p"))),
+        p_clause(_num(block.get("p"))),
     )
 
 

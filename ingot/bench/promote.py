@@ -26,8 +26,8 @@ BODY = "\n".join(f"{n}. Check step {n} of the release checklist and record the r
 
 def _files(round_: int) -> dict[str, bytes]:
     md = (
-        f"---\nname: bench-skill\ndescription: Runs the release checklist, round {round_}.\n---\n"
-        f"# Bench\n\n{BODY}\n"
+        "---\nname: bench-skill\ndescription: Runs the release checklist.\n---\n"
+        f"# Bench, round {round_}\n\n{BODY}\n"  # a body change: the description stays
     )
     return {
         "SKILL.md": md.encode(),
@@ -36,16 +36,36 @@ def _files(round_: int) -> dict[str, bytes]:
     }
 
 
+def passing_ab(samples: int = 6) -> dict:
+    """A held-out A/B that passes today's gate: distinct gains on every case, won pairwise, so
+    the exact sign-flip test gives p = 1/2^n (n = 6: 0.016)."""
+    cases = [
+        {
+            "id": f"h{i}",
+            "champion": 0.2,
+            "challenger": 0.9 - i / 100,
+            "champion_pass": False,
+            "challenger_pass": True,
+        }
+        for i in range(samples)
+    ]
+    pairwise = {"status": "measured", "wins": samples, "ties": 0, "losses": 0}
+    return {"ab": {"status": "measured", "samples": samples, "cases": cases, "pairwise": pairwise}}
+
+
 def run(settings: Settings, rounds: int) -> dict:
     work = Path(tempfile.mkdtemp(prefix="ingot-bench-promote-"))
+    library: Library | None = None
     try:
         root = work / "skills"
         root.mkdir()
         embedder = load_embedder(
             settings.embed_model_dir,
             settings.embed_model_sha256,
-            settings.vector_cache_path,
+            work / "vectors.sqlite",  # its own cache: the benchmark leaves no state behind
             threads=settings.embed_threads,
+            backend=settings.embed_backend,
+            model=settings.embed_model,
         )
         library = Library((root,), embedder)
         control = ChangeControl(work / "runs", (root,), prepare=library.prewarm, neighbours=library.current)
@@ -61,34 +81,18 @@ def run(settings: Settings, rounds: int) -> dict:
         control.approve("bench-skill", "bench", control.queue.get("bench-skill").id)
         library.reload()
         library.start_watching()
-        ab = {
-            "ab": {
-                "status": "measured",
-                "samples": 4,
-                "cases": [
-                    {
-                        "id": f"h{i}",
-                        "champion": 0.2,
-                        "challenger": 0.9 - i / 100,
-                        "champion_pass": False,
-                        "challenger_pass": True,
-                    }
-                    for i in range(4)
-                ],
-            }
-        }
+        ab = passing_ab()
         approve_ms, served_ms = [], []
         for round_ in range(1, rounds + 1):
             change, _ = control.propose("bench-skill", "rewrite", "optimizer", _files(round_), ab)
             start = time.perf_counter()
-            control.approve("bench-skill", "bench", change.id)
+            control.approve("bench-skill", "bench", change.id)  # refused evidence raises: no number
             approve_ms.append((time.perf_counter() - start) * 1000)
             while library.get("bench-skill").revision != change.candidate_revision:
                 if time.perf_counter() - start > 30:
                     raise RuntimeError("promoted revision not served within 30 s")
                 time.sleep(0.001)
             served_ms.append((time.perf_counter() - start) * 1000)
-        library.stop_watching()
         return {
             "rounds": rounds,
             "approve_ms": percentiles(approve_ms),
@@ -96,4 +100,6 @@ def run(settings: Settings, rounds: int) -> dict:
             "audit_lines": control.audit.verify().lines,
         }
     finally:
+        if library is not None:
+            library.stop_watching()
         shutil.rmtree(work, ignore_errors=True)

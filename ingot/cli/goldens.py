@@ -229,6 +229,7 @@ def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
     A BLOCK is an incident: every change class of SKILL drops to manual autonomy, and a revision
     autonomy promoted is rolled back. Exits 0 on PASS, 1 on WARN, BLOCK or nothing to replay."""
     from ingot.runtime import change_control, llm_client, replay_context, run_id, sandbox
+    from optimize.control.autopilot import report_incident
 
     settings = settings_for(skills)
     setup_logging("WARNING")
@@ -246,7 +247,7 @@ def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
     if cell.get("verdict") == "BLOCK":
         live = control.live_revision(skill) or "none"
         why = f"replay of the live revision {live[:12]} is BLOCK: {'; '.join(cell.get('reasons') or [])}"
-        for note in control.report_incident(skill, why, "ingot-replay", key=f"replay:{live}"):
+        for note in report_incident(control, skill, why, "ingot-replay", key=f"replay:{live}"):
             click.echo(f"incident: {note}", err=True)
     sys.exit(0 if cell.get("verdict") == "PASS" else 1)
 

@@ -198,9 +198,10 @@ def route(
         kind = "match" if result.match else "related_match"
         assert result.skill is not None
         click.echo(f"{kind}: {result.skill.name} @ {result.skill.short_revision} (score {result.score:.3f})")
+    from ui.skills import component_text  # the Library page's try-routing box shows the same
+
     for key, value in result.components.items():
-        shown = f"{value:.4f}" if isinstance(value, float) else value
-        click.echo(f"  {key}: {shown}")
+        click.echo(f"  {key}: {component_text(value)}")
     for alt in result.nearest:
         click.echo(f"  alternative: {alt.name} ({alt.score:.3f}, {alt.fit}; not loaded)")
 

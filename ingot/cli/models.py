@@ -4,6 +4,7 @@ Registered on the group by `main.py`; this module imports only `options` and `se
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import click
@@ -119,7 +120,9 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
     """How SKILL does on recorded traffic: mean score, failing dimensions, weakest tasks."""
     from ingot.runtime import change_control, model_run, open_library, state_home, trace_store
     from ingot.runtime import judge as make_judge
+    from optimize.control.autopilot import report_incident
     from optimize.measure.mining import mine as run_mining
+    from optimize.measure.mining import record as record_score
 
     settings = settings_for(skills)
     setup_logging("WARNING")
@@ -139,11 +142,12 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
     )
     click.echo(f"mean score: {report.mean_score if report.mean_score is not None else 'no traffic'}")
     control = change_control(settings, library=library)
+    record_score(control.runs_dir / "mining", report, dt.datetime.now(dt.UTC))
     if report.mean_score is not None and control.autonomy.mined(
         skill, report.mean_score, settings.loop_health_threshold
     ):
         why = f"mined live score {report.mean_score:.2f} dropped below {settings.loop_health_threshold:.2f}"
-        for note in control.report_incident(skill, why, "ingot-mine"):
+        for note in report_incident(control, skill, why, "ingot-mine"):
             click.echo(f"incident: {note}", err=True)
     for dimension, count in sorted(report.failing_dimensions.items(), key=lambda x: -x[1]):
         click.echo(f"  failing {dimension}: {count}")

@@ -49,7 +49,9 @@ def inbox(skills: tuple[Path, ...], evaluate_now: bool) -> None:
                 click.echo(f"{event.skill}  evaluated: {result.verdict}")
     seen = found.seen()
     if not events:
-        click.echo(f"nothing new in the inbox ({len(seen)} candidate(s) read before)")
+        click.echo("nothing new in the inbox")
+    if seen:
+        click.echo(f"every candidate read so far ({len(seen)}):")
     for origin, record in sorted(seen.items()):
         why = f": {record.get('why')}" if record.get("why") else ""
         change = record.get("change_id") or ""
@@ -84,7 +86,10 @@ def guard(skills: tuple[Path, ...]) -> None:
         click.echo(str(event))
     if not events:
         click.echo("every live skill is at its approved revision")
-    for kept in found.kept():
+    kept_edits = found.kept()
+    if kept_edits:
+        click.echo(f"direct edits kept so far ({len(kept_edits)}):")
+    for kept in kept_edits:
         change = f" as {kept.change_id}" if kept.change_id else ""
         why = f": {kept.why}" if kept.why and kept.why != kept.found else ""
         click.echo(f"  kept {kept.skill} ({kept.found}) {kept.status}{change} at {kept.path}{why}")

@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,9 @@ def listen(host: str, port: int, named: str) -> socket.socket:
     return sock
 
 
+NO_MODELS = "this UI was started without model settings: set BASE_URL and the *_MODEL settings (.env.example)"
+
+
 @dataclass(frozen=True)
 class UIOptions:
     """What the review UI needs beyond the library and change control."""
@@ -95,6 +98,11 @@ class UIOptions:
     runs_env: dict[str, str] | None = None  # environment for optimize runs (default: ours)
     traces: Any = None  # the trace store the Traces page lists (None: no page content)
     drafter: Callable[[Any], Any] | None = None  # the teacher drafting a blessed golden's criteria
+    # Why each optimize pass cannot run (runtime.optimize_missing); by default none can.
+    optimize: Mapping[str, str | None] = field(
+        default_factory=lambda: dict.fromkeys(("body", "description"), NO_MODELS)
+    )
+    tasks_dir: Path | None = None  # eval task sets, for the skills page's counts
 
 
 def tool_limits(settings: Settings) -> ToolLimits:
@@ -104,7 +112,9 @@ def tool_limits(settings: Settings) -> ToolLimits:
             Path(os.path.realpath(r.expanduser())) for r in settings.allowed_caller_roots
         ),
         create_max_pending=settings.create_skill_max_pending,
+        create_max_pending_total=settings.create_skill_max_pending_total,
         create_per_minute=settings.create_skill_per_minute,
+        create_total_per_minute=settings.create_skill_per_minute_total,
     )
 
 
@@ -120,7 +130,7 @@ def ui_options(settings: Settings) -> UIOptions:
             raise ConfigError(f"UI_ACCESS_TOKEN_FILE: {exc}") from exc
     if token is not None and len(token) < 16:
         raise ConfigError("UI_ACCESS_TOKEN must be at least 16 characters; use a long random string")
-    from ingot.runtime import llm_client, run_id, trace_store
+    from ingot.runtime import llm_client, optimize_missing, run_id, trace_store
 
     drafter = None
     if settings.teacher_model:
@@ -132,7 +142,14 @@ def ui_options(settings: Settings) -> UIOptions:
             log.warning("the teacher cannot draft criteria for blessed runs: %s", exc)
         else:
             drafter = lambda golden: draft_review(llm, golden)[0]  # noqa: E731
-    return UIOptions(actor(settings), token, traces=trace_store(settings), drafter=drafter)
+    return UIOptions(
+        actor(settings),
+        token,
+        traces=trace_store(settings),
+        drafter=drafter,
+        optimize=optimize_missing(settings),
+        tasks_dir=settings.tasks_dir,
+    )
 
 
 def ui_app(
@@ -149,7 +166,7 @@ def ui_app(
     from ui.app import build_app
     from ui.runs import RunManager
 
-    runs = RunManager(control.runs_dir, control.roots, options.runs_env)
+    runs = RunManager(control.runs_dir, control.roots, options.runs_env, blocked=options.optimize)
     app = build_app(
         library,
         control,
@@ -159,6 +176,7 @@ def ui_app(
         options.token,
         options.traces,
         options.drafter,
+        options.tasks_dir,
     )
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=ui_hosts(bind_host, allowed_hosts))
     return app

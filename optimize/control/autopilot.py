@@ -17,9 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ingot.errors import IngotError
-from optimize.control.autonomy import Decision, decide
+from optimize.control import evidence as evidence_mod
+from optimize.control.autonomy import CLASSES, Decision, decide
 from optimize.control.changes import ChangeControl
-from optimize.control.passport import change_class
+from optimize.control.passport import CELLS, Cell, Passport, change_class, passport
+from optimize.control.pending import PendingChange
+from optimize.control.promote import ABSENT
 
 log = logging.getLogger(__name__)
 ACTOR = "autonomy"
@@ -45,6 +48,61 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def change_passport(control: ChangeControl, change: PendingChange) -> Passport:
+    """The change's evidence as passport cells, judged against what is live now."""
+    try:
+        data = evidence_mod.load(control.runs_dir / (change.evidence_path or "")).data
+    except evidence_mod.EvidenceError as exc:
+        return Passport(tuple(Cell(name, "missing", f"evidence unreadable: {exc}") for name in CELLS))
+    return passport(data, control.live_revision(change.skill), control.thresholds)
+
+
+def queued_at(control: ChangeControl, change: PendingChange) -> dt.datetime | None:
+    """When the change's latest evidence was attached (its `propose` or `evidence` line): where a
+    supervised review window starts, kept in the chain so a restart loses nothing."""
+    lines = [
+        e
+        for e in control.audit.entries()
+        if e.get("change_id") == change.id and e.get("action") in ("propose", "evidence")
+    ]
+    return dt.datetime.fromisoformat(lines[-1].time) if lines else None
+
+
+def report_incident(
+    control: ChangeControl, skill: str, why: str, actor: str, key: str | None = None
+) -> list[str]:
+    """An incident after a promotion (drift, a failing replay of the live revision, a mined score
+    below the health bar): every class of `skill` drops to manual, and if autonomy itself put the
+    live revision there, it is rolled back to the one it displaced (a skill it created is
+    removed). `key` makes reports of the same occurrence (say, one drifted revision) count once."""
+    with control.writing():
+        if key is not None and not control.autonomy.first_report(skill, key):
+            return []
+        notes = [f"{skill}: {why}; every class is manual"]
+        control.autonomy.incident(skill, CLASSES, why, actor)
+        last = next(  # the last switch of the live folder, by anyone
+            (
+                e
+                for e in reversed(control.history(skill))
+                if e.get("action") in ("promote", "rollback") and str(e.get("outcome", "")).startswith("done")
+            ),
+            None,
+        )
+        root = control.root_of(skill)
+        undo = last is not None and last.get("action") == "promote" and last.get("actor") == ACTOR
+        displaced = last.get("from_revision") if last is not None else None
+        target = str(displaced or ABSENT)
+        if undo and root is not None and target in control.snapshots(skill):
+            try:
+                control.promoter.rollback(
+                    skill, root, target, actor, f"automatic rollback after incident: {why}"
+                )
+                notes.append(f"{skill}: autonomy's promotion rolled back to {target[:12]}")
+            except (OSError, IngotError) as exc:
+                notes.append(f"{skill}: the automatic rollback failed ({exc}); roll it back by hand")
+        return notes
+
+
 class Autopilot:
     def __init__(self, control: ChangeControl, clock: Callable[[], dt.datetime] = utcnow) -> None:
         self.control, self.clock = control, clock
@@ -55,10 +113,10 @@ class Autopilot:
         change = self.control.queue.get(skill)
         if change is None:
             return None
-        passport = self.control.passport(change)
+        cells = change_passport(self.control, change)
         trust = self.control.autonomy.trust(skill, change_class(change.kind, {}))
-        start = self.control.queued_at(change) or self.clock()
-        return decide(trust, passport, start, self.window_s, self.clock()), change.id
+        start = queued_at(self.control, change) or self.clock()
+        return decide(trust, cells, start, self.window_s, self.clock()), change.id
 
     def tick(self) -> list[Step]:
         steps: list[Step] = []
@@ -92,7 +150,8 @@ class Autopilot:
         """Drift is an incident: a managed skill that is no longer the revision Ingot put live."""
         steps = []
         for skill in self.control.status().drifted:
-            reported = self.control.report_incident(
+            reported = report_incident(
+                self.control,
                 skill.name,
                 f"drift: live {str(skill.live_revision)[:12]}, audited {str(skill.audited_revision)[:12]}",
                 ACTOR,

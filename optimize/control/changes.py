@@ -11,9 +11,9 @@ and changes nothing.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from optimize.control.gate import ReplayRequirement, Thresholds, Verdict, evalua
 from optimize.control.gitrepo import GitHistory
 from optimize.control.lock import PromotionConflict, change_lock
 from optimize.control.names import known_changes, known_skills, pins, require_skill, unknown_change
-from optimize.control.passport import CELLS, Cell, Passport, change_class, passport
+from optimize.control.passport import change_class, passport
 from optimize.control.pending import PendingChange, PendingQueue, new_change
 from optimize.control.promote import ABSENT, Outcome, Promoter, check_skill_name, tree_revision
 from optimize.control.status import Status, report
@@ -166,15 +166,27 @@ class ChangeControl:
     def recover(self) -> list[str]:
         """Settle anything a killed promotion or rollback left (run at start-up and before writes)."""
         with change_lock(self.runs_dir, self.lock_wait_s):
-            try:
-                return self._recover()
-            except OSError as exc:
-                raise WriteFailed(
-                    f"recovery could not finish: {_os_reason(exc)}; what is served is unchanged and the "
-                    "next command retries it. Free disk space or fix permissions"
-                ) from exc
+            return self._recover()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """The change lock, with whatever a killed operation left settled first. Every write that
+        lives outside this class (the guard's restores, incident reports) runs inside it."""
+        with change_lock(self.runs_dir, self.lock_wait_s):
+            self._recover()
+            yield
 
     def _recover(self) -> list[str]:
+        """`_settle`, with a failed write (a full disk) as one line that says nothing moved."""
+        try:
+            return self._settle()
+        except OSError as exc:
+            raise WriteFailed(
+                f"recovery could not finish: {_os_reason(exc)}; what is served is unchanged and the "
+                "next command retries it. Free disk space or fix permissions"
+            ) from exc
+
+    def _settle(self) -> list[str]:
         """Promotions first, then the queue: a pending change the audit log says was already
         promoted or rejected (killed before it was archived) is archived now. Nothing is settled
         from a chain that does not verify: a forged outcome line must not archive anything."""
@@ -197,7 +209,8 @@ class ChangeControl:
             elif change_id and entry.get("action") in ("reject", "withdraw"):
                 status = "rejected" if entry.get("action") == "reject" else "withdrawn"
                 settled[change_id] = (status, entry.get("reason") or status)
-        for change in self.queue.all():
+        readable, _ = self.queue.scan()  # a damaged record blocks only its own skill, never recovery
+        for change in readable:
             if change.id in settled:
                 status, reason = settled[change.id]
                 self.queue.archive(change.skill, reason, status, "ingot-recovery")
@@ -427,7 +440,7 @@ class ChangeControl:
                 )
                 self.queue.archive(skill, f"approved by {actor}", "approved", actor, outcome.seq)
             except (OSError, AuditError) as exc:
-                raise self._fault("promote", skill, change.candidate_revision, exc) from exc
+                raise self.fault("promote", skill, change.candidate_revision, exc) from exc
             green = passport(evidence.data, change.champion_revision, self.thresholds).all_green
             result = "override" if override_reason else ("clean" if green else "not-green")
             why = f"{change.id} approved by {actor}" + (
@@ -543,130 +556,19 @@ class ChangeControl:
             try:
                 outcome = self.promoter.rollback(skill, root, matches[0], actor, reason)
             except (OSError, AuditError) as exc:
-                raise self._fault("roll back", skill, target, exc) from exc
+                raise self.fault("roll back", skill, target, exc) from exc
             self.autonomy.incident(skill, CLASSES, f"rolled back to {matches[0][:12]} by {actor}", actor)
             return outcome
 
-    # -- autonomy -------------------------------------------------------------------------
-
-    def passport(self, change: PendingChange) -> Passport:
-        """The change's evidence as passport cells, judged against what is live now."""
-        try:
-            data = evidence_mod.load(self.runs_dir / (change.evidence_path or "")).data
-        except evidence_mod.EvidenceError as exc:
-            return Passport(tuple(Cell(name, "missing", f"evidence unreadable: {exc}") for name in CELLS))
-        return passport(data, self.live_revision(change.skill), self.thresholds)
-
-    def queued_at(self, change: PendingChange) -> dt.datetime | None:
-        """When the change's latest evidence was attached (its `propose` or `evidence` line):
-        where a supervised review window starts, kept in the chain so a restart loses nothing."""
-        lines = [
-            e
-            for e in self.audit.entries()
-            if e.get("change_id") == change.id and e.get("action") in ("propose", "evidence")
-        ]
-        return dt.datetime.fromisoformat(lines[-1].time) if lines else None
-
-    # -- protected live roots (LIVE_EDITS=quarantine; guard.py decides when) ------------------
-
-    def approved_revision(self, skill: str) -> tuple[bool, str | None]:
-        """(known, revision): whether the chain has approved anything for `skill`, and what
-        (None: approved absent)."""
-        approved = self.approvals.current()
-        return skill in approved, approved.get(skill)
-
-    def adopt(self, actor: str, baseline: bool = True) -> list[str]:
-        """With `baseline`, take the live skills as they are as the approved baseline: each skill
-        the chain has never approved gets a snapshot and an audited `adopt` line. Always, an
-        approved revision that is live without a snapshot (promoted before new revisions were
-        snapshotted) gets one."""
-        notes = []
-        with change_lock(self.runs_dir, self.lock_wait_s):
-            self._recover()
-            approved = self.approvals.current()
-            for skill in self.status().skills:
-                if skill.live_revision is None:
-                    continue
-                known = skill.name in approved
-                if (known and approved[skill.name] != skill.live_revision) or (not known and not baseline):
-                    continue  # edited behind Ingot's back, or new since: the guard's case
-                try:
-                    self.promoter.snapshot_live(skill.name, skill.root, skill.live_revision)
-                except (OSError, IngotError) as exc:
-                    notes.append(f"{skill.name}: could not snapshot {skill.live_revision[:12]}: {exc}")
-                    continue
-                if not known:
-                    self.audit.append(
-                        action="adopt",
-                        skill=skill.name,
-                        root=str(skill.root),
-                        to_revision=skill.live_revision,
-                        actor=actor,
-                        outcome="done",
-                        reason="approved as found: the baseline when its live folder came under protection",
-                    )
-                    notes.append(f"{skill.name}: adopted at {skill.live_revision[:12]}")
-        return notes
-
-    def restore(self, skill: str, actor: str, reason: str, change_id: str | None = None) -> Outcome:
-        """Put `skill`'s live folder back to its approved revision (see Promoter.restore); a
-        folder that was never approved is removed (the guard has kept it)."""
-        with change_lock(self.runs_dir, self.lock_wait_s):
-            self._recover()
-            _, revision = self.approved_revision(skill)
-            root = self.root_of(skill) or self._recorded_root(skill)
-            try:
-                return self.promoter.restore(
-                    skill, root, revision, actor=actor, reason=reason, change_id=change_id
-                )
-            except (OSError, AuditError) as exc:
-                raise self._fault("restore", skill, revision, exc) from exc
-
-    def _recorded_root(self, skill: str) -> Path:
-        """The root the chain last recorded for `skill` (its folder is gone), else the first."""
-        for entry in reversed(self.audit.entries()):
-            if entry.get("skill") == skill and entry.get("root") and Path(entry.get("root")) in self.roots:
-                return Path(entry.get("root"))
-        return self.roots[0]
-
-    def report_incident(self, skill: str, why: str, actor: str, key: str | None = None) -> list[str]:
-        """An incident after a promotion (drift, a failing replay of the live revision, a mined score
-        below the health bar): every class of `skill` drops to manual, and if autonomy itself put
-        the live revision there, it is rolled back to the one it displaced. `key` makes a report
-        of the same occurrence (say, one drifted revision) count once."""
-        with change_lock(self.runs_dir, self.lock_wait_s):
-            self._recover()
-            if key is not None and not self.autonomy.first_report(skill, key):
-                return []
-            notes = [f"{skill}: {why}; every class is manual"]
-            self.autonomy.incident(skill, CLASSES, why, actor)
-            last = next(  # the last switch of the live folder, by anyone
-                (
-                    e
-                    for e in reversed(self.history(skill))
-                    if e.get("action") in ("promote", "rollback")
-                    and str(e.get("outcome", "")).startswith("done")
-                ),
-                None,
-            )
-            root = self.root_of(skill)
-            undo = last is not None and last.get("action") == "promote" and last.get("actor") == "autonomy"
-            displaced = last.get("from_revision") if last is not None else None
-            target = str(displaced or ABSENT)  # a new skill autonomy created is removed again
-            if undo and root is not None and target in self.snapshots(skill):
-                try:
-                    self.promoter.rollback(
-                        skill, root, target, actor, f"automatic rollback after incident: {why}"
-                    )
-                    notes.append(f"{skill}: autonomy's promotion rolled back to {target[:12]}")
-                except (OSError, IngotError) as exc:
-                    notes.append(f"{skill}: the automatic rollback failed ({exc}); roll it back by hand")
-            return notes
-
-    def _fault(self, what: str, skill: str, target: str | None, exc: Exception) -> WriteFailed:
+    def fault(self, what: str, skill: str, target: str | None, exc: Exception) -> WriteFailed:
         """One line saying what a failed write left: the disk decides, not the code path.
         `target` None: the write was removing the skill."""
-        reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc)
+        if isinstance(exc, OSError):
+            reason = _os_reason(exc)
+        elif isinstance(exc, AuditError) and isinstance(exc.__cause__, OSError):  # its advice comes below
+            reason = f"cannot write the audit log: {_os_reason(exc.__cause__)}"
+        else:
+            reason = str(exc)
         try:
             live = self.live_revision(skill)
         except IngotError:

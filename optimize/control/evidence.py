@@ -24,7 +24,8 @@ from typing import Any
 
 from ingot.errors import IngotError
 from ingot.fsutil import write_atomic
-from optimize.control.gate import Thresholds, Verdict, evaluate
+from optimize.control.gate import Thresholds, Verdict, evaluate, p_clause
+from optimize.control.passport import passport
 
 SCHEMA_VERSION = 1
 
@@ -103,7 +104,7 @@ def write_bundle(
     folder = runs_dir / "evidence" / skill / bundle_id
     folder.mkdir(parents=True, exist_ok=False)
     _write_atomic(folder / "evidence.json", json.dumps(data, indent=2, sort_keys=True).encode())
-    _write_atomic(folder / "EVIDENCE.md", render_markdown(data, verdict).encode())
+    _write_atomic(folder / "EVIDENCE.md", render_markdown(data, verdict, thresholds).encode())
     return load(folder / "evidence.json")
 
 
@@ -122,8 +123,10 @@ def load(path: Path) -> Evidence:
     return Evidence(str(data.get("id")), str(data.get("skill")), path, hashlib.sha256(raw).hexdigest(), data)
 
 
-def render_markdown(data: Mapping[str, Any], verdict: Verdict) -> str:
-    """EVIDENCE.md: the numbers the verdict rests on, for every kind of change."""
+def render_markdown(data: Mapping[str, Any], verdict: Verdict, thresholds: Thresholds) -> str:
+    """EVIDENCE.md: the passport, then the numbers the verdict rests on, for every kind of change.
+    The passport is judged against the champion the bundle was measured on (the review card
+    re-judges it against what is live now, where it can be stale)."""
     lines = [
         f"# Evidence for `{data['skill']}` ({data['kind']})",
         "",
@@ -135,10 +138,13 @@ def render_markdown(data: Mapping[str, Any], verdict: Verdict) -> str:
         "",
     ]
     lines += [f"  - {r}" for r in verdict.reasons] + [f"  - warning: {w}" for w in verdict.warnings]
+    cells = passport(data, data.get("champion_revision"), thresholds)
+    lines += ["", "## Passport", "", f"**{cells.summary}**", "", "| cell | state | why |", "|---|---|---|"]
+    lines += [f"| {c.name} | {c.state} | {c.why.replace('|', '/')} |" for c in cells.cells]
     if verdict.statistics:
         lines += ["", "## Significance", ""]
         lines += [
-            f"- {s['test']}: n={s['n']}, statistic {s['statistic']}, p={_fmt_p(s['p'])}"
+            f"- {s['test']}: n={s['n']}, statistic {s['statistic']}, {p_clause(s['p'])}"
             + (f" ({s['note']})" if s.get("note") else "")
             for s in verdict.statistics
         ]
@@ -163,12 +169,6 @@ def render_markdown(data: Mapping[str, Any], verdict: Verdict) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def _fmt_p(p: Any) -> str:
-    if p is None:
-        return "undefined"
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _changes(changes: Mapping[str, Any]) -> str:

@@ -269,7 +269,7 @@ def _quality(evidence: Mapping[str, Any], t: Thresholds, rules: _Rules, prefix: 
     stats = tuple(test.as_json() for test in tests)
     small = n < SMALL_N or variance_is_zero(champion, challenger)
     deciding = [test for test in tests if test.p is not None] if small else [tests[0]]
-    shown = ", ".join(f"{test.name} p={_p(test.p)}" for test in tests)
+    shown = ", ".join(f"{test.name} {p_clause(test.p)}" for test in tests)
     rules.applied.append(
         f"significance ({'both tests' if small else 'paired t-test'} p <= {t.alpha}; {shown})"
     )
@@ -371,9 +371,10 @@ def _bad_cases(cases: Any) -> str | None:
     return None
 
 
-def format_p(p: float | None) -> str:
-    """p as people read it: "< 0.001" rather than "0.000"."""
-    return _p(p)
+def p_clause(p: float | None) -> str:
+    """p in a sentence: "p < 0.001", "p = 0.125" or "p undefined" (never "p=0.000")."""
+    shown = _p(p)
+    return f"p {shown}" if shown.startswith("<") or shown == "undefined" else f"p = {shown}"
 
 
 # -- the replay rule (regression replay, issue 16): for every kind of change --------------------

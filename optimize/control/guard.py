@@ -36,8 +36,10 @@ from mcp_server.library import Similarity
 from mcp_server.registry import Registry, read_skill_files
 from mcp_server.skillfiles import read_folder
 from optimize.control.approved import MARKER
+from optimize.control.audit import AuditError
 from optimize.control.changes import ChangeControl
 from optimize.control.inbox import newest_mtime
+from optimize.control.promote import Outcome
 from optimize.control.quarantine import CandidateRefused, admit
 
 log = logging.getLogger(__name__)
@@ -91,13 +93,45 @@ class Guard:
         snapshot approved revisions that lack one (a folder that appears later is a new skill
         waiting for review, never a baseline)."""
         first = not self.marker.exists()
-        notes = self.control.adopt(ACTOR, baseline=first)
+        notes = self._adopt(baseline=first)
         if first:
             write_atomic(
                 self.marker,
                 json.dumps({"since": _now(), "roots": [str(r) for r in self.control.roots]}).encode(),
             )
         return [GuardEvent(n.split(":", 1)[0], "adopted", n.split(": ", 1)[-1]) for n in notes]
+
+    def _adopt(self, baseline: bool) -> list[str]:
+        """With `baseline`, take the live skills as they are as the approved baseline: each skill
+        the chain has never approved gets a snapshot and an audited `adopt` line. Always, an
+        approved revision that is live without a snapshot (promoted before new revisions were
+        snapshotted) gets one."""
+        control, notes = self.control, []
+        with control.writing():
+            approved = control.approvals.current()
+            for skill in control.status().skills:
+                if skill.live_revision is None:
+                    continue
+                known = skill.name in approved
+                if (known and approved[skill.name] != skill.live_revision) or (not known and not baseline):
+                    continue  # edited behind Ingot's back, or new since: `check` handles it
+                try:
+                    control.promoter.snapshot_live(skill.name, skill.root, skill.live_revision)
+                except (OSError, IngotError) as exc:
+                    notes.append(f"{skill.name}: could not snapshot {skill.live_revision[:12]}: {exc}")
+                    continue
+                if not known:
+                    control.audit.append(
+                        action="adopt",
+                        skill=skill.name,
+                        root=str(skill.root),
+                        to_revision=skill.live_revision,
+                        actor=ACTOR,
+                        outcome="done",
+                        reason="approved as found: the baseline when its live folder came under protection",
+                    )
+                    notes.append(f"{skill.name}: adopted at {skill.live_revision[:12]}")
+        return notes
 
     # -- each tick -----------------------------------------------------------------------------
 
@@ -157,11 +191,31 @@ class Guard:
 
     def _restore(self, name: str, why: str, kept: Kept | None) -> list[GuardEvent]:
         try:
-            outcome = self.control.restore(name, ACTOR, why)
+            outcome = self._restore_approved(name, why)
         except IngotError as exc:
             return [GuardEvent(name, "failed", f"could not restore the approved revision: {exc}")]
         now = f"at {outcome.to_revision[:12]}" if outcome.to_revision else "removed (never approved)"
         return [GuardEvent(name, "restored", f"{now}; {why}")]
+
+    def _restore_approved(self, skill: str, why: str) -> Outcome:
+        """Put `skill`'s live folder back to its approved revision (Promoter.restore, crash-safe
+        and audited); a folder that was never approved is removed (it has been kept)."""
+        control = self.control
+        with control.writing():
+            revision = control.approvals.current().get(skill)
+            root = control.root_of(skill) or self._recorded_root(skill)
+            try:
+                return control.promoter.restore(skill, root, revision, actor=ACTOR, reason=why)
+            except (OSError, AuditError) as exc:
+                raise control.fault("restore", skill, revision, exc) from exc
+
+    def _recorded_root(self, skill: str) -> Path:
+        """The root the chain last recorded for `skill` (its folder is gone), else the first."""
+        for entry in reversed(self.control.audit.entries()):
+            root = entry.get("root")
+            if entry.get("skill") == skill and root and Path(root) in self.control.roots:
+                return Path(root)
+        return self.control.roots[0]
 
     # -- keeping what was found ----------------------------------------------------------------
 

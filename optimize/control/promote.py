@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import json
 import logging
 import os
@@ -95,7 +96,9 @@ _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
+    """The C library, found once (find_library runs ldconfig in a subprocess: ~15 ms)."""
     return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 

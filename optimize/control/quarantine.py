@@ -172,8 +172,10 @@ def agent_candidate(
     description: str,
     body: str,
     similar_to: Callable[[str, str], Similarity],
+    note: str | None = None,
 ) -> Proposed:
-    """`create_skill`: sanitise, render, check, and queue a new skill; never overwrite one."""
+    """`create_skill`: sanitise, render, check, and queue a new skill; never overwrite one.
+    `note` says which client proposed it."""
     slug = slugify(name)
     if control.live_revision(slug) is not None:
         raise CandidateRefused(
@@ -182,4 +184,4 @@ def agent_candidate(
         )
     cleaned = clean_description(description)
     files = {"SKILL.md": render_skill_md(slug, cleaned, clean_body(body), "agent")}
-    return admit(control, slug, files, "agent", similar_to(slug, cleaned), None)
+    return admit(control, slug, files, "agent", similar_to(slug, cleaned), note)

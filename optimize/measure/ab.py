@@ -33,6 +33,7 @@ from ingot.seal import Seal
 from optimize.measure.cache import SealedCache
 from optimize.measure.execcheck import Sandbox, run_check
 from optimize.measure.judge import Judge
+from optimize.measure.retention import retention
 from optimize.measure.samples import SampleReport, distinct_items
 from optimize.measure.taskset import Task, TaskSet
 from optimize.models.llm import LLMClient
@@ -265,7 +266,7 @@ class ABRunner:
             "challenger_mean": _mean([c["challenger"] for c in cases]),
             "champion_usd": _total([c["champion_usd"] for c in cases]),
             "challenger_usd": _total([c["challenger_usd"] for c in cases]),
-            "retention": round(_retention(champion.body or "", challenger.body or ""), 4),
+            "retention": round(retention(champion.body or "", challenger.body or ""), 4),
             "holdout_hash": tasks.holdout_hash,
             "serving_model": self.llm.config.endpoint("agent").model,
             "judges": list(self.judge.models),
@@ -282,10 +283,3 @@ def _mean(values: Sequence[float]) -> float | None:
 def _total(costs: Sequence[float | None]) -> float | None:
     """Serving cost of one arm over the holdout; unknown if any answer's cost is unknown."""
     return round(sum(costs), 8) if costs and all(c is not None for c in costs) else None  # type: ignore[arg-type]
-
-
-def _retention(champion: str, challenger: str) -> float:
-    """Share of the champion's lines that the challenger keeps (a rewrite that drops most is risky)."""
-    old = [line for line in champion.splitlines() if line.strip()]
-    kept = set(challenger.splitlines())
-    return sum(line in kept for line in old) / len(old) if old else 1.0

@@ -5,17 +5,20 @@ as at least related to the task (so traffic the router sent elsewhere still coun
 clustered by embedding cosine and one representative per cluster is judged; verdicts are cached
 by the digest of (task, answer), so re-mining judges only what is new. The report gives the mean
 score, failing dimensions with counts, and the weakest tasks as candidates for the eval set
-(offered, never written into a holdout).
+(offered, never written into a holdout). `record` keeps the latest live score per skill, with
+the number of distinct tasks it rests on and when it was measured, for the skills page.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingot.fsutil import write_atomic
 from mcp_server.library import Library
 from optimize.measure.judge import DIMENSIONS, Judge
 from optimize.models.redaction import redact
@@ -23,6 +26,7 @@ from optimize.models.traces import TraceRecord, TraceStore
 
 DUPLICATE_COSINE = 0.92
 FAILING_BELOW = 0.5
+SCORE_SCHEMA = 1
 
 
 @dataclass(frozen=True)
@@ -128,3 +132,45 @@ def _append(path: Path, key: str, verdict: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         handle.write(json.dumps({"key": key, "verdict": verdict}) + "\n")
+
+
+@dataclass(frozen=True)
+class LiveScore:
+    """A skill's latest mined score: the mean over `samples` distinct tasks (clusters), when."""
+
+    skill: str
+    mean_score: float
+    samples: int
+    traces: int
+    measured_at: str  # ISO 8601, UTC
+
+
+def record(folder: Path, report: MiningReport, now: dt.datetime) -> LiveScore | None:
+    """Keep `report`'s score as the skill's latest in `folder/<skill>.json` (None: no traffic,
+    nothing recorded, so an older score stays with its own date)."""
+    if report.mean_score is None:
+        return None
+    score = LiveScore(
+        report.skill, report.mean_score, report.clusters, report.traces, now.isoformat(timespec="seconds")
+    )
+    data = {"schema_version": SCORE_SCHEMA, **score.__dict__}
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / f"{report.skill}.json", json.dumps(data, indent=2).encode())
+    return score
+
+
+def latest(folder: Path, skill: str) -> LiveScore | None:
+    """The skill's latest recorded live score, or None (never mined, or a record it cannot read)."""
+    try:
+        data = json.loads((folder / f"{skill}.json").read_text())
+        if data.get("schema_version") != SCORE_SCHEMA:
+            return None
+        return LiveScore(
+            str(data["skill"]),
+            float(data["mean_score"]),
+            int(data["samples"]),
+            int(data["traces"]),
+            str(data["measured_at"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -101,6 +101,11 @@ def make_endpoint(role: str, base_url: str | None, api_key: str | None, model: s
             f"{role.upper()} model {model!r} is set but BASE_URL is empty: set BASE_URL "
             "(e.g. https://openrouter.ai/api/v1 or http://localhost:11434/v1)"
         )
+    if any(ch.isspace() or not ch.isprintable() for ch in base_url):
+        raise ConfigError(  # a pasted line break would otherwise surface deep inside the client
+            f"the base URL for the {role} role ({base_url!r}) contains whitespace or control "
+            "characters: set BASE_URL (or MODEL_BASE_URL) to the URL alone"
+        )
     if needs_key(base_url) and not api_key:
         key = "MODEL_API_KEY or API_KEY" if role in ("agent", "strong") else "API_KEY"
         raise ConfigError(

@@ -13,6 +13,7 @@ displaced, still visible); not passing, it is archived and the body change keeps
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 from ingot.errors import IngotError
 from ingot.seal import Seal
 from mcp_server.library import Library
+from optimize.control.autopilot import report_incident
 from optimize.control.changes import ChangeControl
 from optimize.measure.ab import ABRunner
 from optimize.measure.evaluate import Candidate, Inputs
@@ -28,6 +30,7 @@ from optimize.measure.evaluate import evaluate as measure
 from optimize.measure.execcheck import Sandbox
 from optimize.measure.judge import Judge
 from optimize.measure.mining import mine
+from optimize.measure.mining import record as record_score
 from optimize.measure.regress import ReplayContext
 from optimize.measure.taskset import load_task_set
 from optimize.models.llm import LLMClient
@@ -70,9 +73,10 @@ def run_loop(
         progress(f"mining {skill}")
         try:
             report = mine(skill, store, library, judge, control.runs_dir / "cache" / "verdicts.jsonl")
+            record_score(control.runs_dir / "mining", report, dt.datetime.now(dt.UTC))
             if report.mean_score is not None and control.autonomy.mined(skill, report.mean_score, threshold):
                 why = f"mined live score {report.mean_score:.2f} dropped below {threshold:.2f}"
-                progress("; ".join(control.report_incident(skill, why, "ingot-loop")))
+                progress("; ".join(report_incident(control, skill, why, "ingot-loop")))
             if report.mean_score is None:
                 entries.append(LoopEntry(skill, None, "no traffic", "no scored traces; nothing to fix"))
                 continue

@@ -153,9 +153,7 @@ def test_a_description_that_steals_another_skills_routes_is_blocked_with_the_tas
     refused = ingot("approve", "release-notes", "--change", change_id, "--skills", str(root), cwd=tmp_path)
     assert refused.returncode == 1 and "shadows" in refused.stderr
     markdown = (
-        Path(data["id"])
-        if False
-        else establish((root,)).path / "evidence" / "release-notes" / data["id"] / "EVIDENCE.md"
+        establish((root,)).path / "evidence" / "release-notes" / data["id"] / "EVIDENCE.md"
     ).read_text()
     assert "SHADOWS git-commit-messages" in markdown
 
@@ -295,3 +293,95 @@ def test_an_agents_new_skill_is_evaluated_in_the_background_when_models_are_conf
     assert data["measurements"]["routing_impact"]["status"] == "measured"
     assert "no task set for 'kiln-firing'" in data["measurements"]["ab"]["why"]
     assert data["gate"]["verdict"] == "admissible"
+
+
+def test_ingot_evaluate_replays_the_skills_blessed_runs_with_the_candidate(
+    library, tmp_path, library_factory
+):
+    from agent.run import skill_system_prompt
+    from optimize.control.goldens_admin import GoldenAdmin
+    from optimize.models.traces import TraceRecord
+    from tests.scripted_llm import Rule
+
+    root, tasks = library
+    home = establish((root,))
+    served = library_factory(root).get("release-notes")
+    control = ChangeControl(home.path, home.roots)
+    run = TraceRecord(
+        task="Notes for 0.9",
+        answer="weak answer",
+        route="match",
+        skill=served.name,
+        revision=served.revision,
+        model="agent-model",
+        messages=(
+            {
+                "role": "system",
+                "content": skill_system_prompt("match", served.name, served.revision, served.body),
+            },
+            {"role": "user", "content": "Notes for 0.9"},
+        ),
+    )
+    admin = GoldenAdmin(control)
+    golden, _ = admin.bless(run, "ana")
+    admin.approve(golden.id, "ana", ["answers the task"], [])
+    folder = candidate(tmp_path, root, lambda text: text + "\nNEW-MARK: group the changes by theme.\n")
+    with scripted_llm() as server:
+        verdict = json.dumps({"verdict": "pass", "failed": [], "rationale": "the new answer is stronger"})
+        server.rules[:0] = [
+            Rule(model="judge-model", user_contains="You adjudicate", reply=verdict),
+            Rule(model="judge-model", user_contains="Write the rationale", reply="All good."),
+        ]
+        server.script_optimizer()
+        done = ingot(
+            "propose", "release-notes", "--from", str(folder), "--skills", str(root), cwd=tmp_path,
+            **models(server, tasks),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data, _ = bundle(root)
+    cell = data["measurements"]["replay"]
+    assert cell["status"] == "measured" and cell["verdict"] == "PASS", cell
+    (replayed,) = cell["goldens"]
+    assert replayed["id"] == golden.id and replayed["answer"] == "strong answer"  # the candidate's bytes ran
+    assert cell["candidate_revision"] == data["candidate_revision"]
+
+
+def test_routing_impact_counts_recent_real_traffic_when_no_task_set_has_cases(tmp_path):
+    from optimize.models.traces import LocalTraceStore, TraceRecord
+
+    root = tmp_path / "lib" / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    empty_tasks = tmp_path / "no-tasks"
+    empty_tasks.mkdir()
+    home = establish((root,))
+    store = LocalTraceStore(home.path / "traces.jsonl")
+    traffic = {
+        "Write a commit message for this fix": "git-commit-messages",
+        "Write a conventional commit message for the staged changes": "git-commit-messages",
+        "Draft release notes for v3.1": "release-notes",
+    }
+    for task, skill in traffic.items():
+        store.append(TraceRecord(task=task, answer="ok", route="match", skill=skill, revision="r", model="m"))
+
+    def steal(text: str) -> str:
+        front, body = text.split("---", 2)[1], text.split("---", 2)[2]
+        meta = yaml.safe_load(front)
+        meta["description"] = (
+            "Writes commit messages for fixes and staged changes, and release notes from merged pull "
+            "requests. Use for any commit message, fix description or release note."
+        )
+        return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body
+
+    folder = candidate(tmp_path, root, steal)
+    done = ingot(
+        "propose", "release-notes", "--from", str(folder), "--skills", str(root), cwd=tmp_path,
+        TASKS_DIR=str(empty_tasks),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data, _ = bundle(root)
+    impact = data["measurements"]["routing_impact"]
+    assert impact["status"] == "measured" and impact["cases"]["total"] == 0
+    assert impact["cases"]["traffic"] == 3
+    moved = {m["task"]: (m["from"], m["to"]) for m in impact["traffic_moved"]}
+    assert moved["Write a commit message for this fix"] == ("git-commit-messages", "release-notes"), moved
+    assert "Write a commit message for this fix" in impact["by_skill"]["git-commit-messages"]["lost"]

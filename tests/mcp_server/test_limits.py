@@ -12,6 +12,7 @@ import time
 
 import pytest
 from fastmcp import Client
+from mcp.types import Implementation
 
 from mcp_server.ratelimit import RateLimit
 from mcp_server.server import ToolLimits
@@ -82,7 +83,44 @@ def test_agent_changes_beyond_the_cap_are_refused_with_a_clear_error(world):
         results = asyncio.run(_one_by_one(url, [("create_skill", skill_args(i)) for i in range(12)]))
     refused = [r.content[0].text for r in results if r.is_error]
     assert [r.is_error for r in results] == [False] * 4 + [True] * 8 and len(control.pending()) == 4
-    assert all("4 agent-proposed changes already wait for review (the limit is 4)" in t for t in refused)
+    assert all(
+        "4 changes from 'fastmcp' already wait for review (the limit is 4 per client)" in t for t in refused
+    ), refused[0]
+
+
+async def _as(url: str, client: str, calls: list[tuple[str, dict]]) -> list:
+    async with Client(url, client_info=Implementation(name=client, version="1")) as session:
+        return [await session.call_tool(t, a, raise_on_error=False) for t, a in calls]
+
+
+def test_one_noisy_client_spends_only_its_own_rate_and_cap(world):
+    root, library, control = world
+    limits = ToolLimits(create_max_pending=3, create_per_minute=0.001, create_burst=5)
+    with running_mcp(library, control=control, limits=limits) as url:
+        noisy = asyncio.run(_as(url, "noisy-agent", [("create_skill", skill_args(i)) for i in range(8)]))
+        quiet = asyncio.run(_as(url, "quiet-agent", [("create_skill", skill_args(i)) for i in range(20, 22)]))
+    assert [r.is_error for r in noisy] == [False] * 3 + [True] * 5
+    assert "3 changes from 'noisy-agent' already wait" in noisy[3].content[0].text
+    assert [r.is_error for r in quiet] == [False, False], [r.content[0].text for r in quiet if r.is_error]
+    notes = sorted(c.note for c in control.pending())
+    assert notes == ["proposed over MCP by noisy-agent"] * 3 + ["proposed over MCP by quiet-agent"] * 2
+
+
+def test_the_rate_is_per_client_and_all_clients_share_a_total(world):
+    root, library, control = world
+    limits = ToolLimits(create_per_minute=0.001, create_burst=2, create_total_per_minute=0.001)
+    with running_mcp(library, control=control, limits=limits) as url:
+        first = asyncio.run(_as(url, "agent-a", [("create_skill", skill_args(i)) for i in range(3)]))
+        others = [
+            asyncio.run(_as(url, f"agent-{n}", [("create_skill", skill_args(10 + k)) for k in range(2)]))
+            for n, k in zip("bcde", range(4), strict=True)
+        ]
+    assert [r.is_error for r in first] == [False, False, True]
+    assert "at most 0.001 a minute from 'agent-a'" in first[2].content[0].text
+    outcomes = [r for batch in others for r in batch]
+    queued = [r for r in outcomes if not r.is_error]
+    assert len(queued) + 2 == 8  # the shared burst is 4 x 2: two went to agent-a, six to the others
+    assert all("from all clients" in r.content[0].text for r in outcomes if r.is_error)
 
 
 def test_a_held_change_lock_answers_busy_and_routing_keeps_answering(world, tmp_path):
@@ -224,3 +262,15 @@ def test_the_rate_limit_refills_with_time():
     assert limit.take() == pytest.approx(10.0)
     now[0] = 10.0
     assert limit.take() == 0.0 and limit.take() > 0
+
+
+def test_all_clients_together_are_capped_too(world):
+    root, library, control = world
+    limits = ToolLimits(
+        create_max_pending=5, create_max_pending_total=3, create_per_minute=10_000, create_burst=1000
+    )
+    with running_mcp(library, control=control, limits=limits) as url:
+        a = asyncio.run(_as(url, "agent-a", [("create_skill", skill_args(i)) for i in range(2)]))
+        b = asyncio.run(_as(url, "agent-b", [("create_skill", skill_args(i)) for i in range(5, 7)]))
+    assert [r.is_error for r in a + b] == [False, False, False, True]
+    assert "3 agent-proposed changes already wait for review (the limit is 3)" in b[1].content[0].text

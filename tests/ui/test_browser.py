@@ -58,9 +58,11 @@ def test_approve_in_the_browser_serves_the_new_revision_over_mcp_and_history_sho
     assert served_revision(world, GOOD) == change.champion_revision
     page.goto(f"{world.ui}/review")
     card(page, GOOD).get_by_test_id("approve").click()
-    page.wait_for_url(f"**/history/{GOOD}?done=approved")
+    page.get_by_test_id("confirm-approve").click()
+    page.wait_for_url(f"**/review?done=approved&skill={GOOD}")
     assert "Approved and promoted" in page.get_by_role("status").inner_text()
     wait_for(lambda: served_revision(world, GOOD) == change.candidate_revision)
+    page.goto(f"{world.ui}/history/{GOOD}")
     latest = page.get_by_test_id("timeline-entry").first
     assert latest.get_attribute("data-action") == "promote"
     assert change.candidate_revision[:12] in latest.inner_text()
@@ -82,7 +84,7 @@ def test_reject_needs_a_reason_which_lands_in_the_audit(world, page):
     assert posts == [] and page.url.endswith("/review") and world.control.queue.get(GOOD) is not None
     good.get_by_test_id("reason").fill("drops the breaking-changes section")
     good.get_by_test_id("reject").click()
-    page.wait_for_url("**/review?done=rejected")
+    page.wait_for_url(f"**/review?done=rejected&skill={GOOD}")
     assert world.control.queue.get(GOOD) is None
     rejected = [e for e in world.control.history(GOOD) if e.get("action") == "reject"]
     assert rejected[-1].get("reason") == "drops the breaking-changes section"
@@ -164,7 +166,8 @@ def test_a_blocked_change_cannot_be_approved_and_a_forced_post_is_refused(world,
     blocked = card(page, BLOCKED)
     assert blocked.get_by_test_id("verdict").inner_text() == "blocked"
     assert (
-        "regresses held-out task(s) the champion passed: h1" in blocked.get_by_test_id("refusal").inner_text()
+        "regresses held-out task(s) the champion passed: h1"
+        in blocked.get_by_test_id("gate-banner").inner_text()
     )
     assert blocked.get_by_test_id("approve").is_disabled()
     status = page.evaluate(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ui.diffs import NO_FINAL_NEWLINE, file_diffs
+from ui.diffs import NO_FINAL_NEWLINE, file_diffs, risk
 
 
 def only(live: dict, candidate: dict):
@@ -40,3 +40,35 @@ def test_binary_added_removed_and_unchanged_files():
     assert by_path["img.png"].note.startswith("binary file: 6 bytes")
     assert by_path["new.txt"].status == "added" and "+here" in by_path["new.txt"].unified
     assert by_path["old.txt"].status == "removed" and "-gone" in by_path["old.txt"].unified
+
+
+def test_a_new_file_is_diffed_from_dev_null_and_a_removed_one_to_it():
+    added = only({}, {"scripts/run.sh": b"echo hi\n"})
+    assert added.unified.splitlines()[:2] == ["--- /dev/null", "+++ candidate/scripts/run.sh"]
+    removed = only({"notes.md": b"old\n"}, {})
+    assert removed.unified.splitlines()[:2] == ["--- live/notes.md", "+++ /dev/null"]
+    changed = only({"SKILL.md": b"a\n"}, {"SKILL.md": b"b\n"})
+    assert changed.unified.splitlines()[:2] == ["--- live/SKILL.md", "+++ candidate/SKILL.md"]
+
+
+SKILL = "---\nname: demo\ndescription: Demo things.\n---\n"
+
+
+def test_the_risk_summary_counts_lines_and_the_share_of_the_body_changed_and_kept():
+    live = {"SKILL.md": (SKILL + "# Demo\n\nOne.\nTwo.\nThree.\nFour.\n").encode()}
+    kept = {"SKILL.md": (SKILL + "# Demo\n\nOne.\nTwo.\nThree.\nFour.\nFive.\n").encode(), "x.bin": b"\0"}
+    summary = risk("demo", live, kept, retention_warn=0.5)
+    assert (summary.files, summary.added, summary.removed, summary.binary) == (2, 1, 0, 1)
+    assert summary.retained == 1.0 and summary.warning is None
+    assert round(summary.body_changed, 3) == round(1 - 12 / 13, 3)  # 6 of 6 and 7 lines match
+    gutted = {"SKILL.md": (SKILL + "# Demo\n\nSomething else entirely.\n").encode()}
+    summary = risk("demo", live, gutted, retention_warn=0.5)
+    assert (summary.added, summary.removed) == (1, 4)
+    assert summary.retained == 1 / 5 and "keeps 20%" in summary.warning
+    new = risk("demo", {}, kept, retention_warn=0.5)
+    assert new.new_skill and new.warning is None and new.body_changed == 1.0
+
+
+def test_the_risk_of_a_body_without_valid_frontmatter_is_still_measured():
+    summary = risk("demo", {"SKILL.md": b"no frontmatter\n"}, {"SKILL.md": b"no frontmatter\nmore\n"}, 0.5)
+    assert (summary.added, summary.removed, summary.retained) == (1, 0, 1.0)

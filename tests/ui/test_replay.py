@@ -101,16 +101,18 @@ def test_a_blocked_change_shows_its_replay_cell_and_needs_an_audited_override(ui
     assert "judging everything with the strongest tier" in cell.get_by_test_id("replay-cost").inner_text()
     assert cell.get_by_test_id("replay-rationale").inner_text().startswith("Scripted rationale")
     page.screenshot(path=str(screenshots / "review-replay.png"), full_page=True)
-    assert page.get_by_test_id("approve").inner_text() == "Override & promote"
+    assert page.get_by_test_id("approve").inner_text() == "Override & promote…"
     forced = httpx.post(
         f"{ui_world.ui}/changes/fx-quote/approve",
         data={"change_id": change.id},
         headers={"Origin": ui_world.ui},
     )
     assert forced.status_code == 422 and "BLOCKs this change" in forced.text
-    page.get_by_test_id("override-reason").fill("fees are printed on the invoice now")
     page.get_by_test_id("approve").click()
-    page.wait_for_url("**/history/fx-quote?done=approved")
+    page.get_by_test_id("override-reason").fill("fees are printed on the invoice now")
+    page.get_by_test_id("confirm-approve").click()
+    page.wait_for_url("**/review?done=approved&skill=fx-quote")
+    page.goto(f"{ui_world.ui}/history/fx-quote")
     assert (
         "replay BLOCK overridden: fees are printed on the invoice now"
         in page.get_by_test_id("timeline").inner_text()

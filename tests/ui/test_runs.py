@@ -13,6 +13,8 @@ import sys
 import pytest
 
 from ingot.cli.serve import UIOptions, ui_app
+from ingot.runtime import optimize_missing
+from ingot.settings import Settings, load_settings
 from tests.conftest import running_asgi, wait_for
 from tests.scripted_llm import scripted_llm
 from ui.runs import RunConflict, RunManager, clean, progress_of
@@ -79,7 +81,10 @@ def test_terminal_output_is_cleaned_to_what_a_reader_sees():
     assert progress_of(raw).percent == 100 and progress_of("no bars here") is None
 
 
-def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_change(world, page, tmp_path):
+@pytest.mark.parametrize("start_from", ["runs-page", "skill-page"])
+def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_change(
+    world, page, tmp_path, start_from
+):
     skill = "csv-data-cleaning"
     tasks = tmp_path / "tasks"
     tasks.mkdir()
@@ -99,11 +104,23 @@ def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_
             "OPTIMIZE_CANDIDATES": "2",
             "HF_HUB_OFFLINE": "1",
         }
-        app = ui_app(world.library, world.control, world.mcp, (), UIOptions("tester", runs_env=env))
+        settings = load_settings(
+            base_url=server.url,
+            agent_model="agent-model",
+            teacher_model="teacher-model",
+            judge_model="judge-model",
+        )
+        options = UIOptions("tester", runs_env=env, optimize=optimize_missing(settings))
+        app = ui_app(world.library, world.control, world.mcp, (), options)
         with running_asgi(app, lifespan="off") as ui:
-            page.goto(f"{ui}/runs")
-            page.get_by_test_id("run-skill").select_option(skill)
-            page.get_by_test_id("run-start").click()
+            if start_from == "runs-page":
+                page.goto(f"{ui}/runs")
+                page.get_by_test_id("run-skill").select_option(skill)
+                page.get_by_test_id("run-start").click()
+            else:  # the skill's own page: Optimize (body pass) opens the run's live log
+                page.goto(f"{ui}/skills/{skill}")
+                assert page.get_by_test_id("optimize-start").is_enabled()
+                page.get_by_test_id("optimize-start").click()
             page.wait_for_url("**/runs/run-*")
             assert page.get_by_test_id("run-status").inner_text() in ("running", "succeeded")
             page.wait_for_selector("[data-testid=run][data-status=succeeded]", timeout=120_000)
@@ -138,3 +155,33 @@ def test_unknown_runs_are_not_found(world):
 
     assert httpx.get(f"{world.ui}/runs/run-20260101T000000-abcdef").status_code == 404
     assert httpx.get(f"{world.ui}/api/runs/nope").status_code == 404
+
+
+def test_with_no_model_configured_start_is_disabled_with_the_reason_and_a_forced_post_starts_nothing(
+    world, page, tmp_path
+):
+    bare = {k: v for k, v in os.environ.items() if not k.endswith("_MODEL") and k != "BASE_URL"}
+    with pytest.MonkeyPatch.context() as env:  # this machine's environment, minus any model settings
+        for key in set(os.environ) - set(bare):
+            env.delenv(key)
+        reasons = optimize_missing(Settings(_env_file=None))
+    assert reasons["body"].startswith(
+        "no agent or teacher or judge model configured: set BASE_URL and AGENT_MODEL"
+    )
+    options = UIOptions("tester", runs_env=dict(os.environ), optimize=reasons)
+    with running_asgi(ui_app(world.library, world.control, world.mcp, (), options), lifespan="off") as ui:
+        page.goto(f"{ui}/runs")
+        assert page.get_by_test_id("run-start").is_disabled()
+        assert (
+            "Runs are off: no agent or teacher or judge model configured"
+            in page.get_by_test_id("run-blocked").inner_text()
+        )
+        status = page.evaluate(
+            """async () => (await fetch('/runs', {method: 'POST',
+                 body: new URLSearchParams({skill: 'release-notes', mode: 'body'})})).status"""
+        )
+        assert status == 422
+        assert page.goto(f"{ui}/runs") and "No runs yet." in page.inner_text("table.list")
+    # Only a teacher: the description pass can run, the body pass says what it lacks.
+    partial = optimize_missing(Settings(_env_file=None, base_url="http://127.0.0.1:9/v1", teacher_model="t"))
+    assert partial["description"] is None and "no agent or judge model" in partial["body"]

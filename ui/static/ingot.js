@@ -52,3 +52,21 @@ if (run && ["running", "stopping"].includes(run.dataset.status)) {
   };
   setTimeout(poll, 1000);
 }
+
+// A supervised change's countdown to the end of its review window (the server rendered it once).
+document.querySelectorAll("[data-testid=countdown]").forEach((el) => {
+  const deadline = Date.parse(el.dataset.deadline);
+  const tick = () => {
+    const left = Math.round((deadline - Date.now()) / 1000);
+    if (left <= 0) {
+      el.textContent = "goes live any moment now";
+      return;
+    }
+    const h = Math.floor(left / 3600);
+    const m = Math.floor((left % 3600) / 60);
+    const parts = (h ? [`${h} h`] : []).concat(h || m ? [`${m} min`] : []).concat([`${left % 60} s`]);
+    el.textContent = `goes live in ${parts.join(" ")}`;
+    setTimeout(tick, 1000);
+  };
+  tick();
+});

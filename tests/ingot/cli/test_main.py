@@ -96,7 +96,7 @@ def test_calibrate_prints_the_derived_rule_and_scores_labelled_cases(tmp_path):
     done = ingot(
         "calibrate",
         "--skills",
-        str(BUNDLED_SKILLS),
+        str(bundled(tmp_path)),
         "--cases",
         str(FIXTURES / "bundled_cases.jsonl"),
         cwd=tmp_path,
@@ -114,7 +114,12 @@ def test_calibrate_prints_the_derived_rule_and_scores_labelled_cases(tmp_path):
 def test_calibrate_refuses_a_bad_cases_file_with_one_line(tmp_path):
     (tmp_path / "cases.jsonl").write_text('{"task": "ok", "expected": null}\nnot json\n')
     done = ingot(
-        "calibrate", "--skills", str(BUNDLED_SKILLS), "--cases", str(tmp_path / "cases.jsonl"), cwd=tmp_path
+        "calibrate",
+        "--skills",
+        str(bundled(tmp_path)),
+        "--cases",
+        str(tmp_path / "cases.jsonl"),
+        cwd=tmp_path,
     )
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [

@@ -229,3 +229,20 @@ def test_an_old_head_replayed_over_a_longer_chain_is_refused(log):
     log.head_path.write_bytes(old_head)
     result = log.verify()
     assert not result.ok and "does not match the last line" in result.problem
+
+
+def test_a_line_edited_after_a_verification_is_still_caught_by_the_same_log(log):
+    assert log.verify().ok  # the verified prefix is remembered by this AuditLog
+    data = lines(log)
+    data[0] = data[0].replace(b'"actor":"tester"', b'"actor":"tesTer"')  # same length, same size
+    log.path.write_bytes(b"".join(data))
+    result = log.verify()
+    assert not result.ok and result.bad_line == 1 and "edited" in result.problem
+
+
+def test_lines_appended_after_a_verification_are_checked(log):
+    assert log.verify().ok
+    forged = json.loads(lines(log)[-1]) | {"seq": 6, "prev": log.verify().head_hash, "reason": "forged"}
+    log.path.write_bytes(log.path.read_bytes() + json.dumps(forged).encode() + b"\n")
+    result = log.verify()
+    assert not result.ok and result.bad_line == 6

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from ingot.home import establish
-from optimize.control.autopilot import Autopilot
+from optimize.control.autopilot import Autopilot, change_passport, report_incident
 from optimize.control.changes import ChangeControl
 from optimize.control.lock import change_lock
 from tests.conftest import BUNDLED_SKILLS
@@ -97,7 +97,7 @@ def test_an_approval_that_is_not_green_restarts_the_streak_and_an_override_is_an
         control.approve(SKILL, "reviewer", change.id)
     assert control.autonomy.trust(SKILL, "description").streak == 2
     change, _ = propose(control, 3, {**green(), "checks": {"status": "not_measured", "why": "skipped"}})
-    assert not control.passport(change).all_green  # the gate lets a person approve it anyway
+    assert not change_passport(control, change).all_green  # the gate lets a person approve it anyway
     control.approve(SKILL, "reviewer", change.id)
     trust = control.autonomy.trust(SKILL, "description")
     assert (trust.level, trust.streak) == ("manual", 0)
@@ -208,6 +208,6 @@ def test_an_incident_after_autonomy_created_a_skill_removes_it_again(control):
     change, _ = control.propose("kiln-firing", "create", "agent", files, checks())
     control.approve("kiln-firing", "autonomy", change.id)  # as the autopilot does
     assert control.live_revision("kiln-firing") == change.candidate_revision
-    notes = control.report_incident("kiln-firing", "replay of the live revision failed", "test")
+    notes = report_incident(control, "kiln-firing", "replay of the live revision failed", "test")
     assert any("rolled back to absent" in note for note in notes), notes
     assert control.live_revision("kiln-firing") is None and not control.status().drifted

@@ -413,7 +413,7 @@ def test_an_approved_new_skill_can_be_rolled_back_to_absent_and_restored(control
     files = {"SKILL.md": skill_md("beta", "Beta plans kiln firings for glazed stoneware.", "Ramp slowly.")}
     change, _ = control.propose("beta", "create", "agent", files, checks())
     created = control.approve("beta", "reviewer", change.id).to_revision
-    assert control.snapshots("beta") == [created, ABSENT]  # the live revision is kept too (served when pinned)
+    assert control.snapshots("beta") == [created, ABSENT]  # the live one is kept (served when pinned)
     removed = control.rollback("beta", ABSENT, "reviewer", "undo the new skill", expected_live=created)
     assert removed.to_revision is None and served(control, "beta") is None
     assert control.live_revision("beta") is None and control.snapshots("beta") == [created, ABSENT]
@@ -423,3 +423,15 @@ def test_an_approved_new_skill_can_be_rolled_back_to_absent_and_restored(control
         control.rollback("beta", ABSENT, "reviewer", expected_live=ABSENT)
     control.rollback("beta", created[:12], "reviewer", "bring it back", expected_live=ABSENT)
     assert served(control, "beta") == created and control.root_of("beta") == control.roots[0]
+
+
+def test_a_damaged_pending_record_blocks_only_its_own_skill(control, library_factory):
+    change, _ = rewrite(control)
+    slot = control.queue.slot("alpha")
+    slot.write_text(slot.read_text().replace(change.id, "../escape"))
+    files = {"SKILL.md": skill_md("beta", "Beta plans kiln firings for glazed stoneware.", "Ramp slowly.")}
+    created, _ = control.propose("beta", "create", "agent", files, checks())
+    assert control.approve("beta", "reviewer", created.id).to_revision == created.candidate_revision
+    with pytest.raises(IngotError, match="malformed change id"):
+        control.reject("alpha", "bad record", "reviewer")
+    assert slot.exists()  # kept for a person to look at, never archived or dropped

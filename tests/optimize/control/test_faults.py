@@ -215,3 +215,28 @@ def test_re_approving_a_just_approved_change_is_a_conflict_not_a_missing_change(
     assert second.returncode == 3 and "already rejected" in second.stderr
     seqs = [r["decision_seq"] for r in control.queue.archived("alpha") if r["id"] in ids]
     assert len(set(seqs)) == 3 and seqs == sorted(seqs)
+
+
+def test_a_write_refused_during_recovery_is_one_line_and_the_next_command_finishes_it(tmp_path):
+    """The kill left an intent without its outcome; recovery's own write is refused (the chain
+    made immutable with chattr +i: EPERM even for root, a real fault on ext4)."""
+    root, control, v2 = _killed_between_switch_and_outcome(tmp_path)
+    chain = control.runs_dir / "audit.jsonl"
+    if subprocess.run(["chattr", "+i", str(chain)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available on this filesystem")
+    v1 = next(r for r in control.snapshots("alpha") if r not in (v2, "absent"))
+    rollback = ("rollback", "alpha", v1[:12], "--live", v2[:12], "--skills", str(root))
+    try:
+        done = ingot(*rollback, cwd=tmp_path)  # a write settles what the kill left first
+    finally:
+        subprocess.run(["chattr", "-i", str(chain)], check=True)
+    assert done.returncode == 1
+    line = one_clean_line(done)
+    assert "cannot write the audit log" in line and "Operation not permitted; nothing was changed" in line
+    assert (
+        served(root) == v2
+        and "RECOVERY PENDING" in ingot("status", "--skills", str(root), cwd=tmp_path).stdout
+    )
+    assert ingot(*rollback, cwd=tmp_path).returncode == 0  # recovery finishes, then the rollback
+    status = ingot("status", "--skills", str(root), cwd=tmp_path)
+    assert served(root) == v1 and "RECOVERY" not in status.stdout and AuditLog(control.runs_dir).verify().ok

@@ -51,7 +51,7 @@ def test_too_few_samples_and_a_small_margin_block_with_reasons():
 def test_three_distinct_equal_gains_are_not_significant_whatever_the_t_test_says():
     verdict = evaluate(rewrite_evidence([0.5, 0.5, 0.5], [0.7, 0.7, 0.7]), Thresholds())
     assert verdict.status == "insufficient"
-    assert "undefined" in verdict.reasons[0] and "p=0.125" in verdict.reasons[0]
+    assert "undefined" in verdict.reasons[0] and "p = 0.125" in verdict.reasons[0]
 
 
 def test_a_paired_test_without_enough_evidence_says_insufficient():

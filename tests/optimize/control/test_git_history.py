@@ -116,7 +116,9 @@ def test_without_git_history_nothing_is_committed(repo, tmp_path):
     )
 
 
-def test_each_commit_is_pushed_to_the_configured_remote(repo, tmp_path):
+def test_each_commit_is_pushed_to_the_configured_remote_and_a_replica_serves_it_by_pulling(
+    repo, tmp_path, library_factory
+):
     top, root, control = repo
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
@@ -135,6 +137,19 @@ def test_each_commit_is_pushed_to_the_configured_remote(repo, tmp_path):
     replica = tmp_path / "replica"
     git(tmp_path, "clone", "-q", str(remote), str(replica))  # a read-only replica pulls it
     assert "PUSHED" in (replica / "skills" / SKILL / "SKILL.md").read_text()
+    serving = library_factory(replica / "skills")
+    assert serving.current().get(SKILL).revision == change.candidate_revision
+    second = pushing.champion_files(SKILL)
+    second["SKILL.md"] += b"\nPUSHED AGAIN\n"
+    later, _ = pushing.propose(SKILL, "rewrite", "operator", second, passing())
+    pushing.approve(SKILL, "reviewer", later.id)
+    for thread in pushing.promoter.pushes:
+        thread.join(timeout=60)
+    git(replica, "pull", "-q", "--ff-only")  # what the replica's timer runs (ARCHITECTURE.md)
+    serving.reload()
+    assert serving.current().get(SKILL).revision == later.candidate_revision
+    replica_status = ChangeControl(tmp_path / "replica-home", (replica / "skills",)).status()
+    assert not replica_status.drifted  # its own chain is empty: nothing of Ingot's there to drift from
 
 
 # -- a SIGKILL between the swap and the commit -------------------------------------------------

@@ -249,3 +249,8 @@ def test_a_journal_keeps_what_a_failed_run_paid_for(server, tmp_path):
     answers = [again.complete("agent", [{"role": "user", "content": f"step {s}"}]).text for s in (1, 2, 3)]
     assert answers == ["ok", "ok", "ok"]
     assert [r.body["messages"][0]["content"] for r in server.chat_requests()[paid:]] == ["step 3"]
+
+
+def test_a_base_url_with_a_line_break_is_one_config_error_not_a_traceback_from_the_client():
+    with pytest.raises(ConfigError, match="contains whitespace or control characters"):
+        make_endpoint("agent", "http://127.0.0.1:1/v1\nhttp://127.0.0.1:2/v1", None, "m")

@@ -1,0 +1,102 @@
+"""The README's "first ten minutes", step by step, in headless Chromium: the real CLI proposes an
+edit, Evaluate measures it with the demo's scripted model server (scripts/demo.py, no key), the
+review page shows it passing, Approve confirms and serves it over MCP, History rolls it back.
+Its screenshots are the README's (`make screenshots`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ingot.cli.serve import UIOptions, ui_app
+from ingot.runtime import optimize_missing
+from ingot.settings import Settings
+from optimize.control.changes import ChangeControl
+from scripts import demo
+from tests.conftest import running_asgi, running_mcp, wait_for
+from tests.scripted_llm import scripted_llm
+from tests.ui.test_browser import card, served_revision
+
+SKILL = "release-notes"
+
+
+class Demo:
+    def __init__(self, mcp: str) -> None:
+        self.mcp = mcp
+
+
+def test_the_first_ten_minutes_propose_evaluate_review_approve_and_roll_back(
+    tmp_path, library_factory, page, screenshots
+):
+    env = demo.prepare(tmp_path / "demo")
+    with scripted_llm() as server:
+        demo.script(server)
+        env["BASE_URL"] = server.url
+        runs_env = {**{k: v for k, v in os.environ.items() if k != "API_KEY"}, **env, "HF_HUB_OFFLINE": "1"}
+        root = tmp_path / "demo" / "skills"
+        library = library_factory(root)
+        control = ChangeControl(
+            tmp_path / "demo" / "home", (root,), lock_wait_s=5, neighbours=library.current
+        )
+        # 1. An edit of the live skill, proposed with the real CLI (measured later, from the page).
+        edit = tmp_path / "my-edit"
+        shutil.copytree(root / SKILL, edit)
+        with (edit / "SKILL.md").open("a") as handle:
+            handle.write("\nNEW-MARK: check every entry against the merged pull request.\n")
+        proposed = subprocess.run(
+            [sys.executable, "-m", "ingot.cli", "propose", SKILL, "--from", str(edit), "--no-evaluate"],
+            env=runs_env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proposed.returncode == 0, proposed.stderr
+        assert proposed.stdout.startswith("pending chg-")
+        change = control.queue.get(SKILL)
+        settings = Settings(
+            _env_file=None, **{k.lower(): v for k, v in env.items() if k.endswith(("_MODEL", "URL"))}
+        )
+        options = UIOptions(
+            "tester", runs_env=runs_env, optimize=optimize_missing(settings), tasks_dir=Path(env["TASKS_DIR"])
+        )
+        with (
+            running_mcp(library, control=control) as mcp,
+            running_asgi(ui_app(library, control, mcp, (), options), lifespan="off") as ui,
+        ):
+            world = Demo(mcp)
+            # 2. Review: nothing measured yet, so the card cannot be approved; Evaluate measures it.
+            page.goto(f"{ui}/review")
+            assert card(page, SKILL).get_by_test_id("approve").is_disabled()
+            card(page, SKILL).get_by_test_id("evaluate").click()
+            page.wait_for_url("**/runs/run-*")
+            page.wait_for_selector("[data-testid=run][data-status=succeeded]", timeout=120_000)
+            assert "gate pass" in page.get_by_test_id("run-log").inner_text()
+            page.screenshot(path=str(screenshots / "walkthrough-evaluate.png"), full_page=True)
+            # 3. The card now passes, with its score cards and risk summary.
+            page.goto(f"{ui}/review")
+            good = card(page, SKILL)
+            assert good.get_by_test_id("verdict").inner_text() == "pass"
+            assert (
+                good.locator("[data-arm=challenger]").get_by_test_id("scorecard-value").inner_text()
+                == "0.900"
+            )
+            assert "+2 / −0 lines" in good.get_by_test_id("risk").inner_text()
+            page.screenshot(path=str(screenshots / "walkthrough-review.png"), full_page=True)
+            # 4. Approve: the confirmation says what will be served; serving it returns to the queue.
+            good.get_by_test_id("approve").click()
+            assert change.candidate_revision[:12] in page.get_by_test_id("confirm-summary").inner_text()
+            page.screenshot(path=str(screenshots / "walkthrough-confirm.png"), full_page=True)
+            page.get_by_test_id("confirm-approve").click()
+            page.wait_for_url(f"**/review?done=approved&skill={SKILL}")
+            wait_for(lambda: served_revision(world, SKILL) == change.candidate_revision)
+            assert page.get_by_test_id("empty").is_visible()
+            # 5. Roll back from History: MCP serves the old revision again.
+            page.get_by_test_id("decided").get_by_role("link").click()
+            page.on("dialog", lambda dialog: dialog.accept())
+            page.get_by_test_id("rollback").click()
+            page.wait_for_url(f"**/history/{SKILL}?done=rolled-back")
+            wait_for(lambda: served_revision(world, SKILL) == change.champion_revision)
+            page.screenshot(path=str(screenshots / "walkthrough-history.png"), full_page=True)

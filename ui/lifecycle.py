@@ -1,0 +1,190 @@
+"""A change's lifecycle, rendered from its artifacts: proposed -> evidenced -> gated -> decided ->
+promoted -> watched.
+
+Every stage is lit only by something on disk: the audit chain's lines for the change id, its
+evidence bundle (found by the digest those lines record) and the gate's verdict on it under
+today's thresholds. A stage with no artifact stays dark and says what is missing; nothing is
+inferred from a later stage (a rejected change was never promoted, however green its bundle).
+Reads only; the review card shows a pending change's map, the history page every decided one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from optimize.control import evidence as evidence_mod
+from optimize.control.audit import AuditEntry
+from optimize.control.gate import Thresholds, Verdict, evaluate
+
+STAGES = ("proposed", "evidenced", "gated", "decided", "promoted", "watched")
+DECISIONS = ("promote", "reject", "withdraw")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of a change's lifecycle, lit when an artifact shows it happened."""
+
+    name: str  # one of STAGES
+    lit: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class ChangeLife:
+    """One change id's map, for the history page."""
+
+    change_id: str
+    proposed_by: str | None
+    decision: str | None  # approved, rejected, withdrawn; None while it waits
+    stages: tuple[Stage, ...]
+
+
+def bundle_paths(runs_dir: Path, skill: str) -> dict[str, Path]:
+    """The skill's evidence bundles by file digest (the digest the audit chain records)."""
+    folder = runs_dir / "evidence" / skill
+    if not folder.is_dir():
+        return {}
+    return {evidence_mod.file_digest(p): p for p in folder.glob("*/evidence.json")}
+
+
+def for_pending(
+    lines: Sequence[AuditEntry], source: str, created: str, data: Mapping[str, Any], verdict: Verdict | None
+) -> tuple[Stage, ...]:
+    """A change still waiting: its propose and evidence lines, its bundle's measured cells, the
+    gate's verdict now. Not decided, so the last three stages are dark."""
+    proposed = next((e for e in lines if e.get("action") == "propose"), None)
+    return (
+        Stage("proposed", proposed is not None, f"by {source}, {created}" if proposed else "no propose line"),
+        _evidenced(lines, data),
+        Stage("gated", verdict is not None, verdict.status if verdict is not None else "no readable bundle"),
+        Stage("decided", False, "waiting for a decision"),
+        Stage("promoted", False, "not yet"),
+        Stage("watched", False, "after promotion: replay, mining and drift watch the live revision"),
+    )
+
+
+def for_skill(
+    entries: Sequence[AuditEntry], bundles: Mapping[str, Path], thresholds: Thresholds, live: str | None
+) -> list[ChangeLife]:
+    """Every change id in `entries` (one skill's audit lines, oldest first), newest first."""
+    by_change: dict[str, list[AuditEntry]] = {}
+    for entry in entries:
+        change_id = entry.get("change_id")
+        if isinstance(change_id, str) and change_id:
+            by_change.setdefault(change_id, []).append(entry)
+    lives = [_decided(cid, lines, entries, bundles, thresholds, live) for cid, lines in by_change.items()]
+    return sorted(lives, key=lambda life: -max(e.seq for e in by_change[life.change_id]))
+
+
+def _decided(
+    change_id: str,
+    lines: list[AuditEntry],
+    entries: Sequence[AuditEntry],
+    bundles: Mapping[str, Path],
+    thresholds: Thresholds,
+    live: str | None,
+) -> ChangeLife:
+    proposed = next((e for e in lines if e.get("action") == "propose"), None)
+    digests = [e.get("evidence_digest") for e in lines if e.get("action") in ("propose", "evidence")]
+    data, verdict = _bundle(digests[-1] if digests else None, bundles, thresholds)
+    decided = next(
+        (e for e in lines if e.get("action") in DECISIONS and e.get("outcome", "done") == "done"), None
+    )
+    refused = [e for e in lines if e.get("action") == "approve-refused"]
+    decision = {"promote": "approved", "reject": "rejected", "withdraw": "withdrawn"}.get(
+        str(decided.get("action")) if decided else ""
+    )
+    if verdict is not None:
+        gated = Stage("gated", True, f"{verdict.status} under today's thresholds")
+    elif refused:
+        gated = Stage("gated", True, f"approval refused: {refused[-1].get('reason')}")
+    else:
+        gated = Stage("gated", False, "its evidence bundle is not on this machine")
+    return ChangeLife(
+        change_id=change_id,
+        proposed_by=str(proposed.get("actor")) if proposed else None,
+        decision=decision,
+        stages=(
+            Stage(
+                "proposed",
+                proposed is not None,
+                f"by {proposed.get('actor')}, {proposed.time[:19]}" if proposed else "no propose line",
+            ),
+            _evidenced(lines, data),
+            gated,
+            Stage(
+                "decided",
+                decided is not None,
+                f"{decision} by {decided.get('actor')}, {decided.time[:19]} (#{decided.seq})"
+                if decided
+                else "waiting for a decision",
+            ),
+            _promoted(decided),
+            _watched(decided, entries, live),
+        ),
+    )
+
+
+def _evidenced(lines: Sequence[AuditEntry], data: Mapping[str, Any]) -> Stage:
+    measured = [
+        n
+        for n, b in (data.get("measurements") or {}).items()
+        if isinstance(b, Mapping) and b.get("status") == "measured"
+    ]
+    again = sum(1 for e in lines if e.get("action") == "evidence")
+    return Stage(
+        "evidenced",
+        bool(measured),
+        f"{len(measured)} cell(s) measured" + (f", re-evaluated {again}x" if again else ""),
+    )
+
+
+def _promoted(decided: AuditEntry | None) -> Stage:
+    if decided is None or decided.get("action") != "promote":
+        return Stage("promoted", False, "not promoted" if decided else "not yet")
+    return Stage(
+        "promoted",
+        True,
+        f"{str(decided.get('to_revision'))[:12]} live at {decided.time[:19]} by {decided.get('actor')}",
+    )
+
+
+def _watched(decided: AuditEntry | None, entries: Sequence[AuditEntry], live: str | None) -> Stage:
+    """Lit while the promoted revision is served (replay, mining and drift watch it); after it was
+    replaced, the line that replaced it says how its watch ended."""
+    if decided is None or decided.get("action") != "promote":
+        return Stage("watched", False, "only a promoted revision is watched")
+    revision = decided.get("to_revision")
+    later = [
+        e
+        for e in entries
+        if e.seq > decided.seq
+        and e.get("action") in ("promote", "rollback", "restore")
+        and e.get("outcome", "done") == "done"
+        and e.get("from_revision") == revision
+    ]
+    if later:
+        end = later[0]
+        why = f": {end.get('reason')}" if end.get("reason") else ""
+        return Stage(
+            "watched", True, f"until {end.time[:19]}, {end.get('action')} by {end.get('actor')}{why}"
+        )
+    if live == revision:
+        return Stage("watched", True, "live now: replay, mining and drift watch it")
+    return Stage("watched", False, "no longer live, and no audited line replaced it (drift?)")
+
+
+def _bundle(
+    digest: Any, bundles: Mapping[str, Path], thresholds: Thresholds
+) -> tuple[Mapping[str, Any], Verdict | None]:
+    path = bundles.get(str(digest)) if digest else None
+    if path is None:
+        return {}, None
+    try:
+        data = evidence_mod.load(path).data
+    except evidence_mod.EvidenceError:
+        return {}, None
+    return data, evaluate(data, thresholds)
