@@ -11,6 +11,10 @@ A decision's confidence is then read on the library's own scale, `calibrated = (
 every library and model (fitted once, leave-one-library-out; see ARCHITECTURE.md). Two anchors
 absorb any shift and stretch of the score scale (another embedding model, skills without bodies,
 BM25 ranges that depend on document lengths), which one absolute threshold cannot.
+Two stages: skills are ordered by a ranking score that may weigh evidence the confidence leaves
+out (a body's terms tell two near skills apart but also match requests no skill serves), and the
+leader's confidence alone decides. `leaders` is that step, shared by the router's calibration and
+scripts/tune_procedure.py.
 Labelled cases are not needed; `ingot calibrate --cases` only reports how the rule does on them.
 Guarantee: a pure function of the snapshot, the model and the procedure (deterministic).
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import resources
 
@@ -35,13 +40,20 @@ COMPONENTS = ("dense_description", "dense_body", "dense_sentence", "bm25_descrip
 class Procedure:
     """The calibration procedure's own hyper-parameters: one set for every library and model.
 
-    Chosen by `scripts/tune_procedure.py` leave-one-library-out on the two dev libraries."""
+    `w_*` weigh the components in the confidence (the decision); `rank_*` are added to them when
+    skills are ordered, and never enter the confidence. Chosen by `scripts/tune_procedure.py`
+    on the two dev libraries, with leave-one-library-out results reported (ARCHITECTURE.md)."""
 
     w_dense_description: float = 0.2
     w_dense_body: float = 0.1
     w_dense_sentence: float = 0.0
     w_bm25_description: float = 0.2
     w_bm25_body: float = 0.0
+    rank_dense_description: float = 0.0
+    rank_dense_body: float = 0.0
+    rank_dense_sentence: float = 0.1
+    rank_bm25_description: float = 0.0
+    rank_bm25_body: float = 0.1
     bm25_half: float = 0.5  # BM25 saturates as s / (s + bm25_half x the library's own BM25 scale)
     w_margin: float = 0.0
     w_coverage: float = 0.1
@@ -51,14 +63,20 @@ class Procedure:
     tau_lead: float = 0.35  # a loaded skill this far ahead of every other is a direct match too
     max_pseudo_skills: int = 256
 
-    @property
+    @functools.cached_property
     def weights(self) -> np.ndarray:
+        """The confidence's component weights, in COMPONENTS order."""
         return np.array([getattr(self, f"w_{c}") for c in COMPONENTS], dtype=np.float64)
 
-    @property
+    @functools.cached_property
+    def rank_weights(self) -> np.ndarray:
+        """The ranking score's component weights: the confidence's plus the ranking-only ones."""
+        return self.weights + np.array([getattr(self, f"rank_{c}") for c in COMPONENTS], dtype=np.float64)
+
+    @functools.cached_property
     def used(self) -> frozenset[str]:
-        """The components with a weight (the others need not be computed)."""
-        return frozenset(c for c, w in zip(COMPONENTS, self.weights, strict=True) if w > 0)
+        """The components either stage weighs (the others need not be computed)."""
+        return frozenset(c for c, w in zip(COMPONENTS, self.rank_weights, strict=True) if w > 0)
 
 
 @dataclass(frozen=True)
@@ -135,33 +153,60 @@ class Scoring:
         present[1] = present[4] = has_body
         return cls(procedure, present, bm25_scale)
 
-    @functools.cached_property
-    def _weights(self) -> list[tuple[int, np.ndarray]]:
+    def _per_skill(self, weights: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """(component, per-skill weight / the skill's total weight) for the weighed components."""
-        weights = self.procedure.weights[:, None] * self.present
+        weights = weights[:, None] * self.present
         total = np.clip(weights.sum(axis=0), 1e-9, None)
         return [
             (c, (weights[c] / total).astype(np.float32)) for c in range(len(COMPONENTS)) if weights[c].any()
         ]
 
-    def fuse(self, raw: Scores) -> np.ndarray:
-        """Weighted mean of the components each skill has (renormalised over what is present)."""
-        half = {
-            3: self.procedure.bm25_half * self.bm25_scale[0],
-            4: self.procedure.bm25_half * self.bm25_scale[1],
-        }
+    @functools.cached_property
+    def _weights(self) -> list[tuple[int, np.ndarray]]:
+        return self._per_skill(self.procedure.weights)
+
+    @functools.cached_property
+    def _rank_weights(self) -> list[tuple[int, np.ndarray]] | None:
+        """None when ranking weighs exactly what the confidence does (one fusion serves both)."""
+        p = self.procedure
+        return None if np.array_equal(p.rank_weights, p.weights) else self._per_skill(p.rank_weights)
+
+    def fuse(self, raw: Scores, rows: np.ndarray | None = None) -> np.ndarray:
+        """The confidence's score: weighted mean of the components each skill has (renormalised
+        over what is present). With `rows`, `raw` holds only those skills' scores."""
+        return self._mean(raw, self._weights, rows)
+
+    @functools.cached_property
+    def rank_per_skill(self) -> dict[int, np.ndarray]:
+        """Each weighed component's per-skill weight in the ranking score (ranking.py folds them)."""
+        return dict(self._per_skill(self.procedure.rank_weights))
+
+    def saturate(self, component: int, values: np.ndarray) -> np.ndarray:
+        """BM25 component values as s / (s + bm25_half x the library's scale); others unchanged."""
+        if component not in (3, 4):
+            return values
+        return values / (values + np.float32(self.procedure.bm25_half * self.bm25_scale[component - 3]))
+
+    def rank(self, raw: Scores, fused: np.ndarray | None = None) -> np.ndarray:
+        """The ranking score (`fused`, the confidence's score, when no component is ranking-only)."""
+        if self._rank_weights is None:
+            return fused if fused is not None else self.fuse(raw)
+        return self._mean(raw, self._rank_weights)
+
+    def _mean(
+        self, raw: Scores, weights: list[tuple[int, np.ndarray]], rows: np.ndarray | None = None
+    ) -> np.ndarray:
         total: np.ndarray | None = None
-        for c, weight in self._weights:
-            part = getattr(raw, COMPONENTS[c])
-            if c in half:
-                part = part / (part + np.float32(half[c]))
-            term = part * weight
+        for c, weight in weights:
+            term = self.saturate(c, getattr(raw, COMPONENTS[c])) * (weight if rows is None else weight[rows])
             total = term if total is None else total + term
         return total if total is not None else np.zeros_like(raw.dense_description)
 
-    def confidence(self, top, runner_up, coverage, unknown):  # floats, or arrays of them
+    def confidence(self, top, margin, coverage, unknown):  # floats, or arrays of them
+        """The leader's confidence: its fused score (not its ranking score), plus its lead in
+        ranking score, plus its coverage of the task's terms, minus the task's unknown terms."""
         p = self.procedure
-        return top + p.w_margin * (top - runner_up) + p.w_coverage * coverage - p.w_unknown * unknown
+        return top + p.w_margin * margin + p.w_coverage * coverage - p.w_unknown * unknown
 
 
 def coverage(index: Index, name: str, query_terms: list[str]) -> float:
@@ -206,33 +251,34 @@ def _chunks(count: int) -> list[np.ndarray]:
     return [np.arange(start, min(start + CHUNK, count)) for start in range(0, count, CHUNK)]
 
 
-def _confidences(
-    index: Index,
+def leaders(
     scoring: Scoring,
+    ranked: np.ndarray,
     fused: np.ndarray,
-    query_terms: list[list[str]],
-    exclude: np.ndarray | None,
+    covered: Callable[[np.ndarray], np.ndarray],
+    unknown: np.ndarray,
+    exclude: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(confidence, top row) per query, with the row in `exclude` removed from each query's ranking."""
+    """(confidence, leader row) per query, from (queries x skills) ranking and confidence scores.
+
+    The leader is the best row by the ranking score (the row in `exclude` removed, if given); its
+    confidence is built from the confidence's score of that row. `covered(leader_rows)` gives each
+    query's coverage by its leader. The router's calibration and scripts/tune_procedure.py both
+    decide through this function."""
+    rows = np.arange(len(ranked))
     if exclude is not None:
-        fused = fused.copy()
-        fused[np.arange(len(fused)), exclude] = -np.inf
-    rows = np.arange(len(fused))
-    if fused.shape[1] > 1:
-        two = np.argpartition(-fused, 1, axis=1)[:, :2]
-        swap = fused[rows, two[:, 0]] < fused[rows, two[:, 1]]
+        ranked = ranked.copy()
+        ranked[rows, exclude] = -np.inf
+    if ranked.shape[1] > 1:
+        two = np.argpartition(-ranked, 1, axis=1)[:, :2]
+        swap = ranked[rows, two[:, 0]] < ranked[rows, two[:, 1]]
         first = np.where(swap, two[:, 1], two[:, 0])
-        second = np.where(swap, two[:, 0], two[:, 1])
-        runner_up = fused[rows, second]
+        runner_up = ranked[rows, np.where(swap, two[:, 0], two[:, 1])]
         runner_up = np.where(np.isfinite(runner_up), runner_up, 0.0)
     else:
-        first, runner_up = np.zeros(len(fused), dtype=np.int64), np.zeros(len(fused))
-    library_vocabulary = index.library_vocabulary()
-    covered = np.array([coverage(index, index.names[f], t) for f, t in zip(first, query_terms, strict=True)])
-    unknown = np.array(
-        [sum(w not in library_vocabulary for w in t) / len(t) if t else 1.0 for t in query_terms]
-    )
-    conf = scoring.confidence(fused[rows, first], runner_up, covered, unknown)
+        first, runner_up = np.zeros(len(ranked), dtype=np.int64), np.zeros(len(ranked))
+    margin = ranked[rows, first] - runner_up
+    conf = scoring.confidence(fused[rows, first], margin, covered(first), unknown)
     return np.asarray(conf, dtype=np.float64), first
 
 
@@ -247,12 +293,21 @@ def _route_all(
     conf, top, near = [], [], []
     for part in _chunks(len(query_terms)):
         part_terms = [query_terms[q] for q in part]
-        fused = scoring.fuse(index.score_many(vectors[part], part_terms, scoring.procedure.used))
-        c, t = _confidences(index, scoring, fused, part_terms, None)
+        raw = index.score_many(vectors[part], part_terms, scoring.procedure.used)
+        fused = scoring.fuse(raw)
+        ranked = scoring.rank(raw, fused)
+        unknown = np.array([index.unknown_share(t) for t in part_terms])
+
+        def covered(rows: np.ndarray, part_terms: list[list[str]] = part_terms) -> np.ndarray:
+            return np.array(
+                [coverage(index, index.names[r], t) for r, t in zip(rows, part_terms, strict=True)]
+            )
+
+        c, t = leaders(scoring, ranked, fused, covered, unknown)
         conf.append(c)
         top.append(t)
         if owners is not None and len(index) > 1:
-            near.append(_confidences(index, scoring, fused, part_terms, owners[part])[0])
+            near.append(leaders(scoring, ranked, fused, covered, unknown, owners[part])[0])
     conf_a = np.concatenate(conf) if conf else np.zeros(0)
     return (
         conf_a,

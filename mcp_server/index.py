@@ -1,11 +1,11 @@
 """The search index over the served skills: dense vectors and BM25, rebuilt incrementally.
 
 Per skill it holds three kinds of vectors (name + description; name + description + the opening
-of the body; each description sentence) and two BM25 fields (name + description; body), and
-scores a query against all of them in one pass. Vectors come from a content-keyed cache, so
-rebuilding after an edit embeds only the edited skill. BM25 statistics are global, so the
-lexical side is rebuilt whole (milliseconds at 1k skills). Ranking and decisions live in
-router.py; this module only produces raw component scores.
+of the body; each sentence of a description that has several) and two BM25 fields (name +
+description; body), and scores a query against all of them in one pass. Vectors come from a
+content-keyed cache, so rebuilding after an edit embeds only the edited skill. BM25 statistics
+are global, so the lexical side is rebuilt whole (milliseconds at 1k skills). Ranking and
+decisions live in router.py; this module only produces raw component scores.
 """
 
 from __future__ import annotations
@@ -115,21 +115,23 @@ class Index:
         dim = embedder.dim
         if not ordered:
             self._desc = self._body = self._sent = np.zeros((0, dim), dtype=np.float32)
-            self._sent_owner = np.zeros(0, dtype=np.int64)
+            self._sent_owner = self._sent_skills = np.zeros(0, dtype=np.int64)
             self._bm25_desc = self._bm25_body = None
             return
         sentences: list[str] = []
         owners: list[int] = []
         for i, skill in enumerate(ordered):
-            for text in sentence_texts(skill):
-                sentences.append(text)
-                owners.append(i)
+            texts = sentence_texts(skill)
+            if texts != [description_text(skill)]:  # one sentence: its vector is the description's
+                sentences += texts
+                owners += [i] * len(texts)
         texts = [description_text(s) for s in ordered] + [body_text(s) for s in ordered] + sentences
         vectors = self._embed(texts, embedder, previous)
         n = len(ordered)
         self._desc, self._body, self._sent = vectors[:n], vectors[n : 2 * n], vectors[2 * n :]
         self._sent_owner = np.asarray(owners, dtype=np.int64)
-        self._sent_starts = np.flatnonzero(np.r_[True, np.diff(self._sent_owner) != 0])
+        self._sent_starts = np.flatnonzero(np.r_[True, np.diff(self._sent_owner) != 0])[: len(owners)]
+        self._sent_skills = np.unique(self._sent_owner)  # skills with sentence rows, ascending
         self._tokens = self._tokenise(ordered, previous)
         self._bm25_desc = _bm25([self._tokens[(s.name, s.revision)][0] for s in ordered])
         self._bm25_body = _bm25([self._tokens[(s.name, s.revision)][1] for s in ordered])
@@ -222,14 +224,12 @@ class Index:
         zeros = np.zeros((q, n), dtype=np.float32)
         if n == 0 or q == 0:
             return Scores(zeros, zeros, zeros, zeros, zeros)
+        sentence = "dense_sentence" in want
+        description = query_vectors @ self._desc.T if "dense_description" in want or sentence else zeros
         return Scores(
-            dense_description=query_vectors @ self._desc.T if "dense_description" in want else zeros,
+            dense_description=description if "dense_description" in want else zeros,
             dense_body=query_vectors @ self._body.T if "dense_body" in want else zeros,
-            dense_sentence=(
-                np.maximum.reduceat(query_vectors @ self._sent.T, self._sent_starts, axis=1)
-                if "dense_sentence" in want
-                else zeros
-            ),
+            dense_sentence=self._best_sentence(description, query_vectors) if sentence else zeros,
             bm25_description=(
                 _lexical_many(self._bm25_desc, query_terms, n) if "bm25_description" in want else zeros
             ),
@@ -244,19 +244,44 @@ class Index:
         zeros = np.zeros(n, dtype=np.float32)
         if n == 0:
             return Scores(zeros, zeros, zeros, zeros, zeros)
+        sentence = "dense_sentence" in want
+        description = self._desc @ query_vector if "dense_description" in want or sentence else zeros
         return Scores(
-            dense_description=self._desc @ query_vector if "dense_description" in want else zeros,
+            dense_description=description if "dense_description" in want else zeros,
             dense_body=self._body @ query_vector if "dense_body" in want else zeros,
-            dense_sentence=(
-                np.maximum.reduceat(self._sent @ query_vector, self._sent_starts)
-                if "dense_sentence" in want
-                else zeros
-            ),
+            dense_sentence=self._best_sentence(description, query_vector) if sentence else zeros,
             bm25_description=(
                 self._lexical(self._bm25_desc, query_terms, n) if "bm25_description" in want else zeros
             ),
             bm25_body=self._lexical(self._bm25_body, query_terms, n) if "bm25_body" in want else zeros,
         )
+
+    def _best_sentence(self, description: np.ndarray, query: np.ndarray) -> np.ndarray:
+        """Each skill's best description-sentence cosine (last axis): the description's own cosine
+        for one-sentence descriptions (the same text, so the same vector), which keep no rows."""
+        best = description.copy()
+        if len(self._sent_skills):
+            sentences = query @ self._sent.T
+            best[..., self._sent_skills] = np.maximum.reduceat(sentences, self._sent_starts, axis=-1)
+        return best
+
+    def dense_vectors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(description vectors, body-opening vectors, which skills have a one-sentence
+        description), rows in `names` order: what ranking.py folds into one matrix."""
+        single = np.ones(len(self.names), dtype=bool)
+        single[self._sent_skills] = False
+        return self._desc, self._body, single
+
+    def best_sentences(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, best sentence cosine) for the skills whose description has several sentences."""
+        if not len(self._sent_skills):
+            return self._sent_skills, np.zeros(0, dtype=np.float32)
+        return self._sent_skills, np.maximum.reduceat(self._sent @ query, self._sent_starts)
+
+    def lexical(self, component: str, query_terms: list[str]) -> np.ndarray:
+        """One BM25 component ("bm25_description" or "bm25_body") for every skill."""
+        field = self._bm25_desc if component == "bm25_description" else self._bm25_body
+        return self._lexical(field, query_terms, len(self.names))
 
     @staticmethod
     def _lexical(index: bm25s.BM25 | None, query_terms: list[str], n: int) -> np.ndarray:

@@ -1,11 +1,13 @@
 """Decide which skill, if any, serves a task: `match`, `related_match` or `novel`.
 
 Compatibility filters (policy.py) run first, on the caller's context. The remaining skills are
-ranked by a fused score: the weighted mean of the components each skill has (dense similarities
-to its description, body opening and best description sentence; saturated BM25 on its
-description and body), so a skill without a body is not penalised for it. The decision reads the
-leader's confidence on the library's own calibrated scale (calibration.py): thresholds are
-derived from the library at every snapshot, never copied from another library or model.
+ranked by a ranking score: the weighted mean of the components each skill has (dense
+similarities to its description, body opening and best description sentence; saturated BM25 on
+its description and body), so a skill without a body is not penalised for it. The decision reads
+the leader's confidence, built from a second weighted mean that leaves out what only helps to
+order skills, on the library's own calibrated scale (calibration.py): thresholds are derived from
+the library at every snapshot, never copied from another library or model. One task's ranking is
+computed by ranking.py, the candidates' fused scores and components for those few skills only.
 Deterministic for a fixed library: ties are broken by priority, then name.
 """
 
@@ -33,6 +35,7 @@ from mcp_server.calibration import (
 from mcp_server.embedding import CachedEmbedder
 from mcp_server.index import Index, Scores, terms
 from mcp_server.policy import CallerContext, Policy, PolicyInvalid
+from mcp_server.ranking import Ranker
 from mcp_server.registry import Skill
 
 NEAREST = 3  # names a decision lists (the chosen skill included), best first
@@ -87,16 +90,24 @@ class _State:
     disabled: dict[str, str]  # skill name -> why its routing metadata disabled it
     scoring: Scoring | None = None
     calibration: LibraryCalibration | None = None
+    ranker: Ranker | None = None  # built with `scoring`: the per-query fast path (ranking.py)
     constrained: list[int] = field(default_factory=list)  # index rows with any routing constraint
     has_conflicts: bool = False
     priorities: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
+        if self.scoring is not None:
+            self.ranker = Ranker.build(self.index, self.scoring)
         default = Policy()
         names = self.index.names
         self.constrained = [i for i, n in enumerate(names) if self.policies[n] != default]
         self.has_conflicts = any(self.policies[n].conflicts for n in names)
         self.priorities = np.array([self.policies[n].priority for n in names], dtype=np.int64)
+
+    def use(self, scoring: Scoring, calibration: LibraryCalibration) -> None:
+        """Set this snapshot's scoring and decision rule (before it is served)."""
+        self.scoring, self.calibration = scoring, calibration
+        self.ranker = Ranker.build(self.index, scoring)
 
 
 @dataclass
@@ -134,15 +145,15 @@ class Router:
             state = _State(index, policies, disabled)
             carried = previous.calibration if previous is not None else None
             if len(index) and defer_calibration and carried is not None and previous.scoring is not None:
-                state.scoring = Scoring.for_index(index, self.procedure, previous.scoring.bm25_scale)
-                state.calibration = replace(carried, provisional=True)
+                state.use(
+                    Scoring.for_index(index, self.procedure, previous.scoring.bm25_scale),
+                    replace(carried, provisional=True),
+                )
                 self._state = state
                 self._recalibrate_later(state)
                 return disabled
             if len(index):
-                state.scoring, state.calibration = calibrate(
-                    index, self._background_vectors(), self.embedder.embed, self.procedure
-                )
+                state.use(*calibrate(index, self._background_vectors(), self.embedder.embed, self.procedure))
             self._state = state
         return disabled
 
@@ -232,8 +243,8 @@ class Router:
         query_terms = terms(task)
         vector = self.embedder.embed_query(task)
         embedded = time.perf_counter()
-        raw = index.score(vector, query_terms, self.procedure.used)
-        fused = state.scoring.fuse(raw)
+        assert state.ranker is not None
+        ranking, computed = state.ranker.rank(vector, query_terms)
         excluded: dict[str, int] = {}
         unchecked: set[str] = set()
         allowed = np.ones(len(index), dtype=bool)
@@ -245,17 +256,22 @@ class Router:
             unchecked.update(missing)
         want = max(k, NEAREST)
         if state.has_conflicts:  # rank everything so dropping conflicts can refill the top k
-            ranked = self._rank(state, fused, allowed, len(index))
+            ranked = self._rank(state, ranking, allowed, len(index))
             ranked = self._drop_conflicts(ranked, index, state.policies, want)
         else:
-            ranked = self._rank(state, fused, allowed, want)
+            ranked = self._rank(state, ranking, allowed, want)
         cal = state.calibration
         related_at = cal.tau_related if min_score is None else min_score
         match_at = max(cal.tau_match, related_at)
         unknown = index.unknown_share(query_terms)
+        rows = np.asarray(ranked[:want], dtype=np.int64)
+        raw = state.ranker.components(vector, ranked[:want], computed)  # the candidates' only
+        fused = state.scoring.fuse(raw, rows)
         candidates = [
-            self._candidate(state, raw, fused, ranked, pos, query_terms, unknown, related_at, match_at)
-            for pos in range(min(want, len(ranked)))
+            self._candidate(
+                state, raw, (fused, ranking), ranked, pos, query_terms, unknown, related_at, match_at
+            )
+            for pos in range(len(rows))
         ]
         components: dict[str, object] = {
             "filtered_out": excluded,
@@ -298,15 +314,15 @@ class Router:
         return [c for c in result.ranked[:k] if c.fit != "none"]
 
     @staticmethod
-    def _rank(state: _State, fused: np.ndarray, allowed: np.ndarray, want: int) -> list[int]:
-        """Rows of the best `want` allowed skills (plus any exact ties), best first.
+    def _rank(state: _State, scores: np.ndarray, allowed: np.ndarray, want: int) -> list[int]:
+        """Rows of the best `want` allowed skills by ranking score (plus any exact ties), best first.
 
         Exact ties are decided by priority, then name (rows are in name order), never by float
         noise or sort instability, so the ranking is deterministic for a fixed library."""
         rows = np.flatnonzero(allowed)
         if len(rows) == 0:
             return []
-        rounded = np.round(fused[rows], 6)
+        rounded = np.round(scores[rows], 6)
         if len(rows) > want:
             cutoff = np.partition(rounded, len(rows) - want)[len(rows) - want]
             keep = rounded >= cutoff
@@ -342,8 +358,8 @@ class Router:
     def _candidate(
         self,
         state: _State,
-        raw: Scores,
-        fused: np.ndarray,
+        raw: Scores,  # the candidates' raw components, in ranked order
+        scores: tuple[np.ndarray, np.ndarray],  # (the candidates' fused, every skill's ranking)
         ranked: list[int],
         pos: int,
         query_terms: list[str],
@@ -353,19 +369,22 @@ class Router:
     ) -> Candidate:
         assert state.scoring is not None and state.calibration is not None
         index, cal = state.index, state.calibration
+        fused, ranking = scores
         i = ranked[pos]
-        rival = fused[ranked[1]] if pos == 0 and len(ranked) > 1 else fused[ranked[0]]
+        rival = ranking[ranked[1]] if pos == 0 and len(ranked) > 1 else ranking[ranked[0]]
         if len(ranked) == 1:
             rival = 0.0
+        margin = float(ranking[i] - rival)
         covered = coverage(index, index.names[i], query_terms)
-        confidence = state.scoring.confidence(float(fused[i]), float(rival), covered, unknown)
+        confidence = state.scoring.confidence(float(fused[pos]), margin, covered, unknown)
         score = round(float(cal.calibrated(confidence)), 6)
         fit = "match" if score >= match_at else "related" if score >= related_at else "none"
         components = {  # the weighed components only: the others are not computed
-            **{c: float(getattr(raw, c)[i]) for c in COMPONENTS if c in self.procedure.used},
+            **{c: float(getattr(raw, c)[pos]) for c in COMPONENTS if c in self.procedure.used},
             "body_used": float(state.scoring.present[1, i]),
-            "fused": float(fused[i]),
-            "margin": float(fused[i] - rival),
+            "ranking": float(ranking[i]),
+            "fused": float(fused[pos]),
+            "margin": margin,
             "coverage": float(covered),
             "unknown_terms": float(unknown),
             "confidence": confidence,

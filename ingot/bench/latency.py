@@ -5,10 +5,13 @@ For each size it writes a deterministic synthetic library to a temporary folder,
 - route_ms: in-process `route` p50/p95 over generated tasks of realistic length (~25 tokens).
 - mcp_route_and_load_ms: `route_and_load` round trip p50/p95 to an `ingot serve` child process on
   loopback, from fastmcp's client and from the official mcp SDK's client (one session each).
-- floors, measured in the same run: `query_embedding_ms` (embedding one new task, nothing else)
-  and `mcp_get_skill_ms` (a round trip that does no routing work). `overhead_ms` is route_and_load
+- floors, measured in the same run: `query_embedding_ms` (embedding one new task, nothing else,
+  in this process; `query_embedding_in_server_ms` is the server's own timing of it) and
+  `mcp_get_skill_ms` (a round trip that does no routing work). `overhead_ms` is route_and_load
   p50 minus the two floors' p50s: what routing and calibration add (goal: <= 2 ms at 1k, <= 5 ms
-  at 10k).
+  at 10k). `overhead_paired_ms` estimates the same per call (route_and_load minus the get_skill
+  timed just before it minus that call's embedding), so load that comes and goes between the
+  separately timed series cancels out.
 - cold_start_s: from spawning `ingot serve` to its first answered MCP call, vector cache warm.
 - edit_to_served_ms: from rewriting one SKILL.md to `get_skill` returning the new revision,
   median of several edits (the server's file watcher does the work; polled every 5 ms).
@@ -37,6 +40,7 @@ from fastmcp import Client
 
 from ingot.bench.served import peak_rss_mb, served
 from ingot.errors import IngotError
+from ingot.runtime import one_blas_thread
 from ingot.settings import Settings
 from mcp_server.embedding import CachedEmbedder, load_embedder
 from mcp_server.library import Library
@@ -170,33 +174,50 @@ def percentiles(ms: list[float]) -> dict[str, float]:
     }
 
 
-async def _round_trips(url: str, count: int) -> dict[str, dict[str, float]]:
-    """route_and_load latency from both client libraries, one session each, distinct tasks."""
+async def _round_trips(url: str, count: int) -> dict[str, object]:
+    """route_and_load latency from both client libraries, one session each, distinct tasks.
+
+    The fastmcp session interleaves each route_and_load with a `get_skill` call (the protocol
+    floor: a round trip that does no routing work) and reads the server's own timing of that
+    call's query embedding, so `paired` gets one overhead sample per call, taken under the same
+    load as its floors: on a shared machine the load moves between separately timed series."""
     from mcp.client import Client as SDKClient
 
-    results = {}
-    clients = (("fastmcp_client", Client, 2), ("mcp_sdk_client", SDKClient, 3))
-    for label, factory, seed in clients:
-        async with factory(url) as client:
-            for task in queries(5, seed + 100):
-                await client.call_tool("route_and_load", {"task": task})
-            timings = []
-            for task in queries(count, seed):
-                start = time.perf_counter()
-                await client.call_tool("route_and_load", {"task": task})
-                timings.append((time.perf_counter() - start) * 1000)
-        results[label] = percentiles(timings)
-    async with Client(url) as client:  # the protocol floor: a call that does no routing work
+    results: dict[str, object] = {}
+    async with Client(url) as client:
         name = (await client.call_tool("suggest_skills", {"task": queries(1, 4)[0], "k": 1})).data
-        timings = []
-        for _ in range(count):
+        floor_args = {"name": name[0]["name"] if name else "x"}
+        for task in queries(5, 102):
+            await client.call_tool("route_and_load", {"task": task})
+        routes, gets, embeds = [], [], []
+        for task in queries(count, 2):
             start = time.perf_counter()
-            await client.call_tool(
-                "get_skill", {"name": name[0]["name"] if name else "x"}, raise_on_error=False
-            )
+            await client.call_tool("get_skill", floor_args, raise_on_error=False)
+            gets.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            data = (await client.call_tool("route_and_load", {"task": task})).structured_content
+            routes.append((time.perf_counter() - start) * 1000)
+            embeds.append(float(data["components"]["embed_ms"]))
+    results["fastmcp_client"] = percentiles(routes)
+    results["fastmcp_client_get_skill"] = percentiles(gets)
+    results["server_query_embedding_ms"] = percentiles(embeds)
+    results["paired_overhead_ms"] = paired_overhead(routes, gets, embeds)
+    async with SDKClient(url) as client:
+        for task in queries(5, 103):
+            await client.call_tool("route_and_load", {"task": task})
+        timings = []
+        for task in queries(count, 3):
+            start = time.perf_counter()
+            await client.call_tool("route_and_load", {"task": task})
             timings.append((time.perf_counter() - start) * 1000)
-        results["fastmcp_client_get_skill"] = percentiles(timings)
+    results["mcp_sdk_client"] = percentiles(timings)
     return results
+
+
+def paired_overhead(routes: list[float], gets: list[float], embeds: list[float]) -> dict[str, float]:
+    """Per call: route_and_load minus the get_skill timed just before it minus that call's query
+    embedding (as the server timed it); p50 and p95 of those differences."""
+    return percentiles([r - g - e for r, g, e in zip(routes, gets, embeds, strict=True)])
 
 
 async def _edits(url: str, folder: Path, edit_name: str, edits: int) -> list[float]:
@@ -268,13 +289,14 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
         start = time.perf_counter()
         library.reload()
         build_s = time.perf_counter() - start
-        for task in queries(5, 0):
-            library.route(task)
         in_process = []
-        for task in queries(query_count, 1):
-            t0 = time.perf_counter()
-            library.route(task)
-            in_process.append((time.perf_counter() - t0) * 1000)
+        with one_blas_thread():  # as `ingot serve` routes
+            for task in queries(5, 0):
+                library.route(task)
+            for task in queries(query_count, 1):
+                t0 = time.perf_counter()
+                library.route(task)
+                in_process.append((time.perf_counter() - t0) * 1000)
         embed_floor = percentiles(_embedding_floor(embedder, query_count))
         del library
         # The child gets its own state home that reads the vector cache this process just warmed.
@@ -285,6 +307,8 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
             peak = peak_rss_mb(server.pid) or rss
         route_p50 = round_trips["fastmcp_client"]["p50"]
         get_p50 = round_trips["fastmcp_client_get_skill"]["p50"]
+        paired = round_trips.pop("paired_overhead_ms")
+        server_embed = round_trips.pop("server_query_embedding_ms")
         return {
             "skills": size,
             "index_build_s": round(build_s, 2),
@@ -293,9 +317,11 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
             "mcp_route_and_load_ms": round_trips,
             "floors": {
                 "query_embedding_ms": embed_floor,
+                "query_embedding_in_server_ms": server_embed,
                 "mcp_get_skill_ms": round_trips["fastmcp_client_get_skill"],
             },
             "overhead_ms": round(route_p50 - embed_floor["p50"] - get_p50, 2),
+            "overhead_paired_ms": paired,
             "cold_start_s": round(server.cold_start_s, 2),
             "edit_to_served_ms": {
                 "median": round(statistics.median(to_served), 1),

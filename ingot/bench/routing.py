@@ -11,15 +11,20 @@ case; every metric is computed from what the server returned. Definitions (print
 - false_route_rate: share of loaded skills that were wrong (null cases included).
 - match_precision: share of direct matches (not related_match) that were right.
 A metric with no cases is null, never 1.0.
+With `strip_bodies`, the server gets a copy of the roots whose every body is cut to a title (its
+name), as in libraries of plugin descriptions without bodies; the originals are never touched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import statistics
+import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,17 +147,53 @@ async def _route_all(url: str, cases: Sequence[Case]) -> tuple[list[Decision], l
     return decisions, round_trip, route_ms
 
 
-def run(skills: tuple[Path, ...], vectors: Path, cases_path: Path, details: bool = False) -> dict:
+@contextmanager
+def _bodies_stripped(roots: tuple[Path, ...]) -> Iterator[tuple[Path, ...]]:
+    """Copies of `roots` with each SKILL.md's body replaced by a title; other files left out."""
+    import frontmatter
+    import yaml
+
+    work = Path(tempfile.mkdtemp(prefix="ingot-bench-bodyless-"))
+    try:
+        copies = []
+        for n, root in enumerate(roots):
+            copy = work / str(n) / root.name
+            for skill_md in sorted(root.glob("*/SKILL.md")):
+                target = copy / skill_md.parent.name / "SKILL.md"
+                target.parent.mkdir(parents=True)
+                text = skill_md.read_text(encoding="utf-8")
+                try:
+                    post = frontmatter.loads(text)
+                except (yaml.YAMLError, ValueError):  # left as it is: the server refuses it itself
+                    target.write_text(text, encoding="utf-8")
+                    continue
+                post.content = f"# {skill_md.parent.name}\n"
+                target.write_text(frontmatter.dumps(post) + "\n", encoding="utf-8")
+            copies.append(copy)
+        yield tuple(copies)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(
+    skills: tuple[Path, ...],
+    vectors: Path,
+    cases_path: Path,
+    details: bool = False,
+    strip_bodies: bool = False,
+) -> dict:
     """Serve `skills` in a child `ingot serve` (its vector cache at `vectors`, kept between runs),
     route every case over MCP, score the answers."""
     from ingot.bench.served import served
 
     cases = load_cases(cases_path)
-    with served(skills, vectors) as server:
+    copied = _bodies_stripped(skills) if strip_bodies else nullcontext(skills)
+    with copied as roots, served(roots, vectors) as server:
         decisions, round_trip, route_ms = asyncio.run(_route_all(server.url, cases))
         calibration = asyncio.run(_calibration(server.url))
     return {
         "skills_roots": [str(s) for s in skills],
+        "bodies": "stripped to a title" if strip_bodies else "as they are",
         "skills": calibration.pop("candidates_considered"),
         **score(cases, decisions, details),
         "calibration": calibration,

@@ -3,7 +3,9 @@
 The child is the same binary and settings a user runs (the environment is passed through, with
 a fresh state home whose vector cache is the benchmark's warmed one), so a number measured
 through it is what an agent would see. Ready means: it answered one MCP call. Stopped with
-SIGTERM, then waited for.
+SIGTERM, then waited for. The child serves the roots through links inside its throw-away home,
+so the claim a state home leaves beside its roots is left there too, never beside the benchmarked
+library (a claim naming a deleted home would refuse the next run).
 """
 
 from __future__ import annotations
@@ -70,12 +72,22 @@ def served(skills: tuple[Path, ...], vectors: Path, deadline_s: float = 900) -> 
     (home / "cache" / "vectors.sqlite").symlink_to(vectors.absolute())
     env = {**os.environ, "INGOT_HOME": str(home), "HF_HUB_OFFLINE": "1", "LOG_LEVEL": "WARNING"}
     command = [sys.executable, "-m", "ingot.cli", "serve", "--no-ui", "--mcp-port", str(port)]
-    for root in skills:
-        command += ["--skills", str(root)]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for n, root in enumerate(skills):
+        link = home / "roots" / str(n) / root.name
+        link.parent.mkdir(parents=True)
+        link.symlink_to(root.absolute(), target_is_directory=True)
+        command += ["--skills", str(link)]
+    log = home / "serve.log"
+    with log.open("wb") as errors:
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=errors)
     try:
         url = f"http://127.0.0.1:{port}/mcp"
-        yield Served(url, wait_ready(url, deadline_s, process), process.pid)
+        try:
+            ready = wait_ready(url, deadline_s, process)
+        except RuntimeError as exc:
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise RuntimeError(f"{exc}: {' | '.join(tail) or 'it printed nothing'}") from None
+        yield Served(url, ready, process.pid)
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -28,14 +28,17 @@ def bench() -> None:
     help='Labelled routing cases, JSON lines: {"task": ..., "expected": a skill name or null}.',
 )
 @click.option("--details", is_flag=True, help="Also list every miss.")
-def bench_routing(skills: tuple[Path, ...], cases: Path, details: bool) -> None:
+@click.option(
+    "--strip-bodies", is_flag=True, help="Serve a copy whose bodies are cut to a title (a body-less library)."
+)
+def bench_routing(skills: tuple[Path, ...], cases: Path, details: bool, strip_bodies: bool) -> None:
     """Routing quality over MCP (an `ingot serve` child) on labelled cases."""
     from ingot.bench.routing import run
 
     settings = settings_for(skills)
     setup_logging("WARNING")
     vectors = Path(tempfile.gettempdir()) / "ingot-bench" / "cache" / "vectors.sqlite"  # kept between runs
-    print_json(run(settings.skills_dirs, vectors, cases, details))
+    print_json(run(settings.skills_dirs, vectors, cases, details, strip_bodies))
 
 
 @bench.command(name="latency")

@@ -75,12 +75,13 @@ def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict
     from ingot.cli.serve import serve as run
     from ingot.cli.serve import tool_limits
     from ingot.evaluation import BackgroundEvaluator
-    from ingot.runtime import change_control, inbox, models_missing, open_library
+    from ingot.runtime import change_control, inbox, models_missing, one_blas_thread, open_library
     from optimize.control.autopilot import Autopilot
 
     mcp, ui = "mcp" in sockets, "ui" in sockets
     setup_logging(settings.log_level)
     library = open_library(settings)
+    one_blas_thread()  # after start-up calibration, whose matrix products do use two
     control = change_control(settings, library=library)
     try:
         for note in control.recover():

@@ -71,7 +71,9 @@ def listen(host: str, port: int, named: str) -> socket.socket:
     setting the port came from (`named`) when it cannot be had (in use, not allowed, no such
     address). Bound before anything is announced or loaded, so a taken port fails at once."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not left 0: asyncio sets TCP_NODELAY only on connections whose socket
+    # says it is TCP, and without it every MCP reply waited ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
     try:
         sock.bind((host, port))

@@ -123,8 +123,8 @@ def test_an_operators_rewrite_is_measured_and_can_be_approved(library, tmp_path)
 def test_a_description_that_steals_another_skills_routes_is_blocked_with_the_tasks_named(library, tmp_path):
     root, tasks = library
     thief = (
-        "Writes commit messages for fixes and staged changes, and release notes from merged pull "
-        "requests. Use for any commit message, fix description or release note."
+        "Write the commit message for a fix or for the staged changes, in conventional commit style, "
+        "and release notes from merged pull requests. Use for any commit message or release note."
     )
 
     def steal(text: str) -> str:
@@ -367,8 +367,8 @@ def test_routing_impact_counts_recent_real_traffic_when_no_task_set_has_cases(tm
         front, body = text.split("---", 2)[1], text.split("---", 2)[2]
         meta = yaml.safe_load(front)
         meta["description"] = (
-            "Writes commit messages for fixes and staged changes, and release notes from merged pull "
-            "requests. Use for any commit message, fix description or release note."
+            "Write the commit message for a fix or for the staged changes, in conventional commit style, "
+            "and release notes from merged pull requests. Use for any commit message or release note."
         )
         return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body
 

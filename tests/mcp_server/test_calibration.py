@@ -10,10 +10,20 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ingot.bench.latency import write_library
-from mcp_server.calibration import BODY_MIN_TERMS, Procedure, _sentences, background_tasks
+from mcp_server.calibration import (
+    BODY_MIN_TERMS,
+    COMPONENTS,
+    Procedure,
+    Scoring,
+    _sentences,
+    background_tasks,
+    leaders,
+)
+from mcp_server.index import Scores
 from mcp_server.library import Library
 from tests.conftest import write_skill
 
@@ -197,3 +207,58 @@ def test_an_edit_is_served_at_once_and_its_rule_is_re_derived_in_the_background(
     assert (
         library.route("Write a haiku about the autumn forest, five seven five").skill.name == "haiku-writer"
     )
+
+
+def test_ranking_only_weights_order_the_skills_but_never_enter_the_confidence():
+    """Two stages: the leader is the best by ranking score; its confidence is built from the
+    confidence's own weights only (here the body BM25 that made it the leader counts for nothing)."""
+    weights = {f"{stage}_{c}": 0.0 for stage in ("w", "rank") for c in COMPONENTS}
+    weights.update(w_dense_description=1.0, rank_bm25_body=1.0, w_coverage=0.0)
+    procedure = replace(Procedure(), **weights)
+    scoring = Scoring(procedure, np.ones((len(COMPONENTS), 2), dtype=bool), (1.0, 1.0))
+    zeros = np.zeros((1, 2), dtype=np.float32)
+    raw = Scores(np.array([[0.5, 0.4]], np.float32), zeros, zeros, zeros, np.array([[0.0, 9.0]], np.float32))
+    fused, ranked = scoring.fuse(raw), scoring.rank(raw, scoring.fuse(raw))
+    assert fused[0].tolist() == pytest.approx([0.5, 0.4])
+    assert ranked[0, 1] > ranked[0, 0]
+    confidence, leader = leaders(scoring, ranked, fused, lambda rows: np.zeros(len(rows)), np.zeros(1))
+    assert leader.tolist() == [1] and confidence.tolist() == pytest.approx([0.4])
+    without = replace(procedure, rank_bm25_body=0.0)
+    plain = Scoring(without, scoring.present, (1.0, 1.0))
+    assert plain.rank(raw, fused) is fused  # nothing ranking-only: one fusion serves both stages
+
+
+VENDOR_PREAMBLE = "# Acme weather service\n\n" + " ".join(
+    ["Every Acme weather call needs an API key in the ACME_KEY environment variable, answers in JSON,"
+     " caches results for ten minutes, retries twice on a timeout and reports quota errors."] * 6
+) + "\n\n## Parameters\n\n"  # fmt: skip
+
+
+def test_a_vendors_look_alike_skills_are_told_apart_by_their_bodies(tmp_path, library_factory):
+    """Same description, same long vendor preamble (past what the dense body vector reads): only
+    the parameters deep in each body differ, and ranking reads them (ranking-only body BM25)."""
+    root = tmp_path / "skills"
+    shutil.copytree(BODYRICH, root)
+    description = "Looks up the weather for a place and returns the temperature, wind and rain."
+    write_skill(root, "weather-lookup", description, body=VENDOR_PREAMBLE + (
+        "- `latitude` (number, required): degrees north of the equator.\n"
+        "- `longitude` (number, required): degrees east of Greenwich.\n"
+        "- `elevation` (number, optional): metres above sea level, for mountain stations.\n"
+    ))  # fmt: skip
+    write_skill(root, "weather-report", description, body=VENDOR_PREAMBLE + (
+        "- `city` (string, required): the city name, e.g. Lyon.\n"
+        "- `country` (string, optional): ISO country code.\n"
+        "- `units` (string, optional): metric or imperial.\n"
+    ))  # fmt: skip
+    library = library_factory(root)
+    tasks = {
+        "Look up the temperature, wind and rain at latitude 45.9, longitude 6.87, elevation 1035 metres": (
+            "weather-lookup"
+        ),
+        "Look up the temperature, wind and rain for the city of Lyon, country France, in imperial units": (
+            "weather-report"
+        ),
+    }
+    for task, expected in tasks.items():
+        result = library.route(task)
+        assert result.skill is not None and result.skill.name == expected, task

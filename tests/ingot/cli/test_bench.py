@@ -1,11 +1,49 @@
-"""The agent and sandbox benchmarks run end to end and print what they claim to measure."""
+"""The benchmarks run end to end and print what they claim to measure."""
 
 from __future__ import annotations
 
 import json
 
-from tests.ingot.cli.test_main import ingot
+import frontmatter
+
+from ingot.bench.routing import _bodies_stripped
+from tests.ingot.cli.test_main import FIXTURES, bundled, ingot
 from tests.optimize.conftest import require_bwrap
+
+
+def _tree(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+def test_bench_routing_leaves_the_library_untouched_so_it_runs_again(tmp_path):
+    """The served child's state home claims links in its own folder, never the benchmarked root: a
+    claim left beside it would name a deleted home and refuse the next run."""
+    root = bundled(tmp_path)
+    before = _tree(tmp_path)
+    for extra in ((), ("--strip-bodies",)):
+        done = ingot(
+            "bench", "routing", "--skills", str(root), "--cases", str(FIXTURES / "bundled_cases.jsonl"),
+            *extra, cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["skills"] == 7 and report["top1"] is not None
+    assert report["bodies"] == "stripped to a title"
+    assert _tree(tmp_path) == before
+
+
+def test_stripped_copies_keep_the_frontmatter_and_cut_each_body_to_a_title(tmp_path):
+    root = bundled(tmp_path)
+    with _bodies_stripped((root,)) as (copy,):
+        names = sorted(p.name for p in copy.iterdir())
+        assert names == sorted(p.name for p in root.iterdir() if (p / "SKILL.md").is_file())
+        for name in names:
+            original = frontmatter.loads((root / name / "SKILL.md").read_text())
+            stripped = frontmatter.loads((copy / name / "SKILL.md").read_text())
+            assert stripped.metadata == original.metadata and original.content.strip()
+            assert stripped.content == f"# {name}"
+            assert sorted(p.name for p in (copy / name).iterdir()) == ["SKILL.md"]
+    assert not copy.exists()
 
 
 def test_bench_sandbox_prints_medians_against_a_floor(tmp_path):

@@ -1,0 +1,77 @@
+"""scripts/tune_procedure.py decides exactly as the router does, and reports leave-one-library-out
+both ways: a tuner that drifted from the router would tune something that is never served."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from mcp_server.calibration import COMPONENTS, Procedure
+from mcp_server.library import Library
+from scripts.tune_procedure import VARIANTS, calibrated, evaluate, load_library, run, without_ranking_only
+from tests.mcp_server.test_calibration import BODYLESS, BODYRICH, OFF_LIBRARY, REQUESTS
+
+
+def _cases(folder: Path, root: Path) -> Path:
+    path = folder / f"{root.name}.jsonl"
+    rows = [{"task": t, "expected": e} for t, e in REQUESTS[root].items()]
+    rows += [{"task": t, "expected": None} for t in OFF_LIBRARY]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def loaded(embedder, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cases")
+    cases = {root: _cases(folder, root) for root in (BODYLESS, BODYRICH)}
+    libraries = [load_library(r.name, [r], [cases[r]], embedder, Procedure()) for r in cases]
+    mixed = load_library("mixed", list(cases), list(cases.values()), embedder, Procedure())
+    return cases, libraries, mixed
+
+
+@pytest.mark.parametrize("position", [0, 1], ids=["bodyless", "bodyrich"])
+def test_the_tuner_ranks_and_scores_every_case_as_the_router_does(loaded, embedder, position):
+    cases, libraries, _ = loaded
+    root = list(cases)[position]
+    library = Library((root,), embedder)
+    library.reload()
+    score, three = calibrated(libraries[position], Procedure(), "as_is")
+    tasks = [*REQUESTS[root], *OFF_LIBRARY]
+    for k, task in enumerate(tasks):
+        result = library.route(task)
+        assert [c.name for c in result.ranked[:3]] == [libraries[position].names[r] for r in three[k]], task
+        assert result.score == pytest.approx(score[k], abs=1e-5), task
+
+
+def test_the_tuner_picks_on_each_library_measures_on_the_other_and_on_both_served_as_one(loaded):
+    _, libraries, mixed = loaded
+    report = run(libraries, mixed, samples=3, refine=1, seed=1)
+    held_out = [(e["picked_on"], e["measured_on"]) for e in report["leave_one_library_out"]]
+    assert held_out == [(["bodyrich"], "bodyless"), (["bodyless"], "bodyrich")]
+    for entry in [*report["leave_one_library_out"], report["picked_on_all"], report["shipped"]]:
+        assert set(entry["results"]) == {"bodyless", "bodyrich", "mixed"}
+        assert all(set(entry["results"][n]) == set(VARIANTS) for n in entry["results"])
+    for entry in report["leave_one_library_out"]:  # the ablation drops exactly the ranking-only weights
+        picked, ablation = entry["procedure"], entry["without_its_ranking_only_weights"]
+        assert ablation["procedure"] == {k: 0.0 if k.startswith("rank_") else v for k, v in picked.items()}
+        ablated = Procedure(**{k: v for k, v in ablation["procedure"].items() if k != "tau_related"})
+        measured = evaluate(libraries[1], ablated, "as_is")[picked["tau_related"]]
+        assert ablation["results"]["bodyrich"]["as_is"] == {k: round(v, 4) for k, v in measured.items()}
+    shipped = evaluate(libraries[1], Procedure(), "as_is")[0.35]
+    assert report["shipped"]["results"]["bodyrich"]["as_is"] == {k: round(v, 4) for k, v in shipped.items()}
+    assert report["shipped"]["procedure"]["rank_bm25_body"] == Procedure().rank_bm25_body
+    without = report["shipped_without_ranking_only_weights"]["procedure"]
+    assert all(v == 0.0 for k, v in without.items() if k.startswith("rank_"))
+    ceiling = report["ceiling"]["mixed"]["as_is"]
+    assert ceiling["oracle_no_route"] >= 0.92 and 0.0 <= ceiling["oracle_top1"] <= ceiling["ranking_top1"]
+
+
+def test_the_ablation_drops_the_ranking_only_weights_and_keeps_everything_else():
+    shipped = Procedure()
+    assert shipped.rank_weights.sum() > shipped.weights.sum()  # the shipped one has some to drop
+    ablated = without_ranking_only(shipped)
+    assert list(ablated.rank_weights) == list(shipped.weights) == list(ablated.weights)
+    assert replace(ablated, **{f"rank_{c}": getattr(shipped, f"rank_{c}") for c in COMPONENTS}) == shipped
