@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,6 +118,15 @@ class Library:
         a change made a moment ago, such as approval's collision re-check."""
         self.reload()
         return self
+
+    def on_disk(self) -> Hashable:
+        """What the last reload read from disk (every valid folder's revision and every skipped
+        folder's reason), as a value that changes whenever a skill folder does, served or not
+        (a pinned library reads edits it does not serve). Cheap: no disk access."""
+        return (
+            frozenset((name, skill.revision) for name, skill in self._registry.skills().items()),
+            frozenset((str(p.folder), p.reason) for p in self._registry.problems()),
+        )
 
     def status(self) -> LibraryStatus:
         return LibraryStatus(

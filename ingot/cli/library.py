@@ -116,7 +116,7 @@ def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict
                 click.echo(f"ingot: {event}", err=True)
             library.reload()
             duties.append(("guard", guard.check))
-        duties.append(("autonomy", Autopilot(control).tick))
+        duties.append(("autonomy", Autopilot(control, disk_state=library.on_disk).tick))
         background.start(duties, stop, settings.autopilot_tick_s)
     endpoints = [f"MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"] if mcp else []
     endpoints += [f"UI at http://{settings.bind_host}:{settings.ui_port}/"] if ui else []

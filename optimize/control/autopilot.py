@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from ingot.errors import IngotError
@@ -104,9 +104,18 @@ def report_incident(
 
 
 class Autopilot:
-    def __init__(self, control: ChangeControl, clock: Callable[[], dt.datetime] = utcnow) -> None:
-        self.control, self.clock = control, clock
+    def __init__(
+        self,
+        control: ChangeControl,
+        clock: Callable[[], dt.datetime] = utcnow,
+        disk_state: Callable[[], Hashable] | None = None,
+    ) -> None:
+        """`disk_state` (the serving library's `on_disk`) lets the drift watch skip its full
+        status scan while nothing on disk has changed: at 10k skills that scan costs ~1.9 s of
+        CPU, every tick. Without it, every tick scans."""
+        self.control, self.clock, self.disk_state = control, clock, disk_state
         self.window_s = control.review_window_s
+        self._watched: Hashable = object()  # the disk state the last complete watch saw
 
     def decision(self, skill: str) -> tuple[Decision, str | None] | None:
         """What autonomy would do with `skill`'s pending change now, and the change id."""
@@ -148,6 +157,9 @@ class Autopilot:
 
     def _watch(self) -> list[Step]:
         """Drift is an incident: a managed skill that is no longer the revision Ingot put live."""
+        state = self.disk_state() if self.disk_state is not None else object()
+        if state == self._watched:
+            return []  # no folder changed since a watch that finished: no new drift to find
         steps = []
         for skill in self.control.status().drifted:
             reported = report_incident(
@@ -159,4 +171,5 @@ class Autopilot:
             )
             if reported:
                 steps.append(Step(skill.name, None, "incident", "; ".join(reported)))
+        self._watched = state  # only now: a watch that raised is tried again next tick
         return steps

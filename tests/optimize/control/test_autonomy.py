@@ -197,6 +197,30 @@ def test_drift_after_an_autonomous_promotion_rolls_it_back_and_demotes(control):
     assert Autopilot(control).tick() == []  # the same drift is reported once
 
 
+def test_the_drift_watch_rescans_only_after_a_folder_changed_on_disk(control, library_factory):
+    library = library_factory(control.roots[0])
+    allow(control, "auto")
+    with change_lock(control.runs_dir):
+        for _ in range(6):
+            control.autonomy.record(SKILL, "description", "clean", "test", "earned")
+    change, _ = propose(control, 1)
+    pilot = Autopilot(control, disk_state=library.on_disk)
+    assert [s.did for s in pilot.tick()] == ["promoted"]
+    scans = []
+    status = control.status
+    control.status = lambda: scans.append(1) or status()  # count the full scans
+    library.reload()
+    pilot.tick()
+    pilot.tick()
+    assert len(scans) == 1  # the promotion changed the disk once; nothing since
+    skill_md = control.roots[0] / SKILL / "SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\nEdited behind Ingot's back.\n")
+    library.reload()  # what the serving library's watcher does on the edit
+    steps = pilot.tick()
+    assert len(scans) == 2 and [s.did for s in steps][:1] == ["incident"]
+    assert control.live_revision(SKILL) == change.champion_revision  # autonomy's promotion undone
+
+
 def test_an_incident_after_autonomy_created_a_skill_removes_it_again(control):
     from tests.optimize.conftest import skill_md
 
