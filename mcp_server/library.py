@@ -120,13 +120,9 @@ class Library:
         return self
 
     def on_disk(self) -> Hashable:
-        """What the last reload read from disk (every valid folder's revision and every skipped
-        folder's reason), as a value that changes whenever a skill folder does, served or not
-        (a pinned library reads edits it does not serve). Cheap: no disk access."""
-        return (
-            frozenset((name, skill.revision) for name, skill in self._registry.skills().items()),
-            frozenset((str(p.folder), p.reason) for p in self._registry.problems()),
-        )
+        """`Registry.state` of the last reload: it changes whenever a skill folder does, served or
+        not (a pinned library still reads the edits it does not serve)."""
+        return self._registry.state()
 
     def status(self) -> LibraryStatus:
         return LibraryStatus(

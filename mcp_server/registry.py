@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -272,6 +272,14 @@ class Registry:
 
     def problems(self) -> list[Problem]:
         return list(self._problems)
+
+    def state(self) -> Hashable:
+        """What the last reload read (every valid folder's revision, every skipped folder's
+        reason) as a value that changes whenever a skill folder does. No disk access."""
+        return (
+            frozenset((name, skill.revision) for name, skill in self._skills.items()),
+            frozenset((str(p.folder), p.reason) for p in self._problems),
+        )
 
     def folders(self) -> list[tuple[Path, Path]]:
         """(root, folder) for every candidate skill folder, roots in priority order."""
