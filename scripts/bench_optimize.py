@@ -55,18 +55,6 @@ def _counts(server, since: int) -> dict:
     }
 
 
-def _seed_side(requests: list) -> int:
-    """Calls made for the seed's (champion's) side alone: agent answers under the seed body
-    (SEED-MARK in the system prompt) and the judge's grades of them (only the seed answers "weak
-    answer" in this script). The teacher reads the seed to write challengers: challenger side."""
-    return sum(
-        r.body["model"] != "teacher-model"
-        and ("SEED-MARK" in json.dumps(r.body) or "weak answer" in json.dumps(r.body))
-        and "FIRST ANSWER" not in json.dumps(r.body)
-        for r in requests
-    )
-
-
 def run(candidates: int = 5) -> dict:
     work = Path(tempfile.mkdtemp(prefix="ingot-bench-optimize-"))
     import shutil
@@ -105,7 +93,7 @@ def run(candidates: int = 5) -> dict:
             "tokens_in": ledger.totals()["total"]["tokens_in"],
             "tokens_out": ledger.totals()["total"]["tokens_out"],
         }
-        first_seed = _seed_side(server.chat_requests())
+        first_seed = server.champion_side_calls("SEED-MARK")
         mark = len(server.chat_requests())
         tasks = load_task_set(work / "tasks", "release-notes")
         described = optimize_description("release-notes", library, llm, tasks.routing, candidates)
@@ -127,7 +115,7 @@ def run(candidates: int = 5) -> dict:
         "repeat_run": {  # the same body pass again, champion unchanged: its side comes from caches
             **_counts(server, mark),
             "verdict": again.verdict,
-            "seed_side_calls": _seed_side(repeat),
+            "seed_side_calls": server.champion_side_calls("SEED-MARK", mark),
             "first_run_seed_side_calls": first_seed,
             "calls_saved": body_counts["model_calls"] - len(repeat),
             "saving_share": round(1 - len(repeat) / body_counts["model_calls"], 3),

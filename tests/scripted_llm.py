@@ -133,6 +133,19 @@ class ScriptedLLM:
     def chat_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
 
+    def champion_side_calls(self, body_mark: str, since: int = 0) -> int:
+        """Calls made for the champion's (or seed's) side alone, from chat request `since` on: the
+        agent serving the champion body (it contains `body_mark`) and the judge grading its answers
+        (under `script_optimizer` only a body without NEW-MARK answers "weak answer"). Pairwise
+        comparisons see both answers, and the teacher reads the champion to write challengers:
+        those are the challenger side."""
+        return sum(
+            r.body.get("model") != "teacher-model"
+            and (body_mark in json.dumps(r.body) or "weak answer" in json.dumps(r.body))
+            and "FIRST ANSWER" not in json.dumps(r.body)
+            for r in self.chat_requests()[since:]
+        )
+
     def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None, Rule | None]:
         with self._lock:
             for rule in self.rules:

@@ -36,14 +36,8 @@ def setup(tmp_path):
 
 
 def champion_calls(server) -> int:
-    """Every call made for the champion's side alone: its agent answers (the champion body is the
-    system prompt) and the judge's grades of them (the judge sees the champion's "weak answer").
-    Pairwise comparisons see both answers and are made anew for every challenger."""
-    return sum(
-        ("Old guidance" in json.dumps(r.body) or "weak answer" in json.dumps(r.body))
-        and "FIRST ANSWER" not in json.dumps(r.body)
-        for r in server.chat_requests()
-    )
+    """Every call made for the champion's side alone (its body says "Old guidance")."""
+    return server.champion_side_calls("Old guidance")
 
 
 def test_a_better_challenger_shows_per_case_gains_and_passes_the_gate(setup):

@@ -232,18 +232,6 @@ def test_without_a_replay_context_the_cell_says_it_was_not_measured(optimizer_wo
     }
 
 
-def seed_side_calls(server) -> int:
-    """Calls made for the seed's (the champion's) side alone: its agent answers (SEED-MARK is in
-    the system prompt) and the judge's grades of them (only the seed answers "weak answer" here).
-    The teacher reads the seed too, but to write challengers: that is the challenger side."""
-    return sum(
-        r.body.get("model") != "teacher-model"
-        and ("SEED-MARK" in json.dumps(r.body) or "weak answer" in json.dumps(r.body))
-        and "FIRST ANSWER" not in json.dumps(r.body)
-        for r in server.chat_requests()
-    )
-
-
 def test_a_repeat_run_against_an_unchanged_champion_pays_only_for_the_challenger_side(optimizer_world):
     server, control, library, llm, judge, tasks, _ = optimizer_world
     server.add(
@@ -252,9 +240,11 @@ def test_a_repeat_run_against_an_unchanged_champion_pays_only_for_the_challenger
         reply=json.dumps({"body": "# Release notes\n\nNEW-MARK: group changes by theme.\n"}),
     )
     optimize_body("release-notes", control, library, llm, judge, tasks, candidates=2)
-    first_total, first_seed = len(server.chat_requests()), seed_side_calls(server)
+    first_total, first_seed = len(server.chat_requests()), server.champion_side_calls("SEED-MARK")
     assert first_seed > 0
     optimize_body("release-notes", control, library, llm, judge, tasks, candidates=2)
     second_total = len(server.chat_requests()) - first_total
-    assert seed_side_calls(server) == first_seed  # the seed rollout and the champion's A/B side: cached
+    assert (
+        server.champion_side_calls("SEED-MARK") == first_seed
+    )  # the seed rollout and the champion's A/B side: cached
     assert second_total == first_total - first_seed  # everything else is paid again, nothing more
