@@ -63,6 +63,11 @@ def ingot(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+def propose(root: Path, folder: Path, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """`ingot propose release-notes --from FOLDER`, which evaluates the change at once."""
+    return ingot("propose", "release-notes", "--from", str(folder), "--skills", str(root), cwd=cwd, **env)
+
+
 def models(server, tasks: Path) -> dict[str, str]:
     return {
         "BASE_URL": server.url,
@@ -92,14 +97,10 @@ def test_an_operators_rewrite_is_measured_and_can_be_approved(library, tmp_path)
     folder = candidate(tmp_path, root, lambda text: text + "\nNEW-MARK: group the changes by theme.\n")
     with scripted_llm() as server:
         server.script_optimizer()
-        done = ingot(
-            "propose",
-            "release-notes",
-            "--from",
-            str(folder),
-            "--skills",
-            str(root),
-            cwd=tmp_path,
+        done = propose(
+            root,
+            folder,
+            tmp_path,
             **models(server, tasks),
         )
     assert done.returncode == 0, done.stderr
@@ -134,14 +135,10 @@ def test_a_description_that_steals_another_skills_routes_is_blocked_with_the_tas
         return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body
 
     folder = candidate(tmp_path, root, steal)
-    done = ingot(
-        "propose",
-        "release-notes",
-        "--from",
-        str(folder),
-        "--skills",
-        str(root),
-        cwd=tmp_path,
+    done = propose(
+        root,
+        folder,
+        tmp_path,
         TASKS_DIR=str(tasks),
     )
     assert done.returncode == 0, done.stderr
@@ -163,14 +160,10 @@ def test_a_tampered_champion_cache_entry_is_refused_at_approval(library, tmp_pat
     folder = candidate(tmp_path, root, lambda text: text + "\nNEW-MARK: group the changes by theme.\n")
     with scripted_llm() as server:
         server.script_optimizer()
-        done = ingot(
-            "propose",
-            "release-notes",
-            "--from",
-            str(folder),
-            "--skills",
-            str(root),
-            cwd=tmp_path,
+        done = propose(
+            root,
+            folder,
+            tmp_path,
             **models(server, tasks),
         )
     assert done.returncode == 0 and "gate pass" in done.stdout, done.stdout + done.stderr
@@ -333,10 +326,7 @@ def test_ingot_evaluate_replays_the_skills_blessed_runs_with_the_candidate(
             Rule(model="judge-model", user_contains="Write the rationale", reply="All good."),
         ]
         server.script_optimizer()
-        done = ingot(
-            "propose", "release-notes", "--from", str(folder), "--skills", str(root), cwd=tmp_path,
-            **models(server, tasks),
-        )  # fmt: skip
+        done = propose(root, folder, tmp_path, **models(server, tasks))
     assert done.returncode == 0, done.stderr
     data, _ = bundle(root)
     cell = data["measurements"]["replay"]
@@ -373,10 +363,7 @@ def test_routing_impact_counts_recent_real_traffic_when_no_task_set_has_cases(tm
         return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body
 
     folder = candidate(tmp_path, root, steal)
-    done = ingot(
-        "propose", "release-notes", "--from", str(folder), "--skills", str(root), cwd=tmp_path,
-        TASKS_DIR=str(empty_tasks),
-    )  # fmt: skip
+    done = propose(root, folder, tmp_path, TASKS_DIR=str(empty_tasks))
     assert done.returncode == 0, done.stderr
     data, _ = bundle(root)
     impact = data["measurements"]["routing_impact"]
