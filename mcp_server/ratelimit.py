@@ -57,7 +57,9 @@ class SourceRates:
 
     def take(self, source: str) -> tuple[float, str]:
         """(0.0, "") if `source` may act now (counted on both buckets), else the seconds to wait
-        and which limit refused: "source" or "total"."""
+        and which limit refused: "source" or "total". The source's own bucket is asked first, so
+        a client over its rate never spends the shared one; a call the total refuses has spent
+        its source token (one token, on a busy server)."""
         with self._lock:
             bucket = self._sources.pop(source, None) or RateLimit(self.per_minute, self.burst, self._clock)
             self._sources[source] = bucket  # most recently used last
