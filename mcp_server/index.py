@@ -10,6 +10,7 @@ decisions live in router.py; this module only produces raw component scores.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -272,11 +273,34 @@ class Index:
         single[self._sent_skills] = False
         return self._desc, self._body, single
 
-    def best_sentences(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, best sentence cosine) for the skills whose description has several sentences."""
-        if not len(self._sent_skills):
-            return self._sent_skills, np.zeros(0, dtype=np.float32)
-        return self._sent_skills, np.maximum.reduceat(self._sent @ query, self._sent_starts)
+    def sentence_vectors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, bounds, vectors) of the skills whose description has several sentences: skill
+        `rows[j]`'s sentence vectors are `vectors[bounds[j]:bounds[j + 1]]` (rows ascending)."""
+        return self._sent_skills, self._sentence_bounds, self._sent
+
+    @functools.cached_property
+    def _sentence_bounds(self) -> np.ndarray:
+        return np.r_[self._sent_starts if len(self._sent_skills) else [], len(self._sent)].astype(np.int64)
+
+    @functools.cached_property
+    def sentence_spread(self) -> tuple[np.ndarray, np.ndarray]:
+        """(centroid, radius) of each multi-sentence skill's sentence vectors, in
+        `sentence_vectors` order: every sentence lies within the radius of the centroid.
+        Computed once per snapshot, slot by slot (descriptions have a few sentences each)."""
+        bounds = self._sentence_bounds
+        starts, sizes = bounds[:-1], np.diff(bounds)
+        total = np.zeros((len(starts), self._sent.shape[1]), dtype=np.float32)
+        radius = np.zeros(len(starts), dtype=np.float32)
+        slots = range(int(sizes.max()) if len(sizes) else 0)
+        for k in slots:
+            has = np.flatnonzero(sizes > k)
+            total[has] += self._sent[starts[has] + k]
+        centroids = total / np.maximum(sizes, 1)[:, None].astype(np.float32)
+        for k in slots:
+            has = np.flatnonzero(sizes > k)
+            gap = self._sent[starts[has] + k] - centroids[has]
+            radius[has] = np.maximum(radius[has], np.sqrt(np.einsum("ij,ij->i", gap, gap)))
+        return centroids, radius
 
     def lexical(self, component: str, query_terms: list[str]) -> np.ndarray:
         """One BM25 component ("bm25_description" or "bm25_body") for every skill."""

@@ -243,8 +243,6 @@ class Router:
         query_terms = terms(task)
         vector = self.embedder.embed_query(task)
         embedded = time.perf_counter()
-        assert state.ranker is not None
-        ranking, computed = state.ranker.rank(vector, query_terms)
         excluded: dict[str, int] = {}
         unchecked: set[str] = set()
         allowed = np.ones(len(index), dtype=bool)
@@ -255,6 +253,12 @@ class Router:
                 excluded[reason] = excluded.get(reason, 0) + 1
             unchecked.update(missing)
         want = max(k, NEAREST)
+        assert state.ranker is not None
+        # Exact for every row that can be among the best `want` (all that is read of it below);
+        # with conflicts, any skill may refill the top, so every row.
+        ranking, computed = state.ranker.rank(
+            vector, query_terms, allowed, None if state.has_conflicts else want
+        )
         if state.has_conflicts:  # rank everything so dropping conflicts can refill the top k
             ranked = self._rank(state, ranking, allowed, len(index))
             ranked = self._drop_conflicts(ranked, index, state.policies, want)

@@ -53,7 +53,9 @@ def split(cases: Sequence[RoutingCase]) -> tuple[list[RoutingCase], list[Routing
     return select, gate
 
 
-def metrics(router: Router, skill: str, cases: Sequence[RoutingCase]) -> dict[str, float]:
+def metrics(router: Router, skill: str, cases: Sequence[RoutingCase]) -> dict[str, float | None]:
+    """top-1 and recall@3 over the cases expecting a skill, no-route precision over the cases not
+    expecting `skill`; a metric with no cases is None (missing), never a perfect score."""
     expecting = [c for c in cases if c.expected]
     others = [c for c in cases if c.expected != skill]
     top1 = recall3 = clean = 0
@@ -66,10 +68,16 @@ def metrics(router: Router, skill: str, cases: Sequence[RoutingCase]) -> dict[st
         if case.expected != skill:
             clean += chosen != skill
     return {
-        "top1": round(top1 / len(expecting), 4) if expecting else 1.0,
-        "recall_at_3": round(recall3 / len(expecting), 4) if expecting else 1.0,
-        "no_route_precision": round(clean / len(others), 4) if others else 1.0,
+        "top1": round(top1 / len(expecting), 4) if expecting else None,
+        "recall_at_3": round(recall3 / len(expecting), 4) if expecting else None,
+        "no_route_precision": round(clean / len(others), 4) if others else None,
     }
+
+
+def _selection_score(values: Mapping[str, float | None]) -> float:
+    """What candidates are ordered by on the select half: the sum of the measured metrics (a
+    missing one is missing for every candidate alike, so it adds nothing to any)."""
+    return sum(v for v in values.values() if v is not None)
 
 
 def router_with(library: Library, skill: str, description: str | None) -> Router:
@@ -120,7 +128,7 @@ def optimize_description(
             refused.append(collision.detail)
             continue
         router = router_with(library, skill, text)
-        scored.append((sum(metrics(router, skill, select).values()), text, router))
+        scored.append((_selection_score(metrics(router, skill, select)), text, router))
     if not scored:
         return DescriptionOutcome(
             None, None, "no usable candidate: " + "; ".join(refused or ["none proposed"])

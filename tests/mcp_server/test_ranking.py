@@ -55,3 +55,33 @@ def test_the_fast_path_ranks_and_scores_candidates_as_scoring_does_on_every_comp
         for component in COMPONENTS:
             assert np.allclose(getattr(some, component), getattr(raw, component)[rows], atol=1e-5), component
         assert np.allclose(scoring.fuse(some, rows), scoring.fuse(raw)[rows], atol=1e-5), task
+
+
+@pytest.mark.parametrize("want", [1, 3, 5])
+def test_bounded_sentences_leave_the_best_rows_exact_and_bound_the_others(embedder, index, monkeypatch, want):
+    """Only skills whose upper bound reaches the best `want` compare their sentences; the best
+    `want` allowed rows and their scores are what the full computation gives, and every other
+    row holds an upper bound of its score. The test fails if the bound is ever too low."""
+    import mcp_server.ranking as ranking_mod
+
+    monkeypatch.setattr(ranking_mod, "_GATHER_SHARE", 1.0)  # never fall back to all: a small library
+    scoring = Scoring.for_index(index, SHIPPED, (1.7, 2.3))
+    ranker = Ranker.build(index, scoring)
+    multi = set(index.sentence_vectors()[0].tolist())
+    tasks = [*REQUESTS[BODYLESS], *REQUESTS[BODYRICH], *OFF_LIBRARY]
+    rng = np.random.default_rng(7)
+    skipped = 0
+    for task, vector in zip(tasks, embedder.embed(tasks), strict=True):
+        full, _ = ranker.rank(vector, terms(task))
+        for allowed in (np.ones(len(index), dtype=bool), rng.random(len(index)) < 0.6):
+            bounded, computed = ranker.rank(vector, terms(task), allowed, want)
+            assert np.all(bounded >= full - 1e-6), task  # never below the true score
+            rows = np.flatnonzero(allowed)
+            best = rows[np.argsort(-np.round(full[rows], 6), kind="stable")[:want]]
+            got = rows[np.argsort(-np.round(bounded[rows], 6), kind="stable")[:want]]
+            assert set(got) == set(best), task
+            assert np.allclose(bounded[best], full[best], atol=1e-5), task
+            checked = set(computed.sentences[0].tolist())
+            assert {r for r in best if r in multi} <= checked  # their components can be read
+            skipped += len(multi - checked)
+    assert skipped > 0  # the bound did spare some skills their sentences

@@ -102,3 +102,27 @@ def test_bench_regress_runs_against_an_endpoint_rerecords_the_goldens_and_replay
         assert again.returncode == 0, again.stderr
         assert len(server.chat_requests()) == sent  # every call came from the run's cassette
         assert json.loads(again.stdout)["detection"] == 1.0
+
+
+def test_routing_scores_count_an_acceptable_skill_as_right_for_top1_and_recall_alike():
+    """An `acceptable` name is a right answer wherever it appears: loaded (top-1) or listed among
+    the first three names (recall@3). Counting only `expected` for recall let a case be right at
+    top-1 and missed in the hint list."""
+    from ingot.bench.routing import Case, Decision, score
+
+    cases = [
+        Case("a", "task a", "alpha", "positive", frozenset({"alpha-2"})),
+        Case("b", "task b", "beta", "positive", frozenset({"beta-2"})),
+        Case("c", "task c", "gamma", "positive", frozenset()),
+        Case("n", "task n", None, "negative", frozenset()),
+    ]
+    decisions = [
+        Decision("alpha-2", ("alpha-2", "x", "y"), 0.9, True),  # acceptable, loaded
+        Decision(None, ("x", "y", "beta-2", "beta"), 0.1),  # acceptable third; expected fourth
+        Decision(None, ("x", "y", "z", "gamma"), 0.1),  # right only fourth: a miss
+        Decision(None, ("x",), 0.1),
+    ]
+    report = score(cases, decisions)
+    assert report["top1"] == round(1 / 3, 4)
+    assert report["recall_at_3"] == round(2 / 3, 4)
+    assert report["no_route_rate"] == 1.0

@@ -140,3 +140,21 @@ def test_ingot_optimize_description_command_queues_the_change(served_copy, tmp_p
     assert done.returncode == 0, done.stderr[-2000:]
     assert "queued chg-" in done.stdout
     assert control.queue.get(SKILL).kind == "description"
+
+
+def test_a_metric_with_no_cases_is_missing_not_perfect(tmp_path, library_factory):
+    """The selection record keeps what the select and gate halves measured; with no case that
+    expects a skill, top-1 and recall@3 are None, never 1.0."""
+    import shutil
+
+    from optimize.search.describe import _selection_score, metrics
+    from tests.conftest import BUNDLED_SKILLS
+
+    shutil.copytree(BUNDLED_SKILLS, tmp_path / "skills")
+    router = router_with(library_factory(tmp_path / "skills"), SKILL, None)
+    nulls = [RoutingCase("Plan a three-day itinerary for Lisbon", None)]
+    values = metrics(router, SKILL, nulls)
+    assert values["top1"] is None and values["recall_at_3"] is None
+    assert values["no_route_precision"] == 1.0  # one measured case, not taken by the skill
+    assert _selection_score(values) == 1.0
+    assert metrics(router, SKILL, []) == {"top1": None, "recall_at_3": None, "no_route_precision": None}
