@@ -35,7 +35,8 @@ from optimize.measure.cascade import (
     sequence_diff,
 )
 from optimize.measure.drift import ResearchCheck, World, WorldSource, drift_cards
-from optimize.measure.goldens import GoldenError, GoldenStore, Stored
+from optimize.measure.golden_store import GoldenStore
+from optimize.measure.goldens import GoldenError, Stored
 from optimize.measure.replay import Replayer, ReplayLimits, ReplayRun
 from optimize.measure.replay_verdict import cell_verdict, golden_verdict
 from optimize.measure.sandbox import Sandbox
