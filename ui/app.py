@@ -38,9 +38,11 @@ from optimize.control.promote import check_skill_name
 from optimize.control.status import Status
 from optimize.measure.goldens import Golden, GoldenError, Review
 from optimize.models.traces import TraceStore, find_trace
-from ui import lifecycle, markdown, views
+from ui import lifecycle, markdown, review_card
 from ui import replay as replay_views
 from ui import skills as skill_views
+from ui.header import header
+from ui.history import set_aside, timeline
 from ui.queue import ordered
 from ui.runs import RunManager, RunNotFound, RunRefused
 from ui.security import COOKIE, Guard, session_value
@@ -88,7 +90,7 @@ def build_app(
     app = FastAPI(title="Ingot", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters["component"] = skill_views.component_text
-    templates.env.filters["until"] = views.until
+    templates.env.filters["until"] = review_card.until
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_middleware(Guard, token=token)
     in_flight = threading.Lock()  # one approve / reject / rollback at a time in this process
@@ -108,7 +110,7 @@ def build_app(
     ) -> HTMLResponse:
         if "header" not in values:
             try:
-                values["header"] = views.header(state or control.status())
+                values["header"] = header(state or control.status())
             except (IngotError, OSError) as exc:  # never let the header take a page (or an error) down
                 log.warning("cannot build the status header: %s", type(exc).__name__)
                 values["header"] = None
@@ -144,7 +146,7 @@ def build_app(
         cards = []
         for change in changes:
             try:
-                cards.append(views.review(control, change))
+                cards.append(review_card.review(control, change))
             except (IngotError, OSError, ValueError, TypeError) as exc:  # one bad change, not the page
                 problems.append(f"cannot show the change for {change.skill}: {exc}")
         decided = skill if skill and done in NOTICES and _NAME.match(skill) else None
@@ -153,7 +155,7 @@ def build_app(
             "review.html",
             cards=ordered(cards),
             problems=problems,
-            set_aside=views.set_aside(control),
+            set_aside=set_aside(control),
             notice=NOTICES.get(done or ""),
             decided=decided,
         )
@@ -168,7 +170,7 @@ def build_app(
                 f"change {change_id or '(none given)'} is no longer the one waiting for {skill!r}: "
                 "it was decided or replaced; go back to the review queue"
             )
-        return page(request, "confirm.html", card=views.review(control, change))
+        return page(request, "confirm.html", card=review_card.review(control, change))
 
     @app.post("/changes/{skill}/evaluate")
     def evaluate_change(skill: str, change_id: Annotated[str, Form()]) -> RedirectResponse:
@@ -214,7 +216,7 @@ def build_app(
     @app.get("/history/{skill}", response_class=HTMLResponse)
     def history(request: Request, skill: str, done: str | None = None) -> HTMLResponse:
         check_skill_name(skill)
-        entries = views.timeline(control, skill)  # SkillNotFound (404) for a name nothing knows
+        entries = timeline(control, skill)  # SkillNotFound (404) for a name nothing knows
         snapshots = control.snapshots(skill)
         live = control.live_revision(skill)
         changes = lifecycle.for_skill(
@@ -419,7 +421,7 @@ def build_app(
 
     @app.get("/api/status")
     def api_status() -> dict[str, Any]:
-        head = views.header(control.status())
+        head = header(control.status())
         return {
             "skills": {n: s.revision for n, s in library.skills().items()},
             "pending": head.pending,
