@@ -3,7 +3,7 @@
 Passing changes come first (a reviewer's time goes where a decision can be made), then the ones
 that are admissible, insufficient and blocked; oldest first within each. A score card shows one
 arm's headline number with the n it rests on; a number that was not measured stays `None`, and
-the page says so. Nothing here reads files: it orders and summarises records views.py built.
+the page says so. Nothing here reads files: it orders and summarises records review_card.py built.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class ScoreCard:
 
 
 class Card(Protocol):
-    """What ordering needs from a review card (views.Review)."""
+    """What ordering needs from a review card (review_card.Review)."""
 
     @property
     def verdict(self) -> str: ...

@@ -56,7 +56,7 @@ def traces(skills: tuple[Path, ...], skill: str | None, limit: int) -> None:
 def bless(skills: tuple[Path, ...], trace_id: str, no_draft: bool) -> None:
     """Make the recorded run TRACE_ID a golden of the skill revision that served it."""
     from ingot.runtime import llm_client, run_id, trace_store
-    from optimize.measure.goldens import draft_review
+    from optimize.measure.golden_criteria import draft_review
     from optimize.models.traces import find_trace
 
     admin, who, settings = _admin(skills)

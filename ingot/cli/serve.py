@@ -134,7 +134,7 @@ def ui_options(settings: Settings) -> UIOptions:
 
     drafter = None
     if settings.teacher_model:
-        from optimize.measure.goldens import draft_review
+        from optimize.measure.golden_criteria import draft_review
 
         try:
             llm = llm_client(settings, run_id("ui-bless"))

@@ -19,15 +19,9 @@ from ingot.errors import IngotError
 from optimize.control.changes import ChangeControl
 from optimize.control.lock import change_lock
 from optimize.control.promote import tree_revision
-from optimize.measure.goldens import (
-    Golden,
-    GoldenError,
-    GoldenStore,
-    Review,
-    Stored,
-    approved,
-    golden_from_trace,
-)
+from optimize.measure.golden_criteria import approved
+from optimize.measure.golden_store import GoldenStore
+from optimize.measure.goldens import Golden, GoldenError, Review, Stored, golden_from_trace
 from optimize.models.traces import TraceRecord
 
 Drafter = Callable[[Golden], Review]

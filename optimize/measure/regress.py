@@ -9,41 +9,41 @@ golden's verdict (replay_verdict.py), where a difference the controls also show 
 blamed on the candidate. The cell holds the PASS / WARN / BLOCK verdict with a paragraph of
 rationale by the strongest tier used, the noise floor, per-tier tokens and cost (which add up
 to the ledger's), the all-strongest counterfactual, and every input needed to recompute it.
-It measures; whether a change may be approved is gate.py's call.
+This module runs the replays and judges them; replay_cache.py keeps the controls and
+replay_report.py writes the findings, costs and counterfactual. It measures; whether a change
+may be approved is gate.py's call.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import rfc8785
-
 from agent.workspace import revision_of
-from optimize.measure.cascade import (
-    SIDE_EFFECT_TOOLS,
-    Cascade,
-    Expected,
-    Judgement,
-    JudgeTiers,
-    prompt_values,
-    sequence_diff,
-)
+from optimize.measure.cascade import SIDE_EFFECT_TOOLS, Cascade, JudgeTiers
 from optimize.measure.drift import ResearchCheck, World, WorldSource, drift_cards
-from optimize.measure.goldens import GoldenError, GoldenStore, Stored
-from optimize.measure.replay import Replayer, ReplayLimits, ReplayRun
-from optimize.measure.replay_verdict import cell_verdict, golden_verdict
+from optimize.measure.golden_store import GoldenStore
+from optimize.measure.goldens import GoldenError
+from optimize.measure.replay import Replayer, ReplayLimits
+from optimize.measure.replay_cache import cache_key, read_cache, write_cache
+from optimize.measure.replay_report import (
+    GoldenWork,
+    costs,
+    counterfactual,
+    expected,
+    golden_entry,
+    noise_floor,
+    not_measured,
+)
+from optimize.measure.replay_verdict import cell_verdict
 from optimize.measure.sandbox import Sandbox
 from optimize.models.ledger import BudgetExceeded
 from optimize.models.llm import LLMClient
 from optimize.models.prompting import render
 
-CACHE_VERSION = 1
 TIER_RANK = {"L1": 1, "L2": 2, "L3": 3}
 
 
@@ -94,25 +94,6 @@ class ReplayContext:
         )
 
 
-def _not_measured(why: str) -> dict[str, Any]:
-    return {"status": "not_measured", "why": why}
-
-
-@dataclass
-class _Work:
-    """One golden's replays and findings while the cell is measured."""
-
-    stored: Stored
-    recorded: Mapping[str, bytes]
-    candidate: ReplayRun | None = None
-    controls: list[ReplayRun] = field(default_factory=list)
-    control_judgements: list[Judgement] = field(default_factory=list)
-    controls_cached: bool = False
-    cache_key: str | None = None
-    judgement: Judgement | None = None
-    drift: list = field(default_factory=list)
-
-
 def replay_cell(
     skill: str,
     champion_files: Mapping[str, bytes] | None,
@@ -134,7 +115,7 @@ def replay_cell(
     settings = settings or ReplaySettings()
     stored, problems = GoldenStore(goldens_dir).active(skill)
     if not stored:
-        return _not_measured(f"no blessed goldens for {skill}: bless a good run with `ingot bless TRACE_ID`")
+        return not_measured(f"no blessed goldens for {skill}: bless a good run with `ingot bless TRACE_ID`")
     world = world or World()
     works = []
     for golden in stored:
@@ -143,9 +124,9 @@ def replay_cell(
         except GoldenError as exc:
             problems.append(f"{golden.id}: {exc}")
             continue
-        works.append(_Work(golden, recorded))
+        works.append(GoldenWork(golden, recorded))
     if not works:
-        return _not_measured(f"no usable golden for {skill}: {'; '.join(problems)}")
+        return not_measured(f"no usable golden for {skill}: {'; '.join(problems)}")
     try:
         return _measure(
             skill,
@@ -162,14 +143,14 @@ def replay_cell(
             teacher_model,
         )
     except BudgetExceeded as exc:
-        return _not_measured(f"MAX_RUN_USD reached during the replays: {exc}")
+        return not_measured(f"MAX_RUN_USD reached during the replays: {exc}")
 
 
 def _measure(
     skill: str,
     champion_files: Mapping[str, bytes] | None,
     candidate_files: Mapping[str, bytes],
-    works: list[_Work],
+    works: list[GoldenWork],
     problems: list[str],
     llm: LLMClient,
     tiers: JudgeTiers,
@@ -184,8 +165,16 @@ def _measure(
     champion = revision_of(champion_files) if champion_files is not None else None
     for work in works:
         if champion_files is not None and settings.controls:
-            work.cache_key = _cache_key(work, champion, replayer.serving_model, tiers, settings, world)
-            cached = _read_cache(cache_dir, work.cache_key)
+            work.cache_key = cache_key(
+                work.stored,
+                champion,
+                replayer.serving_model,
+                tiers,
+                settings.controls,
+                settings.side_effects,
+                world,
+            )
+            cached = read_cache(cache_dir, work.cache_key)
             if cached is not None:
                 work.controls, work.control_judgements = cached
                 work.controls_cached = True
@@ -212,21 +201,19 @@ def _measure(
         for work in works:
             work.drift = drift_cards(work.stored.golden, work.stored.review, world)
         fresh = [w for w in works if w.controls and not w.controls_cached]
-        judged = list(pool.map(lambda w: [cascade.judge(_expected(w), c) for c in w.controls], fresh))
+        judged = list(pool.map(lambda w: [cascade.judge(expected(w), c) for c in w.controls], fresh))
         for work, judgements in zip(fresh, judged, strict=True):
             work.control_judgements = judgements
-            _write_cache(cache_dir, work)
+            write_cache(cache_dir, work.cache_key, work.controls, work.control_judgements)
         candidates = list(
             pool.map(
-                lambda w: cascade.judge(
-                    _expected(w), w.candidate, [c.answer for c in w.controls if c.answer]
-                ),
+                lambda w: cascade.judge(expected(w), w.candidate, [c.answer for c in w.controls if c.answer]),
                 works,
             )
         )
     for work, judgement in zip(works, candidates, strict=True):
         work.judgement = judgement
-    entries = [_entry(w) for w in works]
+    entries = [golden_entry(w) for w in works]
     verdict, reasons = cell_verdict(entries)
     rationale, by = _rationale(llm, skill, verdict, entries, works)
     return {
@@ -242,10 +229,10 @@ def _measure(
         "tiers": tiers.models(),
         "goldens": entries,
         "samples": len(entries),
-        "noise_floor": _noise_floor(works, champion, settings),
+        "noise_floor": noise_floor(works, champion, settings.controls),
         "drift": [card.to_json() for w in works for card in w.drift],
-        "cost": _costs(works, by),
-        "counterfactual": _counterfactual(llm, tiers, works, by),
+        "cost": costs(works, by),
+        "counterfactual": counterfactual(llm, tiers, works, by),
         "warnings": _warnings(tiers, teacher_model)
         + [
             f"{w.stored.id}: criteria {w.stored.review.status}, not approved by a person; "
@@ -268,236 +255,8 @@ def _measure(
     }
 
 
-def _expected(work: _Work) -> Expected:
-    now = {card.fact: card.new for card in work.drift if card.new is not None}
-    return Expected(work.stored.golden, work.stored.review, now)
-
-
-def _cache_key(
-    work: _Work, champion: str | None, model: str, tiers: JudgeTiers, settings: ReplaySettings, world: World
-) -> str:
-    golden = work.stored.golden
-    calls = [(s.name, s.arguments) for s in golden.steps if world.covers(s.name)]
-    key = {
-        "version": CACHE_VERSION,
-        "champion": champion,
-        "golden": golden.digest,
-        "review": work.stored.review.digest,
-        "model": model,
-        "tiers": tiers.models(),
-        "controls": settings.controls,
-        "world": world.digest(calls),
-        "side_effects": sorted(settings.side_effects),
-    }
-    return hashlib.sha256(rfc8785.dumps(key)).hexdigest()
-
-
-def _read_cache(cache_dir: Path | None, key: str | None) -> tuple[list[ReplayRun], list[Judgement]] | None:
-    if cache_dir is None or key is None:
-        return None
-    try:
-        data = json.loads((cache_dir / f"{key}.json").read_text())
-        return (
-            [ReplayRun.from_json(c["replay"]) for c in data["controls"]],
-            [Judgement.from_json(c["judgement"]) for c in data["controls"]],
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _write_cache(cache_dir: Path | None, work: _Work) -> None:
-    if cache_dir is None or work.cache_key is None:
-        return
-    from ingot.fsutil import write_atomic
-
-    cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    data = {
-        "controls": [
-            {"replay": r.to_json(), "judgement": j.to_json()}
-            for r, j in zip(work.controls, work.control_judgements, strict=True)
-        ]
-    }
-    write_atomic(cache_dir / f"{work.cache_key}.json", json.dumps(data).encode(), mode=0o600, durable=False)
-
-
-def _entry(work: _Work) -> dict[str, Any]:
-    """One golden's findings, with what replay_verdict.py needs to recompute its verdict."""
-    golden, review, run, judgement = work.stored.golden, work.stored.review, work.candidate, work.judgement
-    assert run is not None and judgement is not None
-    entry: dict[str, Any] = {
-        "id": golden.id,
-        "digest": golden.digest,
-        "review_digest": review.digest,
-        "criteria_status": review.status,
-        "criteria": [c.__dict__ for c in review.criteria],
-        "recorded_revision": golden.revision,
-        "recorded_model": golden.model,
-        "harness": golden.harness,
-        "task": golden.task[:300],
-        "verdict_found": judgement.verdict,
-        "tier": judgement.tier,
-        "evidence": judgement.evidence,
-        "signature": sorted(judgement.signature),
-        "cited": judgement.cited,
-        "note": judgement.note,
-        "decisions": [d.to_json() for d in judgement.decisions],
-        "partial": run.partial,
-        "stopped": run.stopped,
-        "placements": list(run.placements),
-        "answer": (run.answer or "")[:2000],
-        "steps": [
-            {"index": s.index, "name": s.name, "source": s.source, "matched": s.matched} for s in run.steps
-        ],
-        "tool_calls": sequence_diff(golden, run),
-        "serving": {"calls": len(run.calls), "tokens": run.tokens, "usd": run.cost_usd},
-        "drift": [card.to_json() for card in work.drift],
-        "controls": [
-            {
-                "verdict": j.verdict,
-                "tier": j.tier,
-                "signature": sorted(j.signature),
-                "answer_same": r.answer == run.answer,
-            }
-            for r, j in zip(work.controls, work.control_judgements, strict=True)
-        ],
-        "controls_from_cache": work.controls_cached,
-    }
-    entry["verdict"], entry["why"] = golden_verdict(entry)
-    moved = any(card.ruling == "world moved" for card in work.drift)
-    entry["ruling"] = {"BLOCK": "regressed", "WARN": "held"}.get(
-        entry["verdict"], "world moved" if moved else "passes"
-    )
-    judging = [d.cost_usd for d in judgement.decisions if d.model and not d.from_cassette]
-    entry["usd"] = _sum([run.cost_usd, *judging])
-    return entry
-
-
-def _sum(values: Sequence[float | None]) -> float | None:
-    return None if any(v is None for v in values) else round(sum(values), 8)  # type: ignore[arg-type]
-
-
-def _noise_floor(works: list[_Work], champion: str | None, settings: ReplaySettings) -> dict[str, Any]:
-    if champion is None:
-        return _not_measured("no unchanged champion to control against (the live revision is replayed alone)")
-    if not settings.controls:
-        return _not_measured("REPLAY_CONTROLS is 0")
-    judgements = [j for w in works for j in w.control_judgements]
-    failed = sum(j.verdict != "pass" for j in judgements)
-    return {
-        "status": "measured",
-        "champion_revision": champion,
-        "controls": len(judgements),
-        "failed": failed,
-        "pass_rate": round((len(judgements) - failed) / len(judgements), 4) if judgements else None,
-        "per_golden": {w.stored.id: [j.verdict for j in w.control_judgements] for w in works},
-        "from_cache": [w.stored.id for w in works if w.controls_cached],
-    }
-
-
-def _bucket() -> dict[str, Any]:
-    return {"calls": 0, "tokens_in": 0, "tokens_out": 0, "usd": 0.0, "unknown_cost_calls": 0}
-
-
-def _add(bucket: dict[str, Any], tokens_in: int, tokens_out: int, cost: float | None) -> None:
-    bucket["calls"] += 1
-    bucket["tokens_in"] += tokens_in
-    bucket["tokens_out"] += tokens_out
-    if cost is None:
-        bucket["unknown_cost_calls"] += 1
-    else:
-        bucket["usd"] += cost
-
-
-def _costs(works: list[_Work], rationale: Mapping[str, Any]) -> dict[str, Any]:
-    """Tokens and cost of what this measurement sent (cached controls and cassette replays sent
-    nothing). A bucket with a call of unknown cost has `usd` None, never a partial sum."""
-    by_tier: dict[str, dict[str, Any]] = {}
-    serving, controls = _bucket(), _bucket()
-    fresh = [(w.candidate, w.judgement, serving) for w in works]
-    fresh += [
-        (r, j, controls)
-        for w in works
-        if not w.controls_cached
-        for r, j in zip(w.controls, w.control_judgements, strict=True)
-    ]
-    for run, judgement, bucket in fresh:
-        for call in run.calls if run else ():
-            if not call.get("from_cassette"):
-                _add(bucket, call["tokens_in"], call["tokens_out"], call.get("cost_usd"))
-        for d in judgement.decisions if judgement else ():
-            if d.model is not None and not d.from_cassette and d.verdict != "skipped":
-                _add(by_tier.setdefault(d.tier, _bucket()), d.tokens_in, d.tokens_out, d.cost_usd)
-    if rationale.get("model") and not rationale.get("from_cassette"):
-        bucket = by_tier.setdefault("rationale", _bucket())
-        _add(bucket, rationale["tokens_in"], rationale["tokens_out"], rationale.get("cost_usd"))
-    buckets = [serving, controls, *by_tier.values()]
-    known = round(sum(b["usd"] for b in buckets), 8)
-    unknown = any(b["unknown_cost_calls"] for b in buckets)
-    for bucket in buckets:
-        bucket["usd"] = None if bucket["unknown_cost_calls"] else round(bucket["usd"], 8)
-    return {
-        "serving": serving,
-        "controls_serving": controls,
-        "judging": by_tier,
-        "calls": sum(b["calls"] for b in buckets),
-        "tokens_in": sum(b["tokens_in"] for b in buckets),
-        "tokens_out": sum(b["tokens_out"] for b in buckets),
-        "usd": None if unknown else known,
-        "usd_known_part": known,
-    }
-
-
-def _counterfactual(
-    llm: LLMClient, tiers: JudgeTiers, works: list[_Work], rationale: Mapping[str, Any]
-) -> dict[str, Any]:
-    """What judging every replay run here with the strongest tier alone would have cost.
-
-    Each replay costs one strongest-tier call: its prompt's size times the tokens per character
-    measured on this cell's judge calls, and the mean output of its strongest-tier calls."""
-    strongest = tiers.l3 or tiers.l2 or tiers.l1
-    if strongest is None:
-        return _not_measured("no judge tier is configured")
-    judged = [(w, w.candidate, w.judgement) for w in works]
-    judged += [
-        (w, r, j)
-        for w in works
-        if not w.controls_cached
-        for r, j in zip(w.controls, w.control_judgements, strict=True)
-    ]
-    decisions = [d for _, _, j in judged for d in (j.decisions if j else ()) if d.model and d.prompt_chars]
-    chars = sum(d.prompt_chars for d in decisions)
-    per_char = sum(d.tokens_in for d in decisions) / chars if chars else 0.25
-    top = [d for d in decisions if d.model == strongest] or decisions
-    out = sum(d.tokens_out for d in top) / len(top) if top else 120.0
-    tokens_in = 0
-    for work, run, _ in judged:
-        if run is None or run.answer is None:
-            continue
-        text = render("judge_replay_adjudicate", **prompt_values(_expected(work), run))
-        tokens_in += round(len(text) * per_char)
-    replays = sum(1 for _, run, _ in judged if run is not None and run.answer is not None)
-    ledger = llm.ledger
-    cost = ledger.cost(strongest, tokens_in, round(out * replays)) if ledger else None
-    if cost is not None and rationale.get("model"):
-        cost += rationale.get("cost_usd") or 0.0
-    actual = [d.cost_usd for d in decisions] + ([rationale.get("cost_usd")] if rationale.get("model") else [])
-    judging = _sum(actual)
-    return {
-        "status": "measured" if cost is not None else "not_measured",
-        "why": None if cost is not None else f"no price for {strongest} in PRICES_FILE",
-        "strongest_model": strongest,
-        "replays_judged": replays,
-        "estimated_tokens_in": tokens_in,
-        "estimated_tokens_out": round(out * replays),
-        "tokens_per_char": round(per_char, 6),
-        "all_strongest_usd": None if cost is None else round(cost, 8),
-        "judging_usd": judging,
-        "saving": round(1 - judging / cost, 4) if cost and judging is not None else None,
-    }
-
-
 def _rationale(
-    llm: LLMClient, skill: str, verdict: str, entries: list[dict], works: list[_Work]
+    llm: LLMClient, skill: str, verdict: str, entries: list[dict], works: list[GoldenWork]
 ) -> tuple[str, dict[str, Any]]:
     """One paragraph by the strongest tier used; with no model used, written from the L0 findings."""
     used = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ingot.bench.regress import CLASSES, goldens_revisions, load
-from optimize.measure.goldens import GoldenStore
+from optimize.measure.golden_store import GoldenStore
 from scripts.bench_regress import run
 
 

@@ -7,14 +7,9 @@ import stat
 
 import pytest
 
-from optimize.measure.goldens import (
-    GoldenError,
-    GoldenStore,
-    Review,
-    approved,
-    draft_review,
-    golden_from_trace,
-)
+from optimize.measure.golden_criteria import approved, draft_review
+from optimize.measure.golden_store import GoldenStore
+from optimize.measure.goldens import GoldenError, Review, golden_from_trace
 from optimize.models.traces import LocalTraceStore, TraceRecord
 from tests.scripted_llm import scripted_llm
 

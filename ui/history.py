@@ -1,0 +1,87 @@
+"""What was decided before: a skill's audit timeline, and the candidates set aside.
+
+The timeline is the skill's audit entries, newest first, an intent shown only when no outcome
+settled it, each linked to its evidence bundle when that bundle is still on disk. Set-aside
+candidates (displaced or withheld) are read from the queue's archive: kept, never dropped.
+Read-only: nothing here writes the audit chain or the archive.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from optimize.control import evidence as evidence_mod
+from optimize.control.audit import AuditEntry
+from optimize.control.changes import ChangeControl
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    seq: int
+    time: str
+    action: str
+    actor: str | None
+    from_revision: str | None
+    to_revision: str | None
+    outcome: str | None
+    reason: str | None
+    evidence: str | None  # evidence bundle id, when the entry names one that exists
+    change_id: str | None
+
+
+def timeline(control: ChangeControl, skill: str) -> list[TimelineEntry]:
+    """The skill's audit entries, newest first, with a link to each one's evidence bundle."""
+    bundles = {}
+    folder = control.runs_dir / "evidence" / skill
+    if folder.is_dir():
+        for path in folder.glob("*/evidence.json"):
+            bundles[evidence_mod.file_digest(path)] = path.parent.name
+    # An "-intent" line is followed by its outcome line; show the outcome (or a lone intent).
+    entries = control.history(skill)
+    settled = {e.get("intent_seq") for e in entries}
+    shown = [e for e in entries if not (str(e.get("action", "")).endswith("-intent") and e.seq in settled)]
+    return [_entry(e, bundles) for e in reversed(shown)]
+
+
+def _entry(entry: AuditEntry, bundles: Mapping[str, str]) -> TimelineEntry:
+    def text(key: str) -> str | None:
+        value = entry.get(key)
+        return str(value) if value is not None else None
+
+    return TimelineEntry(
+        seq=entry.seq,
+        time=entry.time,
+        action=str(entry.get("action", "?")),
+        actor=text("actor"),
+        from_revision=text("from_revision"),
+        to_revision=text("to_revision"),
+        outcome=text("outcome"),
+        reason=text("reason"),
+        evidence=bundles.get(str(entry.get("evidence_digest"))),
+        change_id=text("change_id"),
+    )
+
+
+def set_aside(control: ChangeControl, limit: int = 10) -> list[dict[str, Any]]:
+    """Recently displaced or withheld candidates (kept in the archive, never silently dropped)."""
+    folder = control.queue.archive_folder
+    found = []
+    for path in folder.glob("*/*.json") if folder.is_dir() else []:
+        try:
+            record = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        if record.get("archived_status") in ("displaced", "withheld"):
+            found.append(
+                {
+                    "skill": path.parent.name,
+                    "id": record.get("id"),
+                    "status": record.get("archived_status"),
+                    "reason": record.get("archived_reason"),
+                    "at": record.get("archived_at", ""),
+                }
+            )
+    return sorted(found, key=lambda r: r["at"], reverse=True)[:limit]
