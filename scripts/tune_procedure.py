@@ -12,8 +12,9 @@ derived label-free exactly as the router derives them, and every decision goes t
 router's own `Scoring` and `leaders` (so the two cannot drift apart); labels are used only here,
 to choose the procedure, never by the router.
 
-Each configuration is scored on each library's cases with J = top1 + no-route + recall@3 - 3 x
-shortfall of no-route below 0.92, averaged over the library as it is, with all its bodies ignored
+Each configuration is scored on each library's cases with J = top1 + no-route + recall@3 (a right
+skill, expected or acceptable, among the first three) - 3 x shortfall of no-route below 0.92,
+averaged over the library as it is, with all its bodies ignored
 and with every other body ignored (a pick must also serve body-less and mixed libraries). Search:
 random confidence configurations (ranking = confidence), then, for the best few of each pick, every
 combination of ranking-only weights on the body and sentence components. For every library it
@@ -180,7 +181,7 @@ def evaluate(lib: Library, procedure: Procedure, variant: str) -> dict[float, di
     cal, three = calibrated(lib, procedure, variant)
     pos = lib.positive
     top_right = lib.right[np.arange(len(cal)), three[:, 0]]
-    recall3 = float(np.mean((three[pos] == lib.expected[pos][:, None]).any(axis=1)))
+    recall3 = float(np.mean(lib.right[np.arange(len(cal))[:, None], three].any(axis=1)[pos]))
     out = {}
     for tau in TAUS:
         routed = cal >= tau
