@@ -57,6 +57,33 @@ class Outcome:
     seq: int  # the outcome line's sequence number: this decision's unique, increasing id
 
 
+_SWITCH_STEPS = ("switch: rename", "switch: fsync root")  # the crash tests' names for the steps
+_REMOVE_STEPS = ("remove: rename into trash", "remove: fsync root")
+
+
+def _record(
+    skill: str,
+    root: Path,
+    from_revision: str | None,
+    to_revision: str | None,
+    actor: str,
+    reason: str | None,
+    evidence_digest: str | None,
+    change_id: str | None,
+) -> dict[str, str | None]:
+    """The fields an intent and its outcome line share."""
+    return {
+        "skill": skill,
+        "root": str(root),
+        "from_revision": from_revision,
+        "to_revision": to_revision,
+        "evidence_digest": evidence_digest,
+        "actor": actor,
+        "reason": reason,
+        "change_id": change_id,
+    }
+
+
 class Promoter:
     """Writes skills roots and `runs/revisions`; call only while holding the change lock."""
 
@@ -125,7 +152,6 @@ class Promoter:
             raise PromotionError("a candidate must contain SKILL.md")
         self.recover((root,))
         to_revision = tree_revision(files)
-        live = root / skill
         from_revision = self.live_revision(root, skill)
         if from_revision != expected_from:
             raise PromotionError(
@@ -141,40 +167,9 @@ class Promoter:
         # The new revision is snapshotted too: with LIVE_EDITS=quarantine the served library and
         # the guard restore it from here if its folder is edited behind Ingot's back.
         self.snapshots.store(skill, to_revision, files)
-        stage = root / f"{STAGE_PREFIX}{skill}-{secrets.token_hex(4)}"
-        try:
-            write_tree(stage, files, "stage", self._step)
-            if read_skill(root, stage, self.limits, name=skill).revision != to_revision:
-                raise PromotionError("the staged files do not hash to the candidate revision")
-        except BaseException:
-            shutil.rmtree(stage, ignore_errors=True)
-            raise
-        record = {
-            "skill": skill,
-            "root": str(root),
-            "from_revision": from_revision,
-            "to_revision": to_revision,
-            "evidence_digest": evidence_digest,
-            "actor": actor,
-            "reason": reason,
-            "change_id": change_id,
-        }
-        try:
-            self._step("audit: intent")
-            intent = self.audit.append(action=f"{action}-intent", **record)
-        except BaseException:
-            shutil.rmtree(stage, ignore_errors=True)
-            raise
-        self._step("switch: rename")
-        rename2(stage, live, RENAME_EXCHANGE if from_revision is not None else RENAME_NOREPLACE)
-        self._step("switch: fsync root")
-        fsync_dir(root)
-        self._step("cleanup: remove displaced tree")
-        shutil.rmtree(stage, ignore_errors=True)
-        self._step("audit: outcome")
-        done = self.audit.append(action=action, outcome="done", intent_seq=intent.seq, **record)
-        self.commits.commit(root, done)
-        return Outcome(skill, from_revision, to_revision, root, intent.seq, done.seq)
+        stage = self._stage(root, skill, files, expect=to_revision)
+        record = _record(skill, root, from_revision, to_revision, actor, reason, evidence_digest, change_id)
+        return self._exchange(action, record, root / skill, stage, replace=from_revision is not None)
 
     def rollback(self, skill: str, root: Path, revision: str, actor: str, reason: str | None) -> Outcome:
         """Restore a snapshot (itself snapshotting what it displaces) after checking its hash;
@@ -224,46 +219,11 @@ class Promoter:
             self.snapshot_live(skill, root, from_revision)
         stage = None
         if revision is not None:
-            files = self.snapshots.verified(skill, revision)
-            stage = root / f"{STAGE_PREFIX}{skill}-{secrets.token_hex(4)}"
-            try:
-                write_tree(stage, files, "stage", self._step)
-            except BaseException:
-                shutil.rmtree(stage, ignore_errors=True)
-                raise
-        record = {
-            "skill": skill,
-            "root": str(root),
-            "from_revision": from_revision,
-            "to_revision": revision,
-            "evidence_digest": None,
-            "actor": actor,
-            "reason": f"{reason} (found {found})",
-            "change_id": change_id,
-        }
-        try:
-            self._step("audit: intent")
-            intent = self.audit.append(action="restore-intent", **record)
-        except BaseException:
-            if stage is not None:
-                shutil.rmtree(stage, ignore_errors=True)
-            raise
-        self._step("switch: rename")
-        if stage is None:  # approved absent: the folder goes, in one rename out of the served names
-            stage = root / f"{STAGE_PREFIX}{skill}-{secrets.token_hex(4)}"
-            rename2(live, stage, RENAME_NOREPLACE)
-        else:
-            rename2(stage, live, RENAME_EXCHANGE if live.exists() else RENAME_NOREPLACE)
-        self._step("switch: fsync root")
-        fsync_dir(root)
-        self._step("cleanup: remove displaced tree")
-        shutil.rmtree(stage, ignore_errors=True)
-        self._step("audit: outcome")
-        done = self.audit.append(action="restore", outcome="done", intent_seq=intent.seq, **record)
-        self.commits.commit(root, done)
-        return Outcome(skill, from_revision, revision, root, intent.seq, done.seq)
-
-    # -- removal: rolling a skill Ingot created back to "absent" -----------------------------
+            stage = self._stage(root, skill, self.snapshots.verified(skill, revision))
+        record = _record(
+            skill, root, from_revision, revision, actor, f"{reason} (found {found})", None, change_id
+        )
+        return self._exchange("restore", record, live, stage)
 
     def _remove(self, skill: str, root: Path, *, actor: str, reason: str | None) -> Outcome:
         """Roll `skill` back to absent: snapshot it (so this, too, can be undone), audit the
@@ -277,34 +237,66 @@ class Promoter:
                 f"no absent snapshot of {skill!r}: Ingot did not create it, so it will not remove it; "
                 f"`ingot history {skill}` lists the revisions that can be restored"
             )
-        live = root / skill
         from_revision = self.live_revision(root, skill)
         if from_revision is None:
             raise PromotionError(f"skill {skill!r} is already absent from {root}; nothing was changed")
         self.snapshot_live(skill, root, from_revision)
-        record = {
-            "skill": skill,
-            "root": str(root),
-            "from_revision": from_revision,
-            "to_revision": None,
-            "evidence_digest": None,
-            "actor": actor,
-            "reason": reason,
-            "change_id": None,
-        }
-        self._step("audit: intent")
-        intent = self.audit.append(action="rollback-intent", **record)
-        trash = root / f"{STAGE_PREFIX}{skill}-{secrets.token_hex(4)}"
-        self._step("remove: rename into trash")
-        rename2(live, trash, RENAME_NOREPLACE)
-        self._step("remove: fsync root")
+        record = _record(skill, root, from_revision, None, actor, reason, None, None)
+        return self._exchange("rollback", record, root / skill, None, steps=_REMOVE_STEPS)
+
+    # -- the shared sequence: stage, then intent, one rename, outcome ------------------------
+
+    def _stage(self, root: Path, skill: str, files: Mapping[str, bytes], expect: str | None = None) -> Path:
+        """Step 2: write `files` to a new, never-served stage folder beside the live one (checked
+        against `expect`, the candidate revision, when given); nothing is left behind on failure."""
+        stage = root / f"{STAGE_PREFIX}{skill}-{secrets.token_hex(4)}"
+        try:
+            write_tree(stage, files, "stage", self._step)
+            if expect is not None and read_skill(root, stage, self.limits, name=skill).revision != expect:
+                raise PromotionError("the staged files do not hash to the candidate revision")
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        return stage
+
+    def _exchange(
+        self,
+        action: str,
+        record: dict[str, str | None],
+        live: Path,
+        stage: Path | None,
+        *,
+        replace: bool | None = None,
+        steps: tuple[str, str] = _SWITCH_STEPS,
+    ) -> Outcome:
+        """Steps 3 to 5 for every writer: audit the intent, then ONE atomic rename, of `stage`
+        onto `live` (an exchange if `replace`; None: if a folder is there at that moment) or, with
+        no stage, of `live` out into a trash folder (a removal); fsync the root, delete what was
+        displaced, audit the outcome, commit it to git. A failed intent leaves no stage behind."""
+        root = live.parent
+        try:
+            self._step("audit: intent")
+            intent = self.audit.append(action=f"{action}-intent", **record)
+        except BaseException:
+            if stage is not None:
+                shutil.rmtree(stage, ignore_errors=True)
+            raise
+        self._step(steps[0])
+        if stage is None:  # a removal: the folder goes, in one rename out of the served names
+            displaced = root / f"{STAGE_PREFIX}{live.name}-{secrets.token_hex(4)}"
+            rename2(live, displaced, RENAME_NOREPLACE)
+        else:
+            displaced = stage
+            exchange = live.exists() if replace is None else replace
+            rename2(stage, live, RENAME_EXCHANGE if exchange else RENAME_NOREPLACE)
+        self._step(steps[1])
         fsync_dir(root)
         self._step("cleanup: remove displaced tree")
-        shutil.rmtree(trash, ignore_errors=True)
+        shutil.rmtree(displaced, ignore_errors=True)
         self._step("audit: outcome")
-        done = self.audit.append(action="rollback", outcome="done", intent_seq=intent.seq, **record)
+        done = self.audit.append(action=action, outcome="done", intent_seq=intent.seq, **record)
         self.commits.commit(root, done)
-        return Outcome(skill, from_revision, None, root, intent.seq, done.seq)
+        return Outcome(live.name, record["from_revision"], record["to_revision"], root, intent.seq, done.seq)
 
     # -- recovery --------------------------------------------------------------------------
 
