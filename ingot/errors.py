@@ -74,6 +74,17 @@ class UnsafePath(PromotionError):
     """A candidate's file path is not a plain relative path inside its folder."""
 
 
+class WriteFailed(IngotError):
+    """A write to the state home or a skills root failed (disk full, I/O error, permissions);
+    the message says what is served now and what, if anything, is left for recovery."""
+
+
+def os_reason(exc: OSError) -> str:
+    """What a failed write says, with the file it was about, for a `WriteFailed` message."""
+    where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+    return f"{exc.strerror or exc}{where}"
+
+
 def did_you_mean(name: str, known: Iterable[str], listed: int = 8) -> str:
     """The end of an "unknown name" message: " (did you mean 'x'?)" for the nearest of `known` to
     a mistyped `name` (case, `_` and spaces forgiven), else " (known: ...)" when they are few,

@@ -7,7 +7,8 @@ change lock, pending changes, evidence, snapshots, traces and caches. Beside eve
 by a home sits a claim, `<root's parent>/.ingot/<root's name>.claim`, naming that home; a process
 that would manage a claimed root from another home, or a home with another set of roots, is
 refused with the command that fixes it. So two processes that write one root share one home,
-and with it one lock: one writer. Nothing is ever written inside a skills root (promote.py's job).
+and with it one lock: one writer. Nothing is ever written inside a skills root (that is the job
+of optimize/control/promote/).
 Ground floor: imports only `ingot.errors`.
 """
 

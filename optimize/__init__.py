@@ -7,6 +7,6 @@ Four rooms, read in this order, each importing only the ones before it (tests/te
              sandboxed checks, mining, goldens and regression replay.
 - `control/` decides and is the only writer: pending queue, evidence bundles, gate, passport,
              audit chain, lock, earned autonomy, the candidate inbox, protected roots, git
-             history, and `promote.py`, the only code that writes a skills root.
+             history, and `promote/`, the only code that writes a skills root.
 - `search/`  proposes candidates and never promotes: best-of-N, descriptions, the loop; it hands
              results to control only through `ChangeControl.propose`."""

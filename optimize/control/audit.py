@@ -13,14 +13,13 @@ written (`next`), then the line is appended and fsynced, then the head moves. So
 behind is accepted only for exactly the line it announced (a crash between append and head
 move), never for a line someone added. Appends are serialised by the change-control lock.
 A holder of the key can still rewrite history undetectably; ARCHITECTURE.md says what anchors
-against that.
+against that. This module does the file work (key, append, head, repair); the hashing and the
+checks of lines and head are audit_verify.py's.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import hmac
 import json
 import os
 import secrets
@@ -34,10 +33,19 @@ from filelock import FileLock
 
 from ingot.errors import IngotError
 from ingot.fsutil import write_atomic
+from optimize.control.audit_verify import (
+    GENESIS,
+    SCHEMA,
+    Prefix,
+    Verification,
+    check_head,
+    check_legacy,
+    check_line,
+    head_message,
+    mac,
+    record_digest,
+)
 
-SCHEMA = 2
-LEGACY_SCHEMA = 1  # unkeyed lines of Ingot before keyed chains; accepted only before an `adopt` line
-GENESIS = "0" * 64
 KEY_BYTES = 32
 ALLOWED_FIELDS = frozenset(
     {
@@ -78,62 +86,6 @@ class AuditEntry:
         return self.fields.get(key, default)
 
 
-@dataclass(frozen=True)
-class Verification:
-    """Result of checking the whole chain."""
-
-    ok: bool
-    lines: int
-    head_hash: str
-    problem: str | None = None
-    bad_line: int | None = None  # 1-based line number of the first bad line
-    note: str | None = None
-    seq: int = 0  # the last line's sequence number
-    behind: bool = False  # the head is one (announced) line behind: a crash between append and head move
-
-
-def _digest(record: Mapping[str, Any]) -> str:
-    return hashlib.sha256(
-        rfc8785.dumps({k: v for k, v in record.items() if k not in ("hash", "mac")})
-    ).hexdigest()
-
-
-def _mac(key: bytes, message: bytes) -> str:
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
-
-
-def _head_message(seq: int, digest: str, announced: str | None) -> bytes:
-    return rfc8785.dumps({"seq": seq, "hash": digest, "next": announced})
-
-
-@dataclass(frozen=True)
-class _Prefix:
-    """The chain's bytes up to a point whose every line passed the line checks under one key, and
-    the state after them: `verify` re-checks only what follows, so approving stays fast on a long
-    chain. Matching is by the prefix's sha256, so an edit anywhere in it is checked again in full
-    (and a different key invalidates it)."""
-
-    size: int
-    digest: bytes
-    key_digest: bytes
-    lines: int
-    prev: str
-    seq: int
-    penultimate: str
-    keyed: bool
-
-    @classmethod
-    def of(cls, data: bytes, key: bytes, *state: Any) -> _Prefix:
-        return cls(len(data), hashlib.sha256(data).digest(), hashlib.sha256(key).digest(), *state)
-
-    def matches(self, data: bytes, key: bytes) -> bool:
-        return (
-            len(data) >= self.size
-            and hmac.compare_digest(hashlib.sha256(data[: self.size]).digest(), self.digest)
-            and hmac.compare_digest(hashlib.sha256(key).digest(), self.key_digest)
-        )
-
-
 class AuditLog:
     """Append to and verify the chain kept in `runs_dir` (the state home)."""
 
@@ -142,7 +94,7 @@ class AuditLog:
         self.head_path = runs_dir / "audit.head"
         self.key_path = runs_dir / "audit.key"
         self._step = on_step or (lambda _name: None)  # fault-injection tests kill the process here
-        self._verified: _Prefix | None = None  # the line checks of a prefix already verified
+        self._verified: Prefix | None = None  # the line checks of a prefix already verified
 
     # -- the key -----------------------------------------------------------------------------
 
@@ -217,8 +169,8 @@ class AuditLog:
             "prev": last_hash,
             **{k: v for k, v in fields.items() if v is not None},
         }
-        record["hash"] = _digest(record)
-        record["mac"] = _mac(key, record["hash"].encode())
+        record["hash"] = record_digest(record)
+        record["mac"] = mac(key, record["hash"].encode())
         line = rfc8785.dumps(record) + b"\n"
         self._step("audit: announce")
         self._write_head(key, last_seq, last_hash, record["hash"])
@@ -242,7 +194,7 @@ class AuditLog:
             "seq": seq,
             "hash": digest,
             "next": announced,
-            "mac": _mac(key, _head_message(seq, digest, announced)),
+            "mac": mac(key, head_message(seq, digest, announced)),
         }
         write_atomic(self.head_path, json.dumps(head).encode())
 
@@ -348,124 +300,21 @@ class AuditLog:
                 known.lines,
             )
         for number, raw in enumerate(lines[start:], start=start + 1):
-            problem, record = self._check_line(raw, prev, seq + 1, key, keyed)
+            problem, record = check_line(raw, prev, seq + 1, key, keyed)
             if problem:
                 return Verification(False, len(lines), prev, problem, number, seq=seq)
             keyed = keyed or record["schema"] == SCHEMA
             penultimate, prev, seq = prev, record["hash"], record["seq"]
-        self._verified = _Prefix.of(data, key, len(lines), prev, seq, penultimate, keyed)
+        self._verified = Prefix.of(data, key, len(lines), prev, seq, penultimate, keyed)
         if lines and not keyed:
             return Verification(
                 False, len(lines), prev, "no line of the chain is keyed (forged or not adopted)", 1
             )
-        return self._check_head(key, len(lines), seq, prev, penultimate)
-
-    @staticmethod
-    def _check_line(
-        raw: bytes, prev: str, expected_seq: int, key: bytes, keyed: bool
-    ) -> tuple[str | None, dict[str, Any]]:
-        try:
-            record = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return "not valid JSON", {}
-        if not isinstance(record, dict) or "hash" not in record:
-            return "not an audit record", {}
-        if _digest(record) != record["hash"]:
-            return "its content does not match its hash (edited)", record
-        schema = record.get("schema")
-        if schema == SCHEMA:
-            if not isinstance(record.get("mac"), str) or not hmac.compare_digest(
-                record["mac"], _mac(key, record["hash"].encode())
-            ):
-                return "its MAC does not match (written without the audit key: forged)", record
-            if not keyed and expected_seq > 1 and record.get("action") != "adopt":
-                return "the first keyed line after unkeyed ones must be an `adopt` line", record
-        elif schema == LEGACY_SCHEMA:
-            if keyed:
-                return "an unkeyed line after keyed ones (written without the audit key: forged)", record
-        else:
-            return f"unknown schema {schema!r}", record
-        if record.get("seq") != expected_seq:
-            return (
-                f"sequence {record.get('seq')} where {expected_seq} was expected (deleted or reordered)",
-                record,
-            )
-        if record.get("prev") != prev:
-            return "it does not link to the previous line (deleted, inserted or reordered)", record
-        return None, record
-
-    def _check_head(self, key: bytes, lines: int, seq: int, last_hash: str, penultimate: str) -> Verification:
-        head = self._head()
-        if head is None:
-            return Verification(False, lines, last_hash, "audit.head is missing", max(lines, 1), seq=seq)
-        if "unreadable" in head:
-            return Verification(False, lines, last_hash, "audit.head is unreadable", max(lines, 1), seq=seq)
-        expected = _mac(key, _head_message(head["seq"], head["hash"], head["next"]))
-        if not isinstance(head["mac"], str) or not hmac.compare_digest(head["mac"], expected):
-            return Verification(
-                False, lines, last_hash, "audit.head's MAC does not match (forged)", max(lines, 1), seq=seq
-            )
-        if head["seq"] == seq and head["hash"] == last_hash:
-            return Verification(True, lines, last_hash, seq=seq)
-        if head["seq"] > seq:
-            return Verification(
-                False,
-                lines,
-                last_hash,
-                f"truncated: audit.head records {head['seq']} lines, the file has {seq}",
-                lines + 1,
-                seq=seq,
-            )
-        if head["seq"] == seq - 1 and head["hash"] == penultimate and head["next"] == last_hash:
-            # A crash between appending the announced line and moving the head: the line stands.
-            return Verification(
-                True,
-                lines,
-                last_hash,
-                note="head was one announced line behind (crash after append)",
-                seq=seq,
-                behind=True,
-            )
-        return Verification(
-            False,
-            lines,
-            last_hash,
-            "audit.head does not match the last line (appended or edited)",
-            lines,
-            seq=seq,
-        )
+        return check_head(self._head(), key, len(lines), seq, prev, penultimate)
 
     def verify_legacy(self) -> Verification:
         """The rules of unkeyed chains (hash links and a plain head), for adoption."""
-        lines = self._read().splitlines()
-        prev, seq, penultimate = GENESIS, 0, GENESIS
-        for number, raw in enumerate(lines, start=1):
-            try:
-                record = json.loads(raw)
-                ok = (
-                    isinstance(record, dict)
-                    and record.get("schema") == LEGACY_SCHEMA
-                    and _digest(record) == record.get("hash")
-                )
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                ok = False
-            if not ok or record.get("seq") != seq + 1 or record.get("prev") != prev:
-                return Verification(
-                    False, len(lines), prev, "not a valid unkeyed chain line", number, seq=seq
-                )
-            penultimate, prev, seq = prev, record["hash"], record["seq"]
-        head = self._head()
-        if not lines:
-            return Verification(True, 0, GENESIS)
-        if head is None or "unreadable" in head:
-            return Verification(
-                False, len(lines), prev, "audit.head is missing or unreadable", len(lines), seq=seq
-            )
-        if (head["seq"], head["hash"]) in ((seq, prev), (seq - 1, penultimate)):
-            return Verification(True, len(lines), prev, seq=seq)
-        return Verification(
-            False, len(lines), prev, "audit.head does not match the last line", len(lines), seq=seq
-        )
+        return check_legacy(self._read().splitlines(), self._head())
 
     # -- repair (under the change lock) ------------------------------------------------------
 

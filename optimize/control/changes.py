@@ -6,56 +6,33 @@ than trusting any record: approval checks that the pending record exists, that e
 still has the digest the record holds, that the live revision is the evidence's champion, that
 the candidate's files hash to the evidence's candidate revision, and that the gate, recomputed
 under the current thresholds, passes. Each refusal says exactly which check failed, is audited,
-and changes nothing.
+and changes nothing. A candidate's way in (propose, attach_evidence) is proposals.py; the
+re-verification itself is verify.py.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ingot.errors import IngotError, NotFound, SkillChanged
+from ingot.errors import IngotError, NotFound, WriteFailed, os_reason
 from mcp_server.registry import Limits
 from optimize.control import evidence as evidence_mod
+from optimize.control import proposals
 from optimize.control.approved import ApprovedRevisions
 from optimize.control.audit import AuditEntry, AuditError, AuditLog
 from optimize.control.autonomy import CLASSES, Autonomy
-from optimize.control.gate import ReplayRequirement, Thresholds, Verdict, evaluate, replay_rule
+from optimize.control.gate import Thresholds, Verdict, evaluate, replay_rule
 from optimize.control.gitrepo import GitHistory
 from optimize.control.lock import PromotionConflict, change_lock
 from optimize.control.names import known_changes, known_skills, pins, require_skill, unknown_change
 from optimize.control.passport import change_class, passport
-from optimize.control.pending import PendingChange, PendingQueue, new_change
-from optimize.control.promote import ABSENT, Outcome, Promoter, check_skill_name, tree_revision
+from optimize.control.pending import PendingChange, PendingQueue
+from optimize.control.promote import ABSENT, Outcome, Promoter, check_skill_name
 from optimize.control.status import Status, report
-from optimize.control.verify import ApprovalRefused, Neighbours, Verifier, what_changes
-
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Proposed:
-    """What `propose` did: the change, where a candidate it displaced went, and, when it was
-    archived at once instead of queued (a passing change waits), why. Unpacks as (change, displaced)."""
-
-    change: PendingChange
-    displaced: Path | None = None
-    withheld: str | None = None
-
-    def __iter__(self):  # noqa: ANN204 - lets callers write `change, displaced = control.propose(...)`
-        return iter((self.change, self.displaced))
-
-    def __getitem__(self, index: int) -> PendingChange | Path | None:
-        return (self.change, self.displaced)[index]
-
-
-class WriteFailed(IngotError):
-    """A write to the state home or a skills root failed (disk full, I/O error, permissions);
-    the message says what is served now and what, if anything, is left for recovery."""
+from optimize.control.verify import ApprovalRefused, Neighbours, Verifier, replay_accepted
 
 
 @dataclass
@@ -182,7 +159,7 @@ class ChangeControl:
             return self._settle()
         except OSError as exc:
             raise WriteFailed(
-                f"recovery could not finish: {_os_reason(exc)}; what is served is unchanged and the "
+                f"recovery could not finish: {os_reason(exc)}; what is served is unchanged and the "
                 "next command retries it. Free disk space or fix permissions"
             ) from exc
 
@@ -217,188 +194,14 @@ class ChangeControl:
                 notes.append(f"{change.skill}: pending {change.id} archived as {status}")
         return notes
 
-    def propose(
-        self,
-        skill: str,
-        kind: str,
-        source: str,
-        files: Mapping[str, bytes],
-        measurements: Mapping[str, Any],
-        note: str | None = None,
-        cost: Mapping[str, Any] | None = None,
-        measured_against: str | None = None,
-        provenance: Mapping[str, Any] | None = None,
-    ) -> Proposed:
-        """Quarantine a candidate with its evidence; returns it and where a displaced one went.
-
-        `measured_against` is the champion revision the measurements were taken on: if the live
-        skill has changed since, the evidence describes something else and is refused."""
-        with change_lock(self.runs_dir, self.lock_wait_s):
-            champion = self.live_revision(skill)
-            if measured_against is not None and champion != measured_against:
-                raise SkillChanged(
-                    f"{skill!r} changed on disk during the run (measured {measured_against[:12]}, now "
-                    f"{(champion or 'gone')[:12]}); re-run it against the current revision"
-                )
-            if kind == "create" and champion is not None:
-                raise IngotError(f"skill {skill!r} already exists; propose a rewrite instead")
-            if kind != "create" and champion is None:
-                raise IngotError(f"skill {skill!r} does not exist; propose a create instead")
-            bundle = evidence_mod.write_bundle(
-                self.runs_dir,
-                skill,
-                kind,
-                champion,
-                tree_revision(files),
-                measurements,
-                self.thresholds,
-                cost,
-                source,
-                changes=what_changes(self.champion_files(skill), files, skill),
-                provenance=provenance,
-            )
-            change = new_change(
-                skill,
-                kind,
-                source,
-                champion,
-                files,
-                str(bundle.path.relative_to(self.runs_dir)),
-                bundle.digest,
-                note,
-            )
-            withheld = self._withheld(skill, bundle)
-            if withheld:
-                return self._propose_withheld(change, bundle, withheld, source)
-            try:
-                displaced = self.queue.submit(change)
-            except OSError as exc:
-                raise WriteFailed(
-                    f"could not queue the change for {skill!r}: {_os_reason(exc)}; nothing was queued"
-                ) from exc
-            if self.prepare is not None:
-                try:
-                    self.prepare(skill, files)
-                except Exception as exc:  # an optimisation only: never block a proposal on it
-                    log.warning("could not pre-embed the candidate for %s: %s", skill, exc)
-            try:
-                self.audit.append(
-                    action="propose",
-                    skill=skill,
-                    from_revision=champion,
-                    to_revision=change.candidate_revision,
-                    evidence_digest=bundle.digest,
-                    actor=source,
-                    change_id=change.id,
-                    archive=str(displaced.relative_to(self.runs_dir)) if displaced else None,
-                )
-            except IngotError:
-                self.queue.withdraw(change, displaced)  # unaudited means unqueued
-                raise
-            return Proposed(change, displaced)
-
-    def _withheld(self, skill: str, bundle: evidence_mod.Evidence) -> str | None:
-        """Why a new candidate must not take the slot: a change that passes its gate waits there
-        and this one does not pass. Nothing passing is ever displaced by something that is not."""
-        try:
-            waiting = self.queue.get(skill)
-        except IngotError:
-            return None  # an unreadable record is displaced into the archive, as before
-        if waiting is None:
-            return None
-        new = evaluate(bundle.data, self.thresholds)
-        if new.approvable:
-            return None
-        try:
-            old = evaluate(
-                evidence_mod.load(self.runs_dir / (waiting.evidence_path or "")).data, self.thresholds
-            )
-        except evidence_mod.EvidenceError:
-            return None
-        if not old.approvable:
-            return None
-        return (
-            f"{waiting.id} passes its gate ({old.status}) and waits for review; this candidate is "
-            f"{new.status} ({(new.reasons or ('',))[0]}), so it was archived instead of taking its slot"
-        )
-
-    def _propose_withheld(
-        self, change: PendingChange, bundle: evidence_mod.Evidence, why: str, source: str
-    ) -> Proposed:
-        path = self.queue.archive_new(change, why)
-        self.audit.append(
-            action="propose",
-            skill=change.skill,
-            from_revision=change.champion_revision,
-            to_revision=change.candidate_revision,
-            evidence_digest=bundle.digest,
-            actor=source,
-            change_id=change.id,
-            archive=str(path.relative_to(self.runs_dir)),
-            reason=f"withheld: {why}",
-        )
-        return Proposed(change, None, why)
+    # A candidate's way in lives in proposals.py; bound here, so callers write control.propose(...).
+    propose = proposals.propose
+    attach_evidence = proposals.attach_evidence
 
     def champion_files(self, skill: str) -> dict[str, bytes] | None:
         """The live files of `skill` (read through the safe reader), or None if it has none."""
         root = self.root_of(skill)
         return self.promoter.read_tree(root / skill, skill) if root is not None else None
-
-    def attach_evidence(
-        self,
-        skill: str,
-        change_id: str,
-        measurements: Mapping[str, Any],
-        actor: str,
-        cost: Mapping[str, Any] | None = None,
-        provenance: Mapping[str, Any] | None = None,
-        measured_against: str | None = None,
-    ) -> tuple[PendingChange, evidence_mod.Evidence]:
-        """Rest a pending change on fresh evidence (`ingot evaluate`): a new bundle with a new id,
-        the earlier one kept where it was and listed in the record, and an `evidence` line in the
-        chain that approval then checks instead of the `propose` line."""
-        with change_lock(self.runs_dir, self.lock_wait_s):
-            self._recover()
-            change = self._reviewed(skill, change_id)
-            live = self.live_revision(skill)
-            if live != change.champion_revision or (
-                measured_against is not None and live != measured_against
-            ):
-                made_against = (change.champion_revision or "nothing")[:12]
-                raise SkillChanged(
-                    f"{skill!r} is live at {(live or 'nothing')[:12]}, not the {made_against} this change "
-                    "was made against; re-propose it against the current revision"
-                )
-            bundle = evidence_mod.write_bundle(
-                self.runs_dir,
-                skill,
-                change.kind,
-                change.champion_revision,
-                change.candidate_revision,
-                measurements,
-                self.thresholds,
-                cost,
-                change.source,
-                changes=what_changes(self.champion_files(skill), change.files, skill),
-                provenance=provenance,
-            )
-            updated = self.queue.replace_evidence(
-                change, str(bundle.path.relative_to(self.runs_dir)), bundle.digest
-            )
-            try:
-                self.audit.append(
-                    action="evidence",
-                    skill=skill,
-                    from_revision=change.champion_revision,
-                    to_revision=change.candidate_revision,
-                    evidence_digest=bundle.digest,
-                    actor=actor,
-                    change_id=change.id,
-                )
-            except IngotError:
-                self.queue.restore(change)  # the record rests only on what the chain records
-                raise
-            return updated, bundle
 
     def approve(
         self,
@@ -420,7 +223,7 @@ class ChangeControl:
             change = self._reviewed(skill, change_id)
             try:
                 evidence, root = self.verifier.verify(change)
-                accepted = _replay_accepted(replay_rule(evidence.data), reason, override_reason)
+                accepted = replay_accepted(replay_rule(evidence.data), reason, override_reason)
             except ApprovalRefused as exc:
                 self.audit.append(
                     action="approve-refused", skill=skill, actor=actor, reason=str(exc), change_id=change.id
@@ -511,7 +314,7 @@ class ChangeControl:
         except OSError as exc:
             raise WriteFailed(
                 f"the {action} of {change.id} is in the audit chain, but its pending record could not be "
-                f"archived: {_os_reason(exc)}; the next command archives it"
+                f"archived: {os_reason(exc)}; the next command archives it"
             ) from exc
 
     def rollback(
@@ -556,9 +359,9 @@ class ChangeControl:
         """One line saying what a failed write left: the disk decides, not the code path.
         `target` None: the write was removing the skill."""
         if isinstance(exc, OSError):
-            reason = _os_reason(exc)
+            reason = os_reason(exc)
         elif isinstance(exc, AuditError) and isinstance(exc.__cause__, OSError):  # its advice comes below
-            reason = f"cannot write the audit log: {_os_reason(exc.__cause__)}"
+            reason = f"cannot write the audit log: {os_reason(exc.__cause__)}"
         else:
             reason = str(exc)
         try:
@@ -575,32 +378,3 @@ class ChangeControl:
             f"could not {what} {skill!r}: {reason}. Nothing was changed: {(live or 'nothing')[:12]} is "
             "still served. Free disk space or fix permissions, then retry"
         )
-
-
-def _replay_accepted(rule: ReplayRequirement, reason: str | None, override: str | None) -> str:
-    """What the audit line adds for the replay verdict; `ApprovalRefused` when its requirement
-    is not met (a BLOCK without an override reason, a WARN without any reason)."""
-    reason, override = (reason or "").strip(), (override or "").strip()
-    if rule.needs == "override":
-        if not override:
-            raise ApprovalRefused(
-                "the regression replay BLOCKs this change ("
-                + "; ".join(rule.reasons)
-                + "); approve only with an explicit override and its reason (--override-reason), "
-                "which is audited"
-            )
-        return f"; replay BLOCK overridden: {override[:2000]}"
-    if rule.needs == "reason":
-        if not (reason or override):
-            raise ApprovalRefused(
-                "the regression replay WARNs ("
-                + "; ".join(rule.reasons)
-                + "); say why you approve it anyway (--reason)"
-            )
-        return f"; replay WARN accepted: {(reason or override)[:2000]}"
-    return ""
-
-
-def _os_reason(exc: OSError) -> str:
-    where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-    return f"{exc.strerror or exc}{where}"

@@ -5,7 +5,7 @@ repository's own config, object format and worktrees), never a reimplementation.
 
 * the candidate inbox reads what commits on a candidate branch changed under a skills root
   (`touched`, `export`), without checking anything out;
-* promote.py records each promotion and rollback as one commit on the checked-out branch
+* promote/ records each promotion and rollback as one commit on the checked-out branch
   (`commit_paths`). That commit is built with plumbing on a private index: only the named paths
   go in, the user's staged work is never included, the work tree is never written, and no hook
   runs (the decision was already taken and audited; a hook must not be able to undo half of it).
@@ -36,7 +36,7 @@ class GitError(IngotError):
 
 @dataclass(frozen=True)
 class GitHistory:
-    """Whether promote.py records each switch as a commit (in a skills root that is a git work
+    """Whether promote/ records each switch as a commit (in a skills root that is a git work
     tree; GIT_HISTORY), and the remote each such commit is pushed to (GIT_PUSH_REMOTE)."""
 
     enabled: bool = True

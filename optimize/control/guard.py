@@ -7,7 +7,7 @@ INBOX_SETTLE_S, is handled in three crash-safe steps:
 
 1. keep: its files are copied to `<home>/direct-edits/<skill>/<time>-<revision>/` with a record
    (a broken folder is kept too, with why; a deleted one has nothing to keep);
-2. restore: promote.py puts the approved revision back (audited, one atomic exchange; a skill
+2. restore: promote/ puts the approved revision back (audited, one atomic exchange; a skill
    that was never approved is removed);
 3. queue: a valid kept edit becomes a pending change with source `direct-edit`, through the
    same admission checks as any other, against the approved revision it would replace.

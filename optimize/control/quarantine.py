@@ -26,8 +26,9 @@ from mcp_server.registry import (
     parse_skill_md,
     read_skill_files,
 )
-from optimize.control.changes import ChangeControl, Proposed
+from optimize.control.changes import ChangeControl
 from optimize.control.evidence import not_measured
+from optimize.control.proposals import Proposed
 from optimize.measure.checks import CheckResult, collision_check, injection_check
 
 MAX_BODY_BYTES = 64 * 1024

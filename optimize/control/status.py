@@ -16,7 +16,8 @@ from pathlib import Path
 
 from mcp_server.registry import Limits, Registry
 from optimize.control.approved import FOLDER_SWITCHES
-from optimize.control.audit import AuditError, AuditLog, Verification
+from optimize.control.audit import AuditError, AuditLog
+from optimize.control.audit_verify import Verification
 from optimize.control.gitrepo import GitError, GitRepo
 from optimize.control.pending import PendingQueue
 from optimize.measure.sandbox import Sandbox

@@ -6,7 +6,8 @@ holds and be for this skill and kind; the keyed audit chain must hold the change
 the sealed bytes it used; the live revision must be the evidence's champion; the candidate's
 files must hash to its revision and do what its kind says (a description change touches only
 the description); no injection phrase; no collision with the library as it is now; and the
-gate, recomputed under today's thresholds, must let a person approve it. Read-only: it raises
+gate, recomputed under today's thresholds, must let a person approve it (and a replay WARN or
+BLOCK must come with the reason it needs: `replay_accepted`). Read-only: it raises
 `ApprovalRefused` naming the failed check, and writes nothing.
 """
 
@@ -23,7 +24,7 @@ from mcp_server.library import Similarity
 from mcp_server.registry import parse_skill_md
 from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditLog
-from optimize.control.gate import Thresholds, evaluate
+from optimize.control.gate import ReplayRequirement, Thresholds, evaluate
 from optimize.control.pending import PendingChange
 from optimize.control.promote import Promoter, tree_revision
 from optimize.measure.cache import SealedCache
@@ -226,3 +227,27 @@ def what_changes(
         "files": others,
         "new": False,
     }
+
+
+def replay_accepted(rule: ReplayRequirement, reason: str | None, override: str | None) -> str:
+    """What the audit line adds for the replay verdict; `ApprovalRefused` when its requirement
+    is not met (a BLOCK without an override reason, a WARN without any reason)."""
+    reason, override = (reason or "").strip(), (override or "").strip()
+    if rule.needs == "override":
+        if not override:
+            raise ApprovalRefused(
+                "the regression replay BLOCKs this change ("
+                + "; ".join(rule.reasons)
+                + "); approve only with an explicit override and its reason (--override-reason), "
+                "which is audited"
+            )
+        return f"; replay BLOCK overridden: {override[:2000]}"
+    if rule.needs == "reason":
+        if not (reason or override):
+            raise ApprovalRefused(
+                "the regression replay WARNs ("
+                + "; ".join(rule.reasons)
+                + "); say why you approve it anyway (--reason)"
+            )
+        return f"; replay WARN accepted: {(reason or override)[:2000]}"
+    return ""

@@ -8,12 +8,12 @@ import shutil
 
 import pytest
 
-from ingot.errors import ChangeNotFound, ConfigError, IngotError, NotFound, SkillNotFound
+from ingot.errors import ChangeNotFound, ConfigError, IngotError, NotFound, PromotionError, SkillNotFound
 from mcp_server.registry import Registry
 from optimize.control.audit import AuditLog
 from optimize.control.changes import ApprovalRefused
 from optimize.control.lock import PromotionConflict
-from optimize.control.promote import ABSENT, PromotionError
+from optimize.control.promote import ABSENT
 from tests.optimize.conftest import ab, checks, skill_md
 
 

@@ -131,7 +131,7 @@ def test_each_commit_is_pushed_to_the_configured_remote_and_a_replica_serves_it_
     files["SKILL.md"] += b"\nPUSHED\n"
     change, _ = pushing.propose(SKILL, "rewrite", "operator", files, passing())
     pushing.approve(SKILL, "reviewer", change.id)
-    for thread in pushing.promoter.pushes:
+    for thread in pushing.promoter.commits.pushes:
         thread.join(timeout=60)
     assert git(remote, "rev-parse", "main") == git(top, "rev-parse", "HEAD")
     replica = tmp_path / "replica"
@@ -143,7 +143,7 @@ def test_each_commit_is_pushed_to_the_configured_remote_and_a_replica_serves_it_
     second["SKILL.md"] += b"\nPUSHED AGAIN\n"
     later, _ = pushing.propose(SKILL, "rewrite", "operator", second, passing())
     pushing.approve(SKILL, "reviewer", later.id)
-    for thread in pushing.promoter.pushes:
+    for thread in pushing.promoter.commits.pushes:
         thread.join(timeout=60)
     git(replica, "pull", "-q", "--ff-only")  # what the replica's timer runs (ARCHITECTURE.md)
     serving.reload()

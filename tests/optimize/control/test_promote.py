@@ -13,11 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ingot.errors import PromotionError
 from mcp_server.registry import Registry
 from optimize.control.audit import AuditError, AuditLog
 from optimize.control.changes import ChangeControl
 from optimize.control.lock import change_lock
-from optimize.control.promote import ABSENT, STAGE_PREFIX, Promoter, PromotionError, tree_revision
+from optimize.control.promote import ABSENT, STAGE_PREFIX, Promoter, tree_revision
 from tests.conftest import write_skill
 
 CHILD = Path(__file__).with_name("crash_child.py")

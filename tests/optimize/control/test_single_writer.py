@@ -1,4 +1,4 @@
-"""optimize/control/promote.py is the only code that writes a skills root."""
+"""The promotion module (optimize/control/promote/) is the only code that writes a skills root."""
 
 from __future__ import annotations
 

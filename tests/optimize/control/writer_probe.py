@@ -2,7 +2,7 @@
 
     python writer_probe.py WORKDIR
 Prints JSON {"allowed": n, "offenders": [...]}: writes under the root whose call stack does not
-pass through optimize/control/promote.py are offenders.
+pass through the promotion module (optimize/control/promote/) are offenders.
 """
 
 import asyncio
@@ -28,6 +28,7 @@ WRITE_EVENTS = {
     "shutil.move",
     "shutil.copytree",
 }
+PROMOTION_MODULE = os.path.join("optimize", "control", "promote", "")  # the package's folder
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -57,7 +58,7 @@ def main() -> None:
         if not any(under_root(p) for p in paths):
             return
         stack = traceback.extract_stack()
-        if any(frame.filename.endswith(os.path.join("optimize", "control", "promote.py")) for frame in stack):
+        if any(PROMOTION_MODULE in frame.filename for frame in stack):
             seen["allowed"] += 1
         else:
             seen["offenders"].append(
