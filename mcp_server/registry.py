@@ -6,7 +6,7 @@ a canonical-JSON manifest of every file in the folder (relative path, sha256, si
 manifest shape), so it changes iff a byte of a file changes and never depends on file order or
 mtime. Symlinks that leave the folder, device files and files over the size cap are refused.
 One broken skill is reported and skipped; it never breaks the others. Reads only: nothing here
-writes a skills root (that is `optimize/control/promote.py`'s job).
+writes a skills root (that is `optimize/control/promote/`'s job).
 """
 
 from __future__ import annotations
