@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from importlib import resources
 
 import numpy as np
@@ -62,6 +62,13 @@ class Procedure:
     tau_match: float = 0.55  # ... and at which it is a direct match
     tau_lead: float = 0.35  # a loaded skill this far ahead of every other is a direct match too
     max_pseudo_skills: int = 256
+
+    def __post_init__(self) -> None:
+        negative = [
+            f.name for f in fields(self) if f.name.startswith(("w_", "rank_")) and getattr(self, f.name) < 0
+        ]
+        if negative:  # a weighted mean of what a skill has (and ranking.py's bounds) needs them >= 0
+            raise ValueError(f"procedure weights must not be negative: {', '.join(negative)}")
 
     @functools.cached_property
     def weights(self) -> np.ndarray:

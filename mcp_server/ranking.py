@@ -16,7 +16,8 @@ of `ingot bench latency`, instead of 20,000 sentence rows). The others cannot be
 `want` and keep their bound.
 Guarantee: on every row that can be among the best `want` allowed rows (and every row when
 `want` is None), the same values as `Scoring.rank` and `Scoring.fuse` on `Index.score` (float32
-rounding aside); elsewhere an upper bound below those rows' scores.
+rounding aside); on the other allowed rows an upper bound below those rows' scores; on
+disallowed rows an upper bound only (never read).
 tests/mcp_server/test_ranking.py holds them together.
 """
 
@@ -100,7 +101,8 @@ class Ranker:
         """Every skill's ranking score, and what was computed on the way (for `components`).
 
         With `want`, only the rows that can be among the best `want` of the `allowed` rows (every
-        row when None) are exact; the others hold an upper bound below those rows' scores."""
+        row when None) are exact; the other allowed rows hold an upper bound below those rows'
+        scores, disallowed rows an upper bound."""
         weights = self.scoring.rank_per_skill
         ranking = self.folded @ vector
         lexical = {}
@@ -124,7 +126,7 @@ class Ranker:
         check: np.ndarray | None = None  # positions in s.rows; None = all
         if want is not None:
             pool = np.flatnonzero(allowed) if allowed is not None else np.arange(len(ranking))
-            if len(pool) > want:
+            if len(pool) > want > 0:
                 position = np.full(len(ranking), -1, dtype=np.int64)
                 position[s.rows] = np.arange(len(s.rows))
                 top = pool[np.argpartition(-ranking[pool], want - 1)[:want]]

@@ -1,4 +1,4 @@
-"""Blessing, reviewing and retiring goldens: the audited side of optimize/measure/goldens.py.
+"""Blessing, reviewing and retiring goldens: the audited side of optimize/measure/golden_store.py.
 
 A golden decides whether future changes can be approved, so every change to the set is
 recorded in the audit chain under the change-control lock: `golden-bless` (from which trace),

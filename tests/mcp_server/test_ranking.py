@@ -85,3 +85,17 @@ def test_bounded_sentences_leave_the_best_rows_exact_and_bound_the_others(embedd
             assert {r for r in best if r in multi} <= checked  # their components can be read
             skipped += len(multi - checked)
     assert skipped > 0  # the bound did spare some skills their sentences
+
+
+def test_negative_weights_are_refused_and_want_zero_ranks_everything_exactly(embedder, index):
+    """The centroid bound (and a weighted mean of what a skill has) needs weights >= 0; asking for
+    the best 0 rows leaves every row exact rather than failing."""
+    with pytest.raises(ValueError, match="rank_dense_sentence"):
+        Procedure(rank_dense_sentence=-0.1)
+    scoring = Scoring.for_index(index, SHIPPED, (1.7, 2.3))
+    ranker = Ranker.build(index, scoring)
+    task = OFF_LIBRARY[0]
+    vector = embedder.embed([task])[0]
+    full, _ = ranker.rank(vector, terms(task))
+    none_wanted, _ = ranker.rank(vector, terms(task), np.ones(len(index), dtype=bool), 0)
+    assert np.allclose(none_wanted, full, atol=1e-6)

@@ -81,8 +81,11 @@ def world(tmp_path, library_factory) -> Iterator[World]:
             yield World(ui, mcp, library, control, root)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """One Chromium per test module. Playwright's sync API keeps an event loop marked running in
+    this thread while it is open, so `asyncio.run` fails in any test after it; closing it with
+    each module keeps tests that call MCP with asyncio.run working in any order."""
     if not CHROMIUM.exists():
         pytest.fail("browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
