@@ -33,7 +33,7 @@ from mcp_server.index import Index, Scores
 _DESCRIPTION, _BODY, _SENTENCE = 0, 1, 2
 _LEXICAL = (3, 4)
 _SLACK = 1e-5  # bounds within this of the cut-off are checked too (the router rounds to 1e-6)
-_GATHER_SHARE = 0.25  # checking more than this share of the sentence skills: compare them all
+GATHER_SHARE = 0.25  # checking more than this share of the sentence skills: compare them all
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,9 +76,10 @@ class Ranker:
     scoring: Scoring
     folded: np.ndarray  # (skills x dim): per skill, its linear dense parts' weights x vectors
     sentences: Sentences | None  # None when the ranking does not weigh the best sentence
+    gather_share: float = GATHER_SHARE
 
     @classmethod
-    def build(cls, index: Index, scoring: Scoring) -> Ranker:
+    def build(cls, index: Index, scoring: Scoring, gather_share: float = GATHER_SHARE) -> Ranker:
         weights = scoring.rank_per_skill
         description, body, single = index.dense_vectors()
         per_description = weights.get(_DESCRIPTION, 0.0) + weights.get(_SENTENCE, 0.0) * single
@@ -89,7 +90,7 @@ class Ranker:
         if _SENTENCE in weights:
             sentences = Sentences.build(index, weights[_SENTENCE])
             folded[sentences.rows] += sentences.weight[:, None] * sentences.centroids
-        return cls(index, scoring, np.ascontiguousarray(folded, dtype=np.float32), sentences)
+        return cls(index, scoring, np.ascontiguousarray(folded, dtype=np.float32), sentences, gather_share)
 
     def rank(
         self,
@@ -137,7 +138,7 @@ class Ranker:
                 if allowed is not None:
                     reach &= allowed[s.rows]
                 check = np.flatnonzero(reach)
-                if len(check) > _GATHER_SHARE * len(s.rows):
+                if len(check) > self.gather_share * len(s.rows):
                     check = None
         correction, best = self._correction(vector, check)
         ranking[s.rows if check is None else s.rows[check]] += correction

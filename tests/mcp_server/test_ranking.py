@@ -58,15 +58,12 @@ def test_the_fast_path_ranks_and_scores_candidates_as_scoring_does_on_every_comp
 
 
 @pytest.mark.parametrize("want", [1, 3, 5])
-def test_bounded_sentences_leave_the_best_rows_exact_and_bound_the_others(embedder, index, monkeypatch, want):
+def test_bounded_sentences_leave_the_best_rows_exact_and_bound_the_others(embedder, index, want):
     """Only skills whose upper bound reaches the best `want` compare their sentences; the best
     `want` allowed rows and their scores are what the full computation gives, and every other
     row holds an upper bound of its score. The test fails if the bound is ever too low."""
-    import mcp_server.ranking as ranking_mod
-
-    monkeypatch.setattr(ranking_mod, "_GATHER_SHARE", 1.0)  # never fall back to all: a small library
     scoring = Scoring.for_index(index, SHIPPED, (1.7, 2.3))
-    ranker = Ranker.build(index, scoring)
+    ranker = Ranker.build(index, scoring, gather_share=1.0)  # never fall back to all: a small library
     multi = set(index.sentence_vectors()[0].tolist())
     tasks = [*REQUESTS[BODYLESS], *REQUESTS[BODYRICH], *OFF_LIBRARY]
     rng = np.random.default_rng(7)
