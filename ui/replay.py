@@ -3,7 +3,7 @@
 Parsed once from an evidence bundle's `replay` cell, the trace store and the goldens store into
 typed records. As everywhere in the UI, a value that was not measured stays None and the page
 shows it as missing. What an approval needs (nothing, a reason, an override) comes from
-`gate.replay_rule`, the same rule `ChangeControl.approve` enforces.
+`replay_rule.replay_rule`, the same rule `ChangeControl.approve` enforces.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingot.errors import IngotError
-from optimize.control.gate import replay_rule
+from optimize.control.replay_rule import replay_rule
 from optimize.measure.goldens import Stored
 from optimize.models.traces import TraceRecord
 

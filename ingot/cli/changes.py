@@ -78,7 +78,7 @@ def propose(
 def list_pending(skills: tuple[Path, ...]) -> None:
     """List the changes waiting for a decision, with their gate verdicts."""
     from optimize.control import evidence as evidence_mod
-    from optimize.control.gate import replay_rule
+    from optimize.control.replay_rule import replay_rule
 
     control, _ = _control(skills)
     changes = control.pending()

@@ -24,13 +24,14 @@ from optimize.control import proposals
 from optimize.control.approved import ApprovedRevisions
 from optimize.control.audit import AuditEntry, AuditError, AuditLog
 from optimize.control.autonomy import CLASSES, Autonomy
-from optimize.control.gate import Thresholds, Verdict, evaluate, replay_rule
+from optimize.control.gate import Thresholds, Verdict, evaluate
 from optimize.control.gitrepo import GitHistory
 from optimize.control.lock import PromotionConflict, change_lock
 from optimize.control.names import known_changes, known_skills, pins, require_skill, unknown_change
 from optimize.control.passport import change_class, passport
 from optimize.control.pending import PendingChange, PendingQueue
 from optimize.control.promote import ABSENT, Outcome, Promoter, check_skill_name
+from optimize.control.replay_rule import replay_rule
 from optimize.control.status import Status, report
 from optimize.control.verify import ApprovalRefused, Neighbours, Verifier, replay_accepted
 

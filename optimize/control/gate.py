@@ -11,6 +11,7 @@ is missing, not 1.0. Verdicts:
 - `insufficient`: measured, but the tests cannot tell the challenger from the champion;
 - `blocked`: a rule failed or a required measurement is missing.
 Each verdict lists every rule applied with its outcome, and the significance tests as fields.
+What a replay verdict asks of an approval, for every kind of change, is replay_rule.py.
 """
 
 from __future__ import annotations
@@ -375,40 +376,3 @@ def p_clause(p: float | None) -> str:
     """p in a sentence: "p < 0.001", "p = 0.125" or "p undefined" (never "p=0.000")."""
     shown = _p(p)
     return f"p {shown}" if shown.startswith("<") or shown == "undefined" else f"p = {shown}"
-
-
-# -- the replay rule (regression replay, issue 16): for every kind of change --------------------
-
-
-@dataclass(frozen=True)
-class ReplayRequirement:
-    """What the replay cell asks of an approval: nothing (PASS, or not measured), a reason
-    (WARN), or an explicit override whose reason is audited (BLOCK)."""
-
-    verdict: str | None  # "PASS" | "WARN" | "BLOCK"; None when replay was not measured
-    needs: str | None  # None | "reason" | "override"
-    reasons: tuple[str, ...] = ()
-
-
-def replay_rule(evidence: Mapping[str, Any]) -> ReplayRequirement:
-    """The requirement from `measurements["replay"]`, its verdict recomputed from the per-golden
-    findings (the stricter of recomputed and recorded counts). A malformed cell is a BLOCK."""
-    from optimize.measure.replay_verdict import ORDER, cell_verdict
-
-    block = evidence.get("measurements", {}).get("replay") if isinstance(evidence, Mapping) else None
-    if not isinstance(block, Mapping) or block.get("status") != "measured":
-        why = block.get("why") if isinstance(block, Mapping) else "not in the evidence bundle"
-        return ReplayRequirement(None, None, (f"replay not measured: {why}",))
-    try:
-        verdict, reasons = cell_verdict(block["goldens"])
-        recorded = block.get("verdict")
-        if recorded not in ORDER:
-            raise ValueError(f"verdict {recorded!r}")
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        return ReplayRequirement(
-            "BLOCK", "override", (f"the replay cell is malformed ({exc}); re-measure it",)
-        )
-    if ORDER[recorded] > ORDER[verdict]:
-        verdict = recorded
-    needs = {"PASS": None, "WARN": "reason", "BLOCK": "override"}[verdict]
-    return ReplayRequirement(verdict, needs, tuple(reasons))

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from optimize.control.gate import Thresholds, cell_rules, replay_rule
+from optimize.control.gate import Thresholds, cell_rules
+from optimize.control.replay_rule import replay_rule
 
 CELLS = ("held-out A/B", "replay", "routing impact", "sandbox checks", "safety", "cost")
 MAX_COST_INCREASE = 0.25  # serving cost may grow by this share before the cost cell fails

@@ -24,9 +24,10 @@ from mcp_server.library import Similarity
 from mcp_server.registry import parse_skill_md
 from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditLog
-from optimize.control.gate import ReplayRequirement, Thresholds, evaluate
+from optimize.control.gate import Thresholds, evaluate
 from optimize.control.pending import PendingChange
 from optimize.control.promote import Promoter, tree_revision
+from optimize.control.replay_rule import ReplayRequirement
 from optimize.measure.cache import SealedCache
 from optimize.measure.checks import collision_check, injection_check
 

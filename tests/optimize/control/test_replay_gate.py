@@ -7,7 +7,7 @@ import pytest
 
 from optimize.control.audit import AuditLog
 from optimize.control.changes import ApprovalRefused
-from optimize.control.gate import replay_rule
+from optimize.control.replay_rule import replay_rule
 from optimize.measure.cascade import SIDE_EFFECT_TOOLS, JudgeTiers
 from optimize.measure.regress import ReplaySettings, replay_cell
 from tests.optimize.conftest import ab

@@ -1,0 +1,47 @@
+"""What the regression-replay cell asks of an approval, for every kind of change.
+
+Pure, like gate.py: from the evidence record alone. PASS (or not measured) asks nothing, WARN
+asks for a reason, BLOCK for an explicit override whose reason is audited. The verdict is
+recomputed from the per-golden findings with measure/replay_verdict.py's rules, and the stricter
+of recomputed and recorded wins, so a forged PASS does not pass; a malformed cell is a BLOCK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ReplayRequirement:
+    """What the replay cell asks of an approval: nothing (PASS, or not measured), a reason
+    (WARN), or an explicit override whose reason is audited (BLOCK)."""
+
+    verdict: str | None  # "PASS" | "WARN" | "BLOCK"; None when replay was not measured
+    needs: str | None  # None | "reason" | "override"
+    reasons: tuple[str, ...] = ()
+
+
+def replay_rule(evidence: Mapping[str, Any]) -> ReplayRequirement:
+    """The requirement from `measurements["replay"]`, its verdict recomputed from the per-golden
+    findings (the stricter of recomputed and recorded counts). A malformed cell is a BLOCK."""
+    from optimize.measure.replay_verdict import ORDER, cell_verdict
+
+    block = evidence.get("measurements", {}).get("replay") if isinstance(evidence, Mapping) else None
+    if not isinstance(block, Mapping) or block.get("status") != "measured":
+        why = block.get("why") if isinstance(block, Mapping) else "not in the evidence bundle"
+        return ReplayRequirement(None, None, (f"replay not measured: {why}",))
+    try:
+        verdict, reasons = cell_verdict(block["goldens"])
+        recorded = block.get("verdict")
+        if recorded not in ORDER:
+            raise ValueError(f"verdict {recorded!r}")
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        return ReplayRequirement(
+            "BLOCK", "override", (f"the replay cell is malformed ({exc}); re-measure it",)
+        )
+    if ORDER[recorded] > ORDER[verdict]:
+        verdict = recorded
+    needs = {"PASS": None, "WARN": "reason", "BLOCK": "override"}[verdict]
+    return ReplayRequirement(verdict, needs, tuple(reasons))
