@@ -34,10 +34,11 @@ import yaml
 
 from agent.workspace import revision_of
 from ingot.errors import IngotError
-from optimize.measure.cascade import SIDE_EFFECT_TOOLS, JudgeTiers
+from optimize.measure.cascade import JudgeTiers
 from optimize.measure.drift import World, WorldEndpoint
 from optimize.measure.golden_store import GoldenStore
 from optimize.measure.goldens import check_facts
+from optimize.measure.level0 import SIDE_EFFECT_TOOLS
 from optimize.measure.regress import ReplaySettings, replay_cell
 from optimize.measure.replay import Replayer
 from optimize.models.llm import LLMClient

@@ -14,22 +14,19 @@ decision says so. Every model decision records tier, model, tokens and cost.
 from __future__ import annotations
 
 import json
-import unicodedata
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ingot.errors import IngotError
-from optimize.measure.goldens import Golden, Review, call_key
+from optimize.measure.level0 import SIDE_EFFECT_TOOLS, Decision, Expected, Judgement, args_text, level0
 from optimize.measure.replay import ReplayRun
 from optimize.models.ledger import BudgetExceeded
 from optimize.models.llm import Completion, LLMClient
 from optimize.models.prompting import render
 
-SIDE_EFFECT_TOOLS = frozenset({"write_file", "edit_file", "delete", "create_skill"})
 SHOWN = 600  # characters of each tool result a judge sees
 
 
@@ -44,182 +41,6 @@ class JudgeTiers:
 
     def models(self) -> dict[str, str | None]:
         return {"L1": self.l1, "L2": self.l2, "L3": self.l3}
-
-
-@dataclass(frozen=True)
-class Decision:
-    tier: str  # L0 | L1 | L2 | L3
-    model: str | None
-    verdict: str  # pass | fail | unsure | regressed | skipped
-    failed: tuple[str, ...] = ()
-    cited: Mapping[str, Any] | None = None
-    rationale: str = ""
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost_usd: float | None = 0.0
-    from_cassette: bool = False
-    prompt_chars: int = 0  # size of what the tier read (for the all-strongest estimate)
-
-    def to_json(self) -> dict[str, Any]:
-        data = dict(self.__dict__)
-        data["failed"] = list(self.failed)
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Decision:
-        return cls(**{**data, "failed": tuple(data.get("failed") or ())})
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """The cascade's finding on one replay."""
-
-    verdict: Literal["pass", "regressed", "contested", "error"]
-    tier: str  # where it was decided
-    decisions: tuple[Decision, ...]
-    evidence: str = ""  # for a regression: "L0" or "L2+L3"
-    signature: frozenset[str] = field(default_factory=frozenset)  # what differs: criteria, L0 labels
-    cited: Mapping[str, Any] | None = None
-    note: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "tier": self.tier,
-            "decisions": [d.to_json() for d in self.decisions],
-            "evidence": self.evidence,
-            "signature": sorted(self.signature),
-            "cited": self.cited,
-            "note": self.note,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Judgement:
-        return cls(
-            data["verdict"],
-            data["tier"],
-            tuple(Decision.from_json(d) for d in data.get("decisions") or ()),
-            data.get("evidence", ""),
-            frozenset(data.get("signature") or ()),
-            data.get("cited"),
-            data.get("note", ""),
-        )
-
-
-def same_text(a: str | None, b: str | None) -> bool:
-    """Final answers equal after normalising case, Unicode forms and whitespace."""
-
-    def norm(text: str | None) -> str:
-        return " ".join(unicodedata.normalize("NFKC", text or "").casefold().split())
-
-    return a is not None and b is not None and norm(a) == norm(b)
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What a replay is judged against: the golden, its review, and the world as it is now."""
-
-    golden: Golden
-    review: Review
-    now: Mapping[str, str] = field(default_factory=dict)  # fact id -> its value now (drift)
-
-    @property
-    def answer(self) -> str:
-        """The golden's answer with every drifted fact's old value replaced by the new one."""
-        answer = self.golden.answer
-        for fact in self.review.facts:
-            if self.now.get(fact.id):
-                answer = answer.replace(fact.value, self.now[fact.id])
-        return answer
-
-    def facts_text(self) -> str:
-        lines = []
-        for fact in self.review.facts:
-            value = self.now.get(fact.id) or fact.value
-            moved = f" (was {fact.value} when recorded; the world moved)" if self.now.get(fact.id) else ""
-            lines.append(f"- {fact.id}: {fact.label} = {value} (from step {fact.step}, {fact.tool}){moved}")
-        return "\n".join(lines) or "(none)"
-
-    def criteria_text(self) -> str:
-        return "\n".join(f"- {c.id}: {c.text}" for c in self.review.criteria) or "(none written)"
-
-
-# -- L0 ------------------------------------------------------------------------------------------
-
-
-def side_effect_diff(
-    golden: Golden, replay: ReplayRun, side_effects: frozenset[str]
-) -> tuple[list[str], Mapping | None]:
-    """Labels for side-effecting calls missing from or added by the replay, and the first one's
-    golden step (the citation)."""
-    recorded = Counter(call_key(s.name, s.arguments) for s in golden.steps if s.name in side_effects)
-    replayed = Counter(call_key(s.name, s.arguments) for s in replay.steps if s.name in side_effects)
-    labels, cited = [], None
-    for step in golden.steps:
-        key = call_key(step.name, step.arguments)
-        if step.name in side_effects and recorded[key] > replayed[key]:
-            recorded[key] -= 1
-            labels.append(f"missing side effect: {step.name}({_args(step.arguments)})")
-            cited = cited or {
-                "run": "golden",
-                "step": step.index,
-                "quote": f"{step.name}({_args(step.arguments)})",
-            }
-    for step in replay.steps:
-        key = call_key(step.name, step.arguments)
-        if step.name in side_effects and replayed[key] > recorded[key]:
-            replayed[key] -= 1
-            labels.append(f"extra side effect: {step.name}({_args(step.arguments)})")
-            cited = cited or {
-                "run": "replay",
-                "step": step.index,
-                "quote": f"{step.name}({_args(step.arguments)})",
-            }
-    return labels, cited
-
-
-def sequence_diff(golden: Golden, replay: ReplayRun) -> dict[str, Any]:
-    """L0's tool-call comparison: the same calls in the same order, or which are missing / extra."""
-    recorded = [call_key(s.name, s.arguments) for s in golden.steps]
-    replayed = [call_key(s.name, s.arguments) for s in replay.steps]
-    left, right = Counter(recorded), Counter(replayed)
-    missing = [
-        s for s in golden.steps if left[call_key(s.name, s.arguments)] > right[call_key(s.name, s.arguments)]
-    ]
-    extra = [
-        s for s in replay.steps if right[call_key(s.name, s.arguments)] > left[call_key(s.name, s.arguments)]
-    ]
-    return {
-        "same": recorded == replayed,
-        "missing": [f"step {s.index}: {s.name}({_args(s.arguments)})" for s in missing],
-        "extra": [f"step {s.index}: {s.name}({_args(s.arguments)})" for s in extra],
-    }
-
-
-def _args(arguments: Any) -> str:
-    return json.dumps(arguments, ensure_ascii=False, sort_keys=True)[:160]
-
-
-def level0(
-    expected: Expected, replay: ReplayRun, side_effects: frozenset[str], controls: Sequence[str] = ()
-) -> Judgement | None:
-    """The model-free decision, or None when a model must look."""
-    if replay.stopped or replay.answer is None:
-        reason = replay.stopped or "no answer"
-        return Judgement("error", "L0", (Decision("L0", None, "unsure", rationale=reason),), note=reason)
-    labels, cited = side_effect_diff(expected.golden, replay, side_effects)
-    if labels:
-        decision = Decision("L0", None, "regressed", tuple(labels), cited, "; ".join(labels))
-        return Judgement("regressed", "L0", (decision,), "L0", frozenset(labels), cited, "; ".join(labels))
-    if same_text(replay.answer, expected.answer):
-        sequence = [call_key(s.name, s.arguments) for s in expected.golden.steps]
-        same_calls = sequence == [call_key(s.name, s.arguments) for s in replay.steps]
-        note = "the same answer" + ("" if same_calls else "; read-only tool calls differ")
-        return Judgement("pass", "L0", (Decision("L0", None, "pass", rationale=note),), note=note)
-    if any(same_text(replay.answer, c) for c in controls):
-        note = "the same answer as the unchanged champion gives now"
-        return Judgement("pass", "L0", (Decision("L0", None, "pass", rationale=note),), note=note)
-    return None
 
 
 # -- L1 to L3 ------------------------------------------------------------------------------------
@@ -252,7 +73,9 @@ class _Adjudicate(BaseModel):
 
 def _steps_text(steps: Sequence[Any]) -> str:
     return (
-        "\n".join(f"Step {s.index}: {s.name}({_args(s.arguments)}) -> {str(s.result)[:SHOWN]}" for s in steps)
+        "\n".join(
+            f"Step {s.index}: {s.name}({args_text(s.arguments)}) -> {str(s.result)[:SHOWN]}" for s in steps
+        )
         or "(no tool calls)"
     )
 
@@ -269,7 +92,7 @@ def citation_holds(cited: Mapping[str, Any] | None, expected: Expected, replay: 
         step = next((s for s in run_steps if s.index == cited.get("step")), None)
         if step is None:
             return False
-        text = f"{step.name}({_args(step.arguments)}) {step.result}"
+        text = f"{step.name}({args_text(step.arguments)}) {step.result}"
     norm = lambda t: " ".join(str(t).casefold().split())  # noqa: E731
     return norm(cited["quote"]) in norm(text)
 

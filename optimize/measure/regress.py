@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from agent.workspace import revision_of
-from optimize.measure.cascade import SIDE_EFFECT_TOOLS, Cascade, JudgeTiers
+from optimize.measure.cascade import Cascade, JudgeTiers
 from optimize.measure.drift import ResearchCheck, World, WorldSource, drift_cards
 from optimize.measure.golden_store import GoldenStore
 from optimize.measure.goldens import GoldenError
+from optimize.measure.level0 import SIDE_EFFECT_TOOLS
 from optimize.measure.replay import Replayer, ReplayLimits
 from optimize.measure.replay_cache import cache_key, read_cache, write_cache
 from optimize.measure.replay_report import (

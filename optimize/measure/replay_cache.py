@@ -15,9 +15,10 @@ from pathlib import Path
 
 import rfc8785
 
-from optimize.measure.cascade import Judgement, JudgeTiers
+from optimize.measure.cascade import JudgeTiers
 from optimize.measure.drift import World
 from optimize.measure.goldens import Stored
+from optimize.measure.level0 import Judgement
 from optimize.measure.replay import ReplayRun
 
 CACHE_VERSION = 1

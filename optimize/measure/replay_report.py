@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from optimize.measure.cascade import Expected, Judgement, JudgeTiers, prompt_values, sequence_diff
+from optimize.measure.cascade import JudgeTiers, prompt_values
 from optimize.measure.goldens import Stored
+from optimize.measure.level0 import Expected, Judgement, sequence_diff
 from optimize.measure.replay import ReplayRun
 from optimize.measure.replay_verdict import golden_verdict
 from optimize.models.llm import LLMClient

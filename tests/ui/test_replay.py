@@ -12,8 +12,9 @@ import pytest
 
 from ingot.cli.serve import UIOptions, ui_app
 from optimize.control.audit import AuditLog
-from optimize.measure.cascade import SIDE_EFFECT_TOOLS, JudgeTiers
+from optimize.measure.cascade import JudgeTiers
 from optimize.measure.golden_criteria import draft_review
+from optimize.measure.level0 import SIDE_EFFECT_TOOLS
 from optimize.measure.regress import ReplaySettings, replay_cell
 from optimize.models.ledger import UsageLedger
 from scripts.bench_regress import PRICES

@@ -7,7 +7,8 @@ import json
 
 import yaml
 
-from optimize.measure.cascade import SIDE_EFFECT_TOOLS, JudgeTiers
+from optimize.measure.cascade import JudgeTiers
+from optimize.measure.level0 import SIDE_EFFECT_TOOLS
 from optimize.measure.regress import ReplaySettings, replay_cell
 from tests.ingot.cli.test_main import ingot
 from tests.optimize.conftest import ab

@@ -8,7 +8,8 @@ import pytest
 from optimize.control.audit import AuditLog
 from optimize.control.changes import ApprovalRefused
 from optimize.control.replay_rule import replay_rule
-from optimize.measure.cascade import SIDE_EFFECT_TOOLS, JudgeTiers
+from optimize.measure.cascade import JudgeTiers
+from optimize.measure.level0 import SIDE_EFFECT_TOOLS
 from optimize.measure.regress import ReplaySettings, replay_cell
 from tests.optimize.conftest import ab
 from tests.regress_sim import edited, regress_world

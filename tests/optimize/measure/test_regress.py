@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from optimize.measure.cascade import SIDE_EFFECT_TOOLS, JudgeTiers
+from optimize.measure.cascade import JudgeTiers
 from optimize.measure.drift import World, WorldEndpoint
+from optimize.measure.level0 import SIDE_EFFECT_TOOLS
 from optimize.measure.regress import ReplaySettings, replay_cell
 from optimize.models.ledger import Price, UsageLedger
 from tests.loopback import QuietHandler, serving
