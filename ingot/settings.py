@@ -233,6 +233,15 @@ class Settings(BaseSettings):
             raise ValueError("ROUTE_MATCH_THRESHOLD must be at least ROUTE_RELATED_THRESHOLD")
         return self
 
+    @model_validator(mode="after")
+    def _embed_model_has_a_reader(self) -> Settings:
+        if self.embed_model and self.embed_backend != "fastembed":
+            raise ValueError(
+                "EMBED_MODEL is read only with EMBED_BACKEND=fastembed; for the default onnx "
+                "backend set EMBED_MODEL_DIR to the model folder instead"
+            )
+        return self
+
 
 RETIRED = {
     "RUNS_DIR": "state now lives in one state home per set of skills roots (INGOT_HOME; default "

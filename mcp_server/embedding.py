@@ -312,7 +312,10 @@ def load_embedder(
 
         cache_dir = cache_path.parent if cache_path else Path(tempfile.gettempdir()) / "ingot-fastembed"
         inner: Embedder = FastEmbedEmbedder(
-            model or (str(model_dir) if model_dir else None), cache_dir, threads or 1
+            model or (str(model_dir) if model_dir else None),
+            cache_dir,
+            threads or 1,
+            model_sha256=model_sha256,
         )
     elif backend == "onnx":
         files = default_model_files() if model_dir is None else model_files_from_dir(model_dir, model_sha256)

@@ -62,10 +62,25 @@ def _register(name: str, dim: int) -> None:
     )
 
 
+FOLDER_FILES = ("model.onnx", "tokenizer.json", "tokenizer_config.json")  # what fastembed reads
+
+
+def _looks_like_a_path(model: str) -> bool:
+    """A folder the user meant (absolute, ~ or ./ ../), as opposed to a name like BAAI/bge-small-en."""
+    return model.startswith(("/", "~", "./", "../", ".\\")) or Path(model).is_absolute()
+
+
 class FastEmbedEmbedder:
     """A sentence embedding model run through fastembed, from local files only."""
 
-    def __init__(self, model: str | None, cache_dir: Path, threads: int = 1, dim: int = 384) -> None:
+    def __init__(
+        self,
+        model: str | None,
+        cache_dir: Path,
+        threads: int = 1,
+        dim: int = 384,
+        model_sha256: str | None = None,
+    ) -> None:
         try:
             from fastembed import TextEmbedding
         except ImportError as exc:
@@ -73,12 +88,25 @@ class FastEmbedEmbedder:
                 "EMBED_BACKEND=fastembed needs the fastembed package: pip install 'ingot[fastembed]'"
             ) from exc
         folder = Path(model).expanduser() if model and Path(model).expanduser().is_dir() else None
+        if model and folder is None and _looks_like_a_path(model):
+            raise EmbeddingModelError(
+                f"EMBED_MODEL folder {model} does not exist; set it to a folder with model.onnx, "
+                "tokenizer.json and tokenizer_config.json, or to a fastembed model name"
+            )
         if not model:
             folder = shipped_model_folder(cache_dir)
         kwargs: dict = {"local_files_only": True, "threads": threads, "cache_dir": str(cache_dir)}
         if folder is not None:
             model_file = folder / "model.onnx"
-            self._digest = "fastembed:" + _verified(model_file, None, "embedding model")
+            missing = [f for f in FOLDER_FILES if not (folder / f).is_file()]
+            if missing:
+                raise EmbeddingModelError(
+                    f"EMBED_MODEL folder {folder} lacks {', '.join(missing)}; fastembed needs "
+                    f"{', '.join(FOLDER_FILES)} there"
+                )
+            self._digest = "fastembed:" + _verified(
+                model_file, model_sha256 if model else None, "embedding model"
+            )
             name = SHIPPED_NAME if not model else f"local/{folder.name}"
             _register(name, dim)
             kwargs["specific_model_path"] = str(folder)
@@ -88,9 +116,10 @@ class FastEmbedEmbedder:
         try:
             self._model = TextEmbedding(model_name=name, **kwargs)
         except Exception as exc:  # fastembed raises plain ValueErrors and OSErrors
+            where = f"{folder}" if folder is not None else f"fastembed's cache {cache_dir}"
             raise EmbeddingModelError(
-                f"fastembed cannot load {model or 'the shipped model'} from local files ({exc}); set "
-                "EMBED_MODEL to a folder with model.onnx, tokenizer.json and tokenizer_config.json"
+                f"fastembed cannot load {model or 'the shipped model'} from local files in {where} "
+                f"({exc}); set EMBED_MODEL to a folder with {', '.join(FOLDER_FILES)}"
             ) from exc
         self._lock = threading.Lock()
         self._dim = int(self.embed(["dimension probe"]).shape[1])

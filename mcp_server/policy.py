@@ -133,14 +133,28 @@ def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value.strip().lower()
 
 
-def _merged_with_peer(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Our routing keys, filled in from a peer-format `skill-router` block where ours are absent."""
-    block = metadata.get(PEER_BLOCK)
-    if block is None:
-        return metadata
+def _peer_block(metadata: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """The peer-format block, under `skill-router` or a near spelling of it (`skill_router`,
+    `Skill-Router`): a `blocked` written under a misspelt key must not be ignored either."""
+    keys = [k for k in metadata if str(k).strip().lower().replace("_", "-") == PEER_BLOCK]
+    if len(keys) > 1:
+        raise PolicyInvalid(
+            f"metadata has {len(keys)} peer routing blocks ({', '.join(map(str, keys))}); keep one"
+        )
+    return (str(keys[0]), metadata[keys[0]]) if keys else None
+
+
+def _merged_with_peer(metadata: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, str]]:
+    """Our routing keys, filled in from a peer-format `skill-router` block where ours are absent,
+    and where each key taken from the block came from (so an error names the key the author wrote)."""
+    found = _peer_block(metadata)
+    if found is None:
+        return metadata, {}
+    name, block = found
     if not isinstance(block, Mapping):
-        raise PolicyInvalid(f"metadata.{PEER_BLOCK} must be a mapping of routing keys, got {block!r}")
+        raise PolicyInvalid(f"metadata.{name} must be a mapping of routing keys, got {block!r}")
     merged = dict(metadata)
+    origin: dict[str, str] = {}
     unknown = []
     for key, value in block.items():
         ours = _PEER_KEYS.get(str(key).strip().lower().replace("_", "-"))
@@ -148,20 +162,22 @@ def _merged_with_peer(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
             unknown.append(str(key))
         elif ours not in metadata:
             merged[ours] = value
+            origin[ours] = f"{name}.{key}"
     if unknown:
         raise PolicyInvalid(
-            f"metadata.{PEER_BLOCK} has keys Ingot does not enforce ({', '.join(sorted(unknown))}); "
+            f"metadata.{name} has keys Ingot does not enforce ({', '.join(sorted(unknown))}); "
             f"remove them or express them with Ingot's keys ({', '.join(sorted(set(_PEER_KEYS.values())))})"
         )
     peer_trust = block.get("trust")
     if isinstance(peer_trust, str) and peer_trust.strip().lower() == "blocked":
         merged["trust"] = "blocked"  # a block is never overridden, whoever wrote it
-    return merged
+        origin["trust"] = f"{name}.trust"
+    return merged, origin
 
 
 def parse_policy(metadata: Mapping[str, Any]) -> Policy:
     """Read the routing keys from a skill's `metadata` (and its peer-format block); others are left alone."""
-    metadata = _merged_with_peer(metadata)
+    metadata, origin = _merged_with_peer(metadata)
     fields: dict[str, Any] = {}
     lists = {
         "harnesses": "harnesses",
@@ -174,23 +190,25 @@ def parse_policy(metadata: Mapping[str, Any]) -> Policy:
     }
     for key, attr in lists.items():
         if key in metadata:
-            fields[attr] = _as_list(key, metadata[key])
+            fields[attr] = _as_list(origin.get(key, key), metadata[key])
     if "platforms" in fields:
         fields["platforms"] = tuple(normalise_platform(p) for p in fields["platforms"])
     if "harnesses" in fields:
         fields["harnesses"] = tuple(h.lower() for h in fields["harnesses"])
     if "trust" in metadata:
-        fields["trust"] = _choice("trust", metadata["trust"], TRUST_VALUES)
+        fields["trust"] = _choice(origin.get("trust", "trust"), metadata["trust"], TRUST_VALUES)
     if "activation" in metadata:
-        fields["activation"] = _choice("activation", metadata["activation"], ACTIVATION_VALUES)
+        fields["activation"] = _choice(
+            origin.get("activation", "activation"), metadata["activation"], ACTIVATION_VALUES
+        )
     if "priority" in metadata:
-        raw = metadata["priority"]
+        raw, where = metadata["priority"], origin.get("priority", "priority")
         try:
             priority = int(str(raw).strip())
         except ValueError:
-            raise PolicyInvalid(f"metadata.priority must be an integer, got {raw!r}") from None
+            raise PolicyInvalid(f"metadata.{where} must be an integer, got {raw!r}") from None
         if not -100 <= priority <= 100 or isinstance(raw, bool):
-            raise PolicyInvalid(f"metadata.priority must be between -100 and 100, got {raw!r}")
+            raise PolicyInvalid(f"metadata.{where} must be between -100 and 100, got {raw!r}")
         fields["priority"] = priority
     return Policy(**fields)
 

@@ -40,6 +40,7 @@ from mcp_server.registry import Skill
 
 NEAREST = 3  # names a decision lists (the chosen skill included), best first
 RECALIBRATE_AFTER_S = 0.2  # quiet time after an edit before its rule is re-derived
+MIN_SCORE_RANGE = (-1.0, 2.0)  # a per-call min_score (calibrated scale); the MCP tool's bounds too
 log = logging.getLogger(__name__)
 
 
@@ -232,7 +233,12 @@ class Router:
 
         `min_score` (calibrated scale) replaces the library's related threshold for this call:
         a skill is loaded only when its score reaches it, and is a match from the larger of it
-        and the match threshold."""
+        and the match threshold. It must be a number from -1 to 2 (ValueError otherwise)."""
+        if min_score is not None and not MIN_SCORE_RANGE[0] <= min_score <= MIN_SCORE_RANGE[1]:
+            raise ValueError(
+                f"min_score must be a number from {MIN_SCORE_RANGE[0]} to {MIN_SCORE_RANGE[1]} "
+                f"(calibrated scale), not {min_score}"
+            )
         state = self._state
         if state is None or len(state.index) == 0 or not task.strip():
             return RouteResult(None, None, 0.0, None, (), {"reason": "empty library or task"})

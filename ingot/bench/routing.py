@@ -59,8 +59,16 @@ class Decision:
 
 def load_cases(path: Path) -> list[Case]:
     """Parse a cases file; one clear error naming the first bad line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {exc.start}); a cases file is JSON lines"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     cases = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -74,7 +82,7 @@ def load_cases(path: Path) -> list[Case]:
                     raw["task"],
                     expected,
                     str(raw.get("kind", "?")),
-                    frozenset(raw.get("acceptable") or ()),
+                    _acceptable(raw.get("acceptable")),
                 )
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -84,6 +92,17 @@ def load_cases(path: Path) -> list[Case]:
     if not cases:
         raise ConfigError(f"{path} holds no routing cases")
     return cases
+
+
+def _acceptable(value: object) -> frozenset[str]:
+    """A case's other right answers: a list of skill names (one name alone is read as a list)."""
+    if value is None:
+        return frozenset()
+    if isinstance(value, str):
+        return frozenset((value,))
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return frozenset(value)
+    raise TypeError("acceptable must be a list of skill names")
 
 
 def _share(hits: int, total: int) -> float | None:

@@ -17,6 +17,7 @@ import click
 from ingot.cli.options import print_json, settings_for, setup_logging, skills_option
 
 NO_ROUTE_GOAL = 0.92  # the refinement keeps at least this share of the cases' null tasks unrouted
+SETTABLE = (0.0, 2.0)  # the range ROUTE_*_THRESHOLD accept (ingot/settings.py)
 
 
 @click.command()
@@ -49,11 +50,11 @@ def calibrate(skills: tuple[Path, ...], cases: Path | None) -> None:
         ),
     }
     if cases is not None:
-        report["cases"] = _on_cases(library, cases)
+        report["cases"] = _on_cases(library, cases, derived.tau_match)
     print_json(report)
 
 
-def _on_cases(library, path: Path) -> dict:
+def _on_cases(library, path: Path, match_threshold: float) -> dict:
     from ingot.bench.routing import Decision, load_cases, score
 
     cases = load_cases(path)
@@ -63,16 +64,19 @@ def _on_cases(library, path: Path) -> dict:
         loaded = result.skill.name if result.skill else None
         names = ((loaded,) if loaded else ()) + tuple(c.name for c in result.nearest)
         decisions.append(Decision(loaded, names, result.score, result.match is not None))
-    return {"measured": score(cases, decisions), "refinement": _refine(cases, decisions)}
+    return {"measured": score(cases, decisions), "refinement": _refine(cases, decisions, match_threshold)}
 
 
-def _refine(cases, decisions) -> dict:
-    """The related threshold (calibrated scale) that these cases would choose, if any keeps the goal."""
+def _refine(cases, decisions, match_threshold: float) -> dict:
+    """The related threshold (calibrated scale) that these cases would choose, if any keeps the goal.
+
+    Only thresholds the settings accept (0 to 2) are considered; one above the match threshold is
+    suggested with a match threshold to match, so the suggestion can be copied as it is."""
     tops = [(d.names[0] if d.names else None, d.score) for d in decisions]
     positives = sum(1 for c in cases if c.expected)
     nulls = sum(1 for c in cases if not c.expected)
     best = None
-    for tau in sorted({s for _, s in tops}):
+    for tau in sorted({s for _, s in tops if SETTABLE[0] <= s <= SETTABLE[1]}):
         top1 = sum(
             1 for c, (n, s) in zip(cases, tops, strict=True) if c.expected and s >= tau and n in c.right
         )
@@ -86,8 +90,12 @@ def _refine(cases, decisions) -> dict:
     if best is None or not positives or not nulls:
         return {"suggested": None, "why": "the cases need both expected skills and null tasks"}
     _, tau, top1, no_route = best
+    related = math.floor(tau * 10000) / 10000
+    suggested = f"ROUTE_RELATED_THRESHOLD={related}"
+    if related > match_threshold:  # the settings refuse a related threshold above the match one
+        suggested += f" ROUTE_MATCH_THRESHOLD={related}"
     return {
-        "suggested": f"ROUTE_RELATED_THRESHOLD={math.floor(tau * 10000) / 10000}",
+        "suggested": suggested,
         "top1": round(top1 / positives, 4),
         "no_route_rate": round(no_route, 4),
         "note": "fitted on these cases only: it is optimistic for them; the default needs no labels",

@@ -4,6 +4,7 @@ Registered on the group by `main.py`; this module imports only `options` and `se
 
 from __future__ import annotations
 
+import math
 import socket
 import sys
 import threading
@@ -142,6 +143,12 @@ def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict
             evaluator.close()
 
 
+def _a_number(value: float | None) -> float | None:
+    if value is not None and math.isnan(value):  # FloatRange lets NaN through: it compares false
+        raise click.BadParameter("must be a number from -1 to 2, not nan")
+    return value
+
+
 @click.command()
 @skills_option
 @click.argument("task")
@@ -158,7 +165,13 @@ def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict
     default=None,
     help="The caller's working folder: `project` constraints; `paths` ones only under ALLOWED_CALLER_ROOTS.",
 )
-@click.option("--min-score", type=float, default=None, help="Load only at this calibrated score or above.")
+@click.option(
+    "--min-score",
+    type=click.FloatRange(-1.0, 2.0),  # router.MIN_SCORE_RANGE
+    callback=lambda _ctx, _param, value: _a_number(value),
+    default=None,
+    help="Load only at this calibrated score or above (-1 to 2).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the full decision as JSON.")
 def route(
     skills: tuple[Path, ...],
@@ -215,9 +228,19 @@ def list_skills(skills: tuple[Path, ...]) -> None:
     settings = settings_for(skills)
     setup_logging("ERROR")
     library = open_library(settings)
-    for skill in sorted(library.skills().values(), key=lambda s: s.name):
-        click.echo(f"{skill.name}  {skill.short_revision}  {skill.root}")
     status = library.status()
+    held = []
+    for skill in sorted(library.skills().values(), key=lambda s: s.name):
+        if skill.name in status.disabled:
+            continue  # listed with its reason below
+        try:
+            library.get(skill.name)  # refuses what is never served (e.g. `trust: blocked`)
+        except IngotError as exc:
+            held.append(f"NOT SERVED {skill.name}  {skill.short_revision}: {exc}")
+            continue
+        click.echo(f"{skill.name}  {skill.short_revision}  {skill.root}")
+    for line in held:
+        click.echo(line)
     if not library.skills():
         click.echo(f"no skills are served from {', '.join(map(str, status.roots))}", err=True)
     for problem in status.invalid:

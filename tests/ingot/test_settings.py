@@ -54,3 +54,11 @@ def test_route_thresholds_must_be_in_order(monkeypatch):
     monkeypatch.setenv("ROUTE_RELATED_THRESHOLD", "0.5")
     with pytest.raises(ConfigError, match="at least ROUTE_RELATED_THRESHOLD"):
         load_settings()
+
+
+def test_an_embed_model_nothing_reads_is_refused(monkeypatch):
+    monkeypatch.setenv("EMBED_MODEL", "/models/bge-small")
+    with pytest.raises(ConfigError, match="EMBED_MODEL is read only with EMBED_BACKEND=fastembed"):
+        load_settings()
+    monkeypatch.setenv("EMBED_BACKEND", "fastembed")
+    assert load_settings().embed_model == "/models/bge-small"

@@ -156,6 +156,9 @@ def test_min_score_raises_or_lowers_the_bar_for_one_call(libraries):
     assert strict.novel and strict.nearest[0].name == "oauth-integration" and strict.nearest[0].fit == "none"
     lenient = library.route(OFF_LIBRARY[0], min_score=-1.0)
     assert lenient.skill is not None and lenient.related_match == lenient.skill.name
+    for bad in (float("nan"), 2.5, -1.5):  # NaN compares false with every threshold: it would load
+        with pytest.raises(ValueError, match="min_score must be a number from -1.0 to 2.0"):
+            library.route(task, min_score=bad)
 
 
 def test_novel_decisions_still_name_the_three_nearest_skills(libraries):

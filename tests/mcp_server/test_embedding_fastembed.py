@@ -62,7 +62,22 @@ def test_an_unusable_fastembed_model_folder_is_one_clear_error(tmp_path):
     from ingot.errors import EmbeddingModelError
 
     (tmp_path / "model").mkdir()
-    with pytest.raises(EmbeddingModelError, match="model.onnx"):
+    with pytest.raises(EmbeddingModelError, match="lacks model.onnx, tokenizer.json, tokenizer_config.json"):
         load_embedder(
             None, None, tmp_path / "vectors.sqlite", 1, backend="fastembed", model=str(tmp_path / "model")
         )
+    with pytest.raises(EmbeddingModelError, match="EMBED_MODEL folder .*/absent does not exist"):
+        load_embedder(
+            None, None, tmp_path / "vectors.sqlite", 1, backend="fastembed", model=str(tmp_path / "absent")
+        )
+
+
+def test_a_fastembed_model_folder_is_checked_against_embed_model_sha256(tmp_path):
+    import pytest
+
+    from ingot.errors import EmbeddingModelError
+    from mcp_server.embedding_fastembed import shipped_model_folder
+
+    folder = shipped_model_folder(tmp_path / "cache")
+    with pytest.raises(EmbeddingModelError, match="expected 0{64}"):
+        load_embedder(None, "0" * 64, tmp_path / "vectors.sqlite", 1, backend="fastembed", model=str(folder))

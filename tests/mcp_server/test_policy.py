@@ -130,9 +130,19 @@ def test_our_keys_win_over_the_peer_block_but_a_peer_block_is_never_overridden()
     [
         ({"trust": "blocked", "sandbox": "strict"}, "does not enforce \\(sandbox\\)"),
         ("trust: blocked", "must be a mapping"),
-        ({"trust": "maybe"}, "trust must be one of"),
+        ({"trust": "maybe"}, "metadata.skill-router.trust must be one of"),
+        ({"trust": 5}, "metadata.skill-router.trust must be one of"),
+        ({"priority": "high"}, "metadata.skill-router.priority must be an integer"),
+        ({"platforms": 7}, "metadata.skill-router.platforms must be a comma-separated string"),
     ],
 )
 def test_a_peer_block_ingot_cannot_honour_disables_the_skill_with_a_reason(block, message):
     with pytest.raises(PolicyInvalid, match=message):
         parse_policy({"skill-router": block})
+
+
+def test_a_misspelt_peer_block_is_read_too_so_its_block_is_never_ignored():
+    for key in ("skill_router", "Skill-Router"):
+        assert parse_policy({key: {"trust": "blocked"}}).trust == "blocked"
+    with pytest.raises(PolicyInvalid, match="2 peer routing blocks"):
+        parse_policy({"skill-router": {"trust": "trusted"}, "skill_router": {"trust": "blocked"}})

@@ -66,10 +66,15 @@ def test_route_prints_the_decision_and_its_components(tmp_path):
 def test_skills_lists_revisions_and_skipped_folders_with_reasons(tmp_path):
     write_skill(tmp_path / "root", "fine", "A fine skill.")
     write_skill(tmp_path / "root", "wrong-name", "Mismatch.", folder="other-folder")
+    write_skill(
+        tmp_path / "root", "held", "Blocked.", extra="metadata:\n  skill-router:\n    trust: blocked\n"
+    )
     done = ingot("skills", "--skills", str(tmp_path / "root"), cwd=tmp_path)
     assert done.returncode == 0
     assert done.stdout.startswith("fine  ")
     assert "SKIPPED" in done.stdout and "must equal the folder name" in done.stdout
+    assert "NOT SERVED held " in done.stdout and "trust: blocked" in done.stdout
+    assert not any(line.startswith("held ") for line in done.stdout.splitlines())
 
 
 def test_bench_routing_prints_json_metrics(tmp_path):
@@ -127,6 +132,58 @@ def test_calibrate_refuses_a_bad_cases_file_with_one_line(tmp_path):
         "(Expecting value: line 1 column 1 (char 0)); "
         "see `ingot bench routing --help`"
     ]
+
+
+def test_calibrate_refuses_a_cases_file_that_is_not_text_with_one_line(tmp_path):
+    (tmp_path / "cases.jsonl").write_bytes(b'{"task": "ok"}\n\x9d\xff\x00 binary')
+    done = ingot(
+        "calibrate",
+        "--skills",
+        str(bundled(tmp_path)),
+        "--cases",
+        str(tmp_path / "cases.jsonl"),
+        cwd=tmp_path,
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"Error: {tmp_path / 'cases.jsonl'} is not UTF-8 text (byte 15); a cases file is JSON lines"
+    ]
+
+
+def test_the_threshold_calibrate_suggests_is_one_ingot_accepts(tmp_path):
+    """Cases whose nulls score high pick a related threshold above the match threshold: the
+    suggestion raises both, so copying it as it is starts a router instead of a settings error."""
+    cases = tmp_path / "cases.jsonl"
+    rows = [
+        ("my postgres query is slow, how do I read the explain plan", "postgres-query-tuning"),
+        ("Draft release notes for v3.1 from the merged pull requests", "release-notes"),
+        ("my postgres query is slow", None),
+        ("write release notes", None),
+    ]
+    cases.write_text("".join(json.dumps({"task": t, "expected": e}) + "\n" for t, e in rows))
+    skills = str(bundled(tmp_path))
+    done = ingot("calibrate", "--skills", skills, "--cases", str(cases), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    suggested = report["cases"]["refinement"]["suggested"]
+    settings = dict(pair.split("=") for pair in suggested.split())
+    related = float(settings["ROUTE_RELATED_THRESHOLD"])
+    assert 0.0 <= related <= 2.0
+    assert related > report["derived"]["tau_match"]  # these cases do pick one above it
+    assert float(settings["ROUTE_MATCH_THRESHOLD"]) == related
+    routed = ingot("route", "--skills", skills, "--json", rows[0][0], cwd=tmp_path, **settings)
+    assert routed.returncode == 0, routed.stderr
+
+
+def test_route_refuses_a_min_score_that_is_not_a_number_in_range(tmp_path):
+    skills = str(bundled(tmp_path))
+    for value, why in (("nan", "must be a number from -1 to 2, not nan"), ("5", "5.0 is not in the range")):
+        done = ingot(
+            "route", "--skills", skills, f"--min-score={value}", "--json", "slow postgres", cwd=tmp_path
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and why in lines[0], lines
 
 
 def test_a_bad_setting_is_one_clear_error_with_exit_code_2(tmp_path):
