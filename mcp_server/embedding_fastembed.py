@@ -4,6 +4,8 @@
 fastembed knows may instead be named, if it is already in its cache). Empty means the shipped
 all-MiniLM-L6-v2 int8: its files are linked into a folder under the vector cache with the
 tokenizer_config.json fastembed needs (truncation at 256, as the onnxruntime backend does).
+A folder's pooling (mean, CLS or last token) is read from its sentence-transformers
+`1_Pooling/config.json`; without one it is mean pooling, as for MiniLM.
 Loading never downloads: `local_files_only` is always set, and a missing file is an error that
 says what to do. The default backend stays the direct onnxruntime path (embedding.py): measured
 here, fastembed's per-query path is slower (ARCHITECTURE.md). Vectors are cached under a digest
@@ -46,7 +48,34 @@ def shipped_model_folder(cache_dir: Path) -> Path:
     return folder
 
 
-def _register(name: str, dim: int) -> None:
+POOLING_CONFIG = "1_Pooling/config.json"  # where a sentence-transformers folder says how it pools
+POOLING_KEYS = {"pooling_mode_cls_token": "CLS", "pooling_mode_lasttoken": "LAST_TOKEN"}
+
+
+def folder_pooling(folder: Path) -> str:
+    """How a model folder's token vectors become one vector: CLS, LAST_TOKEN or MEAN (the default,
+    and what the shipped MiniLM uses), read from its sentence-transformers pooling config."""
+    config = folder / POOLING_CONFIG
+    if not config.is_file():
+        return "MEAN"
+    try:
+        modes = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EmbeddingModelError(f"cannot read {config}: {exc}") from None
+    if not isinstance(modes, dict):
+        raise EmbeddingModelError(f"{config} is not a JSON object of pooling modes")
+    chosen = [pooling for key, pooling in POOLING_KEYS.items() if modes.get(key)]
+    if modes.get("pooling_mode_mean_tokens"):
+        chosen.append("MEAN")
+    if len(chosen) != 1:
+        raise EmbeddingModelError(
+            f"{config} must turn on exactly one of pooling_mode_mean_tokens, pooling_mode_cls_token "
+            "and pooling_mode_lasttoken (the ones fastembed can apply)"
+        )
+    return chosen[0]
+
+
+def _register(name: str, dim: int, pooling: str = "MEAN") -> None:
     from fastembed import TextEmbedding
     from fastembed.common.model_description import ModelSource, PoolingType
 
@@ -54,7 +83,7 @@ def _register(name: str, dim: int) -> None:
         return
     TextEmbedding.add_custom_model(
         model=name,
-        pooling=PoolingType.MEAN,
+        pooling=PoolingType[pooling],
         normalization=True,
         sources=ModelSource(hf=name),  # never fetched: every load passes local_files_only
         dim=dim,
@@ -107,8 +136,10 @@ class FastEmbedEmbedder:
             self._digest = "fastembed:" + _verified(
                 model_file, model_sha256 if model else None, "embedding model"
             )
-            name = SHIPPED_NAME if not model else f"local/{folder.name}"
-            _register(name, dim)
+            pooling = folder_pooling(folder)
+            name = SHIPPED_NAME if not model else f"local/{folder.name}/{pooling.lower()}"
+            self._digest += f":{pooling.lower()}"  # the same weights pooled otherwise are another model
+            _register(name, dim, pooling)
             kwargs["specific_model_path"] = str(folder)
         else:
             name = str(model)

@@ -81,3 +81,29 @@ def test_a_fastembed_model_folder_is_checked_against_embed_model_sha256(tmp_path
     folder = shipped_model_folder(tmp_path / "cache")
     with pytest.raises(EmbeddingModelError, match="expected 0{64}"):
         load_embedder(None, "0" * 64, tmp_path / "vectors.sqlite", 1, backend="fastembed", model=str(folder))
+
+
+def test_a_model_folder_is_pooled_as_its_pooling_config_says(tmp_path):
+    """A CLS-pooled folder (BGE-style) must not be mean-pooled silently; the digest tells them apart."""
+    import pytest
+
+    from ingot.errors import EmbeddingModelError
+    from mcp_server.embedding_fastembed import POOLING_CONFIG, shipped_model_folder
+
+    shipped = shipped_model_folder(tmp_path / "cache")
+    cls_folder = tmp_path / "minilm-cls"
+    cls_folder.mkdir()
+    for name in ("model.onnx", "tokenizer.json", "tokenizer_config.json"):
+        (cls_folder / name).symlink_to((shipped / name).resolve())
+    (cls_folder / POOLING_CONFIG).parent.mkdir()
+    (cls_folder / POOLING_CONFIG).write_text(json.dumps({"pooling_mode_cls_token": True}))
+    mean = load_embedder(None, None, None, 1, backend="fastembed", model=str(shipped))
+    cls = load_embedder(None, None, None, 1, backend="fastembed", model=str(cls_folder))
+    assert mean.model_digest.endswith(":mean") and cls.model_digest.endswith(":cls")
+    cosines = (mean.embed(TEXTS) * cls.embed(TEXTS)).sum(axis=1)
+    assert np.all(cosines < 0.99), cosines
+    (cls_folder / POOLING_CONFIG).write_text(
+        json.dumps({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": True})
+    )
+    with pytest.raises(EmbeddingModelError, match="exactly one of"):
+        load_embedder(None, None, None, 1, backend="fastembed", model=str(cls_folder))
