@@ -288,19 +288,18 @@ class Router:
             "unchecked_constraints": sorted(unchecked),
             "candidates_considered": int(allowed.sum()),
         }
+        calibrated = {  # what any score here would be compared with, also when nothing is left
+            "background_anchor": round(cal.background_anchor, 6),
+            "own_anchor": round(cal.own_anchor, 6),
+            "related_at": round(related_at, 6),
+            "match_at": round(match_at, 6),
+            "calibration_provisional": cal.provisional,
+        }
         if not candidates:
-            return RouteResult(None, None, 0.0, None, (), components, ())
+            return RouteResult(None, None, 0.0, None, (), {**components, **calibrated}, ())
         best = candidates[0]
         components.update(best.components)
-        components.update(
-            {
-                "background_anchor": round(cal.background_anchor, 6),
-                "own_anchor": round(cal.own_anchor, 6),
-                "related_at": round(related_at, 6),
-                "match_at": round(match_at, 6),
-                "calibration_provisional": cal.provisional,
-            }
-        )
+        components.update(calibrated)
         lead = best.score - candidates[1].score if len(candidates) > 1 else best.score
         if best.fit == "related" and lead >= self.procedure.tau_lead:  # nothing else is even near
             best = replace(best, fit="match")

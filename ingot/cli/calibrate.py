@@ -64,7 +64,12 @@ def _on_cases(library, path: Path, match_threshold: float) -> dict:
         loaded = result.skill.name if result.skill else None
         names = ((loaded,) if loaded else ()) + tuple(c.name for c in result.nearest)
         decisions.append(Decision(loaded, names, result.score, result.match is not None))
-    return {"measured": score(cases, decisions), "refinement": _refine(cases, decisions, match_threshold)}
+    report = {"measured": score(cases, decisions), "refinement": _refine(cases, decisions, match_threshold)}
+    known = set(library.skills())
+    unknown = sorted({name for case in cases for name in case.right} - known)
+    if unknown:  # such a case can only count as a miss: usually a typo or a skill not copied in
+        report["cases_naming_skills_not_in_the_library"] = {"count": len(unknown), "skills": unknown[:20]}
+    return report
 
 
 def _refine(cases, decisions, match_threshold: float) -> dict:

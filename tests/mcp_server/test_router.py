@@ -104,6 +104,9 @@ def test_manual_and_blocked_skills_are_never_routed_but_manual_ones_load_by_name
     result = library.route("My PostgreSQL query is slow; read the EXPLAIN plan and pick an index")
     assert result.novel
     assert result.components["filtered_out"] == {"activation: manual": 1, "trust: blocked": 1}
+    # Nothing was left to score, and the decision still says what a score would have needed.
+    assert result.components["candidates_considered"] == 0
+    assert {"background_anchor", "own_anchor", "related_at", "match_at"} <= set(result.components)
     assert library.get("pg-manual").name == "pg-manual"
     with pytest.raises(Exception, match="trust: blocked"):
         library.get("pg-blocked")

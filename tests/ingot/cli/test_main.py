@@ -173,6 +173,14 @@ def test_the_threshold_calibrate_suggests_is_one_ingot_accepts(tmp_path):
     assert float(settings["ROUTE_MATCH_THRESHOLD"]) == related
     routed = ingot("route", "--skills", skills, "--json", rows[0][0], cwd=tmp_path, **settings)
     assert routed.returncode == 0, routed.stderr
+    assert "cases_naming_skills_not_in_the_library" not in report["cases"]
+    with cases.open("a") as more:
+        more.write(json.dumps({"task": "tune my query", "expected": "postgres-tuning"}) + "\n")
+    again = json.loads(ingot("calibrate", "--skills", skills, "--cases", str(cases), cwd=tmp_path).stdout)
+    assert again["cases"]["cases_naming_skills_not_in_the_library"] == {
+        "count": 1,
+        "skills": ["postgres-tuning"],
+    }
 
 
 def test_route_refuses_a_min_score_that_is_not_a_number_in_range(tmp_path):
