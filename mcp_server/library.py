@@ -139,7 +139,8 @@ class Library:
         if skill is None:
             if name in self._router.disabled:
                 raise SkillNotFound(f"skill {name!r} is disabled: {self._router.disabled[name]}")
-            raise SkillNotFound(f"no skill named {name!r} is served; call suggest_skills(task) to find one")
+            shown = repr(name) if len(name) <= 80 else f"{name[:60]!r}… ({len(name)} characters)"
+            raise SkillNotFound(f"no skill named {shown} is served; call suggest_skills(task) to find one")
         policy = self._router.policy(name)
         if policy is not None and policy.trust == "blocked":
             raise SkillNotFound(f"skill {name!r} is marked trust: blocked and is not served")

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-PATHS_SCAN_LIMIT = 4000  # files looked at under a caller's cwd for `paths` patterns
+PATHS_SCAN_LIMIT = 4000  # files and folders looked at under a caller's cwd for `paths` patterns
 PATHS_CACHE_S = 10.0
 _PLATFORM_ALIASES = {
     "macos": "darwin",
@@ -214,8 +214,10 @@ def parse_policy(metadata: Mapping[str, Any]) -> Policy:
 
 
 def _inside(cwd: str, project: str) -> bool:
-    base = PurePath(os.path.expanduser(project))
-    here = PurePath(cwd)
+    """Whether `cwd` is `project` or under it, compared as normalised paths: the caller's folder
+    may not exist here, and `/work/app/../../etc` is not inside `/work/app`."""
+    base = PurePath(os.path.normpath(os.path.expanduser(project)))
+    here = PurePath(os.path.normpath(cwd))
     return here == base or base in here.parents
 
 
@@ -236,11 +238,15 @@ def _has_matching_file(cwd: str, patterns: tuple[str, ...]) -> bool | None:
 
     Cached per (cwd, patterns) for PATHS_CACHE_S, so routing a burst of tasks from one project
     walks its tree once."""
-    key = (cwd, patterns)
+    try:  # one entry per folder, however the caller spells it (`dir/.`, `dir//`, a link to it)
+        folder = os.path.realpath(cwd)
+    except (OSError, ValueError):
+        folder = os.path.normpath(cwd)
+    key = (folder, patterns)
     hit = _paths_cache.get(key)
     if hit is not None and time.monotonic() - hit[0] < PATHS_CACHE_S:
         return hit[1]
-    found = _scan_for_match(cwd, patterns)
+    found = _scan_for_match(folder, patterns)
     if len(_paths_cache) > 256:
         _paths_cache.clear()
     _paths_cache[key] = (time.monotonic(), found)
@@ -248,12 +254,20 @@ def _has_matching_file(cwd: str, patterns: tuple[str, ...]) -> bool | None:
 
 
 def _scan_for_match(cwd: str, patterns: tuple[str, ...]) -> bool | None:
+    """Walk at most PATHS_SCAN_LIMIT entries (files and folders) under `cwd`; None when it cannot
+    be read here (a name too long, no permission) or is too big to say."""
     root = Path(cwd)
-    if not root.is_dir():
+    try:
+        if not root.is_dir():
+            return None
+    except (OSError, ValueError):  # ENAMETOOLONG, EACCES, an embedded NUL: the folder is unreadable
         return None
     looked = 0
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "node_modules"]
+        looked += 1  # a tree of empty folders costs a walk too
+        if looked >= PATHS_SCAN_LIMIT:
+            return None
         rel_dir = Path(dirpath).relative_to(root)
         for name in filenames:
             rel = (rel_dir / name).as_posix()

@@ -98,7 +98,7 @@ def _files(skill: Skill) -> list[dict[str, Any]]:
 
 
 def _check_task(task: str) -> str:
-    if not task or not task.strip():
+    if not task or not any(ch.isalnum() for ch in task):  # blank, NULs, zero-width spaces, dots
         raise ToolError("task is empty: describe what you need done in one or two sentences")
     if len(task) > MAX_TASK_CHARS:
         raise ToolError(
@@ -144,7 +144,7 @@ def build_server(
     @mcp.tool
     def suggest_skills(
         task: Annotated[str, Field(description="What the user wants done.")],
-        k: Annotated[int, Field(ge=1, le=50, description="How many suggestions at most.")] = 5,
+        k: Annotated[int, Field(ge=1, le=50, strict=True, description="How many suggestions at most.")] = 5,
     ) -> list[dict[str, Any]]:
         """List the skills that fit a task, best first, without loading any body.
 
@@ -190,6 +190,8 @@ def build_server(
             Field(
                 ge=-1.0,
                 le=2.0,
+                strict=True,  # a number: not `true`, not "0.5"
+                allow_inf_nan=False,
                 description=(
                     "Load a skill only if its score reaches this (calibrated scale: 0 = a typical "
                     "unrelated request for this library, 1 = a request quoting a skill's description). "

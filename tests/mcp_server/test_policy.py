@@ -61,6 +61,10 @@ def test_project_scope_is_matched_against_the_callers_cwd(tmp_path):
     policy = Policy(projects=(str(tmp_path / "billing"),))
     assert check(policy, CallerContext(cwd=str(tmp_path / "billing" / "src")))[0] is None
     assert check(policy, CallerContext(cwd=str(tmp_path / "billing-old")))[0] == "project"
+    # `..` is resolved before comparing, both ways.
+    escape = str(tmp_path / "billing" / ".." / ".." / "etc")
+    assert check(policy, CallerContext(cwd=escape))[0] == "project"
+    assert check(policy, CallerContext(cwd=str(tmp_path / "other" / ".." / "billing")))[0] is None
 
 
 def test_path_patterns_look_for_matching_files_under_the_callers_cwd(tmp_path):
@@ -78,6 +82,31 @@ def test_path_patterns_look_for_matching_files_under_the_callers_cwd(tmp_path):
     assert check(policy, CallerContext(cwd="/no/such/dir", may_read_cwd=True)) == (None, ("paths",))
     # Not allowed to look (the default): unchecked, whatever is on disk.
     assert check(Policy(paths=("*.tf",)), CallerContext(cwd=str(tmp_path))) == (None, ("paths",))
+
+
+def test_a_cwd_the_server_cannot_read_leaves_paths_unchecked_instead_of_failing(tmp_path):
+    policy = Policy(paths=("**/*.sql",))
+    too_long = str(tmp_path) + "/a" * 3000  # ENAMETOOLONG from the file system, not an answer
+    assert check(policy, CallerContext(cwd=too_long, may_read_cwd=True)) == (None, ("paths",))
+
+
+def test_a_tree_of_empty_folders_is_walked_only_up_to_the_limit(tmp_path, monkeypatch):
+    import mcp_server.policy as policy_mod
+
+    monkeypatch.setattr(policy_mod, "PATHS_SCAN_LIMIT", 50)
+    for i in range(60):
+        (tmp_path / "tree" / f"d{i:02}").mkdir(parents=True)
+    walked = []
+    real_walk = policy_mod.os.walk
+    monkeypatch.setattr(policy_mod.os, "walk", lambda top: (walked.append(d) or d for d in real_walk(top)))
+    ctx = CallerContext(cwd=str(tmp_path / "tree"), may_read_cwd=True)
+    # 61 folders and no file: without counting folders it would walk them all and say "no match".
+    assert check(Policy(paths=("**/*.sql",)), ctx) == (None, ("paths",))  # too big to say
+    assert len(walked) == 50
+    # The same folder spelt otherwise is the same cache entry: not walked again.
+    again = CallerContext(cwd=str(tmp_path / "tree") + "/.", may_read_cwd=True)
+    assert check(Policy(paths=("**/*.sql",)), again) == (None, ("paths",))
+    assert len(walked) == 50
 
 
 def test_may_read_only_under_allowed_roots_with_links_resolved(tmp_path):

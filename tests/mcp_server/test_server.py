@@ -85,8 +85,21 @@ def test_get_skill_returns_body_and_manifest_and_a_clear_error_when_unknown(serv
 
 def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(served):
     url, _ = served
-    for args in ({"task": ""}, {"task": "x" * 20000}, {"task": "ok", "k": 0}):
+    for args in ({"task": ""}, {"task": "x" * 20000}, {"task": "ok", "k": 0}, {"task": "ok", "k": True}):
         assert call(url, "suggest_skills", args, raise_on_error=False).is_error
+    for task in ("\x00\x00\x00", "\u200b\u200b", " . - "):  # nothing to route on: not a novel task
+        empty = call(url, "route_and_load", {"task": task}, raise_on_error=False)
+        assert empty.is_error and "task is empty" in empty.content[0].text, task
+    for score in (
+        True,
+        "0.5",
+    ):  # a number (NaN: the client sends null; the router refuses it, see test_calibration)
+        bad = call(
+            url, "route_and_load", {"task": "write release notes", "min_score": score}, raise_on_error=False
+        )
+        assert bad.is_error, score
+    long_name = call(url, "get_skill", {"name": "x" * 100_000}, raise_on_error=False)
+    assert long_name.is_error and len(long_name.content[0].text) < 400  # the name is not echoed whole
     assert call(url, "route_and_load", {"task": "write release notes"}).structured_content["match"]
 
 
