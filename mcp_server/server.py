@@ -98,13 +98,13 @@ def _files(skill: Skill) -> list[dict[str, Any]]:
 
 
 def _check_task(task: str) -> str:
-    if not task or not any(ch.isalnum() for ch in task):  # blank, NULs, zero-width spaces, dots
-        raise ToolError("task is empty: describe what you need done in one or two sentences")
     if len(task) > MAX_TASK_CHARS:
         raise ToolError(
             f"task is {len(task)} characters; send at most {MAX_TASK_CHARS} "
             "(a summary of the request, not the whole conversation)"
         )
+    if not any(ch.isalnum() for ch in task):  # blank, NULs, zero-width spaces, punctuation only
+        raise ToolError("task is empty: describe what you need done in one or two sentences")
     return task
 
 
