@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from ingot.errors import ConfigError
 from ingot.runtime import actor
@@ -29,6 +30,9 @@ from optimize.control.changes import ChangeControl
 
 log = logging.getLogger(__name__)
 JSON_RESPONSES = True
+# The largest MCP request body read: create_skill's 64 KB body and 1,024-character description,
+# even fully JSON-escaped, fit several times over; a route_and_load task is at most 8,000 characters.
+MCP_MAX_BODY_BYTES = 1 << 20
 
 
 def is_loopback(host: str) -> bool:
@@ -54,12 +58,15 @@ def mcp_app(
         hosts.append(host)
     patterns = [p for h in hosts for p in (h, f"{h}:*")]
     sessions = SessionRoutes(control.runs_dir) if control is not None else None
-    return build_server(library, control, sessions, limits, queued).http_app(
+    app = build_server(library, control, sessions, limits, queued).http_app(
         path="/mcp",
         host_origin_protection=True,
         allowed_hosts=patterns,
         json_response=JSON_RESPONSES,
     )
+    # Refused before it is read into memory and parsed: no tool takes anything near this much.
+    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=MCP_MAX_BODY_BYTES)
+    return app
 
 
 async def _serve_all(servers: list[tuple[uvicorn.Server, socket.socket]]) -> None:

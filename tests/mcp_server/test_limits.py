@@ -4,6 +4,7 @@ bounded lock wait, no server paths in results, and `paths` checks only under all
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -274,3 +275,33 @@ def test_all_clients_together_are_capped_too(world):
         b = asyncio.run(_as(url, "agent-b", [("create_skill", skill_args(i)) for i in range(5, 7)]))
     assert [r.is_error for r in a + b] == [False, False, False, True]
     assert "3 agent-proposed changes already wait for review (the limit is 3)" in b[1].content[0].text
+
+
+def test_an_oversized_request_body_is_refused_before_it_is_parsed(world):
+    """A body over MCP_MAX_BODY_BYTES gets 413 whether or not it declares its length; a create_skill
+    with the largest body quarantine accepts still fits, and the server keeps serving."""
+    import httpx
+
+    from ingot.cli.serve import MCP_MAX_BODY_BYTES
+
+    root, library, control = world
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+    huge = json.dumps(
+        {**call, "params": {"name": "route_and_load", "arguments": {"task": "x" * MCP_MAX_BODY_BYTES}}}
+    )
+    with running_mcp(library, control=control) as url:
+        declared = httpx.post(url, content=huge, headers=headers, timeout=30)
+        streamed = httpx.post(
+            url, content=iter([huge[:1000].encode(), huge[1000:].encode()]), headers=headers, timeout=30
+        )
+        assert (declared.status_code, streamed.status_code) == (413, 413)
+        big = {
+            "name": "big-body",
+            "description": "Explains pruning fruit trees step by step.",
+            "body": "é" * 32_000,
+        }
+        (created,) = asyncio.run(_calls(url, [("create_skill", big)]))
+        assert not created.is_error, created.content
+        (routed,) = asyncio.run(_calls(url, [("route_and_load", {"task": "write release notes"})]))
+        assert routed.structured_content["match"] == "release-notes"
