@@ -295,14 +295,19 @@ def _route_all(
     vectors: np.ndarray,
     query_terms: list[list[str]],
     owners: np.ndarray | None = None,
+    never: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(confidence, top row, confidence with the owner removed) per query, CHUNK queries at a time."""
+    """(confidence, top row, confidence with the owner removed) per query, CHUNK queries at a time;
+    rows in `never` are never the leader."""
     conf, top, near = [], [], []
     for part in _chunks(len(query_terms)):
         part_terms = [query_terms[q] for q in part]
         raw = index.score_many(vectors[part], part_terms, scoring.procedure.used)
         fused = scoring.fuse(raw)
         ranked = scoring.rank(raw, fused)
+        if never is not None and len(never):
+            ranked = np.array(ranked, dtype=np.float64, copy=True)
+            ranked[:, never] = -np.inf
         unknown = np.array([index.unknown_share(t) for t in part_terms])
 
         def covered(rows: np.ndarray, part_terms: list[list[str]] = part_terms) -> np.ndarray:
@@ -313,7 +318,7 @@ def _route_all(
         c, t = leaders(scoring, ranked, fused, covered, unknown)
         conf.append(c)
         top.append(t)
-        if owners is not None and len(index) > 1:
+        if owners is not None and len(index) - (len(never) if never is not None else 0) > 1:
             near.append(leaders(scoring, ranked, fused, covered, unknown, owners[part])[0])
     conf_a = np.concatenate(conf) if conf else np.zeros(0)
     return (
@@ -324,14 +329,24 @@ def _route_all(
 
 
 def calibrate(
-    index: Index, background_vectors: np.ndarray, embed, procedure: Procedure
+    index: Index,
+    background_vectors: np.ndarray,
+    embed,
+    procedure: Procedure,
+    routed: np.ndarray | None = None,
 ) -> tuple[Scoring, LibraryCalibration]:
     """Derive the scoring and the decision rule for `index` (needs at least one skill).
 
-    `embed(texts)` returns unit vectors for the pseudo-queries (the cached embedder's `embed`)."""
+    `embed(texts)` returns unit vectors for the pseudo-queries (the cached embedder's `embed`).
+    `routed` marks the rows routing may pick (not `trust: blocked`, not `activation: manual`);
+    the others can never be a route, so they neither lead a pseudo-query nor give one."""
+    if routed is None or not routed.any():
+        routed = np.ones(len(index), dtype=bool)
+    never = np.flatnonzero(~routed)
+    candidates = np.flatnonzero(routed)
     texts: list[str] = []
     owners: list[int] = []
-    for i in _sample(index.names, procedure.max_pseudo_skills):
+    for i in candidates[_sample(tuple(index.names[r] for r in candidates), procedure.max_pseudo_skills)]:
         for sentence in _sentences(index.skills[index.names[i]].description):
             texts.append(sentence)
             owners.append(i)
@@ -341,8 +356,8 @@ def calibrate(
     scale = _bm25_scale(index, owner_rows, own_terms) if lexical else (1.0, 1.0)
     scoring = Scoring.for_index(index, procedure, scale)
     bg_terms = [terms(t) for t in background_tasks()]
-    bg_conf, _, _ = _route_all(index, scoring, background_vectors, bg_terms)
-    own_conf, own_top, near_conf = _route_all(index, scoring, embed(texts), own_terms, owner_rows)
+    bg_conf, _, _ = _route_all(index, scoring, background_vectors, bg_terms, never=never)
+    own_conf, own_top, near_conf = _route_all(index, scoring, embed(texts), own_terms, owner_rows, never)
     a0, a1 = float(np.median(bg_conf)), float(np.median(own_conf))
     provisional = LibraryCalibration(
         a0, a1, *scoring.bm25_scale, procedure.tau_related, procedure.tau_match,
@@ -354,7 +369,7 @@ def calibrate(
         **{
             **asdict(provisional),
             "no_route_background": float(np.mean(bg_conf < related)),
-            "no_route_near_domain": float(np.mean(near_conf < related)) if len(index) > 1 else 1.0,
+            "no_route_near_domain": float(np.mean(near_conf < related)) if len(candidates) > 1 else 1.0,
             "route_own": float(np.mean((own_conf >= related) & (own_top == owner_rows))),
         }
     )

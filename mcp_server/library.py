@@ -21,6 +21,7 @@ import numpy as np
 
 from ingot.errors import SkillNotFound
 from mcp_server.calibration import LibraryCalibration, Procedure
+from mcp_server.decision import Candidate, RouteResult
 from mcp_server.embedding import CachedEmbedder
 from mcp_server.index import body_text, description_text, sentence_texts
 from mcp_server.policy import CallerContext
@@ -32,7 +33,7 @@ from mcp_server.registry import (
     Skill,
     parse_skill_md,
 )
-from mcp_server.router import Candidate, Router, RouteResult
+from mcp_server.router import Router
 from mcp_server.skillfiles import read_served_file
 
 log = logging.getLogger(__name__)

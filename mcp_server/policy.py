@@ -111,6 +111,12 @@ class Policy:
     priority: int = 0
     conflicts: tuple[str, ...] = ()
 
+    @property
+    def routable(self) -> bool:
+        """Whether routing may ever pick the skill (blocked ones are never served, manual ones
+        load by name only), whatever the caller's context."""
+        return self.trust != "blocked" and self.activation != "manual"
+
 
 def normalise_platform(value: str) -> str:
     value = value.strip().lower()

@@ -32,56 +32,16 @@ from mcp_server.calibration import (
     calibrate,
     coverage,
 )
+from mcp_server.decision import NEAREST, Candidate, RouteResult
 from mcp_server.embedding import CachedEmbedder
 from mcp_server.index import Index, Scores, terms
 from mcp_server.policy import CallerContext, Policy, PolicyInvalid
 from mcp_server.ranking import Ranker
 from mcp_server.registry import Skill
 
-NEAREST = 3  # names a decision lists (the chosen skill included), best first
 RECALIBRATE_AFTER_S = 0.2  # quiet time after an edit before its rule is re-derived
 MIN_SCORE_RANGE = (-1.0, 2.0)  # a per-call min_score (calibrated scale); the MCP tool's bounds too
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One ranked skill with its calibrated confidence and the components behind it."""
-
-    name: str
-    score: float  # calibrated confidence: 0 = the library's typical background task, 1 = own description
-    fit: str  # "match", "related" (close enough to compose or extend) or "none"
-    components: Mapping[str, float]
-
-    @property
-    def related(self) -> bool:
-        """At least related but not a direct match."""
-        return self.fit == "related"
-
-
-@dataclass(frozen=True)
-class RouteResult:
-    """The routing decision for one task. At most one skill (the chosen one) carries a body."""
-
-    match: str | None
-    related_match: str | None
-    score: float
-    skill: Skill | None
-    alternatives: tuple[Candidate, ...]  # other candidates that are at least related
-    components: Mapping[str, object]
-    ranked: tuple[Candidate, ...] = ()  # the top k before any threshold (diagnostics, hints)
-
-    @property
-    def novel(self) -> bool:
-        return self.skill is None
-
-    @property
-    def nearest(self) -> tuple[Candidate, ...]:
-        """Up to NEAREST - 1 other skills (or NEAREST when novel), best first, whatever their fit:
-        names and scores a caller may load with get_skill; never loaded here."""
-        chosen = self.skill.name if self.skill is not None else None
-        others = tuple(c for c in self.ranked if c.name != chosen)
-        return others[: NEAREST - (chosen is not None)]
 
 
 @dataclass
@@ -104,6 +64,10 @@ class _State:
         self.constrained = [i for i, n in enumerate(names) if self.policies[n] != default]
         self.has_conflicts = any(self.policies[n].conflicts for n in names)
         self.priorities = np.array([self.policies[n].priority for n in names], dtype=np.int64)
+
+    def routed(self) -> np.ndarray:
+        """Index rows routing may pick at all: not `trust: blocked`, not `activation: manual`."""
+        return np.array([self.policies[n].routable for n in self.index.names], dtype=bool)
 
     def use(self, scoring: Scoring, calibration: LibraryCalibration) -> None:
         """Set this snapshot's scoring and decision rule (before it is served)."""
@@ -154,7 +118,11 @@ class Router:
                 self._recalibrate_later(state)
                 return disabled
             if len(index):
-                state.use(*calibrate(index, self._background_vectors(), self.embedder.embed, self.procedure))
+                state.use(
+                    *calibrate(
+                        index, self._background_vectors(), self.embedder.embed, self.procedure, state.routed()
+                    )
+                )
             self._state = state
         return disabled
 
@@ -179,7 +147,11 @@ class Router:
                     return
             try:
                 scoring, calibration = calibrate(
-                    state.index, self._background_vectors(), self.embedder.embed, self.procedure
+                    state.index,
+                    self._background_vectors(),
+                    self.embedder.embed,
+                    self.procedure,
+                    state.routed(),
                 )
             except Exception:  # the provisional rule keeps serving; the next edit tries again
                 log.exception("recalibration after an edit failed; keeping the previous anchors")

@@ -132,6 +132,35 @@ def test_a_hundred_distractor_skills_do_not_turn_a_correct_route_novel(tmp_path,
     assert all(after.route(t).skill is not None for t in routed)
 
 
+EVERYDAY = {  # skills that the shipped background tasks' everyday areas would lead to
+    "weather-forecast": "Gives the weather forecast for a city: temperature, rain and wind for days.",
+    "recipe-finder": "Finds recipes for a dish or an ingredient, with cooking times and servings.",
+    "flight-search": "Searches flights between two cities on a date and compares their prices.",
+    "movie-picks": "Recommends movies and TV series to watch tonight by genre and mood.",
+    "workout-planner": "Plans a weekly workout and stretching routine for a fitness goal.",
+    "gift-ideas": "Suggests birthday and holiday gift ideas for a friend or relative on a budget.",
+}
+
+
+def test_skills_that_can_never_be_routed_do_not_move_the_anchors(tmp_path, library_factory):
+    """Blocked and manual skills are never a route, so they must not raise the bar for the rest:
+    the anchors with them match the anchors without them, while the same skills served do move it."""
+    derived = {}
+    for variant in ("absent", "held", "served"):
+        root = tmp_path / variant
+        shutil.copytree(BODYRICH, root)
+        if variant != "absent":
+            for i, (name, description) in enumerate(EVERYDAY.items()):
+                hold = ("  trust: blocked\n", "  activation: manual\n")[i % 2] if variant == "held" else ""
+                write_skill(root, name, description, extra=f"metadata:\n{hold}" if hold else "")
+        derived[variant] = library_factory(root).calibration()
+    absent, held, served = derived["absent"], derived["held"], derived["served"]
+    assert served.background_anchor > absent.background_anchor + 0.015  # they would lead everyday tasks
+    assert held.background_anchor == pytest.approx(absent.background_anchor, abs=0.005)
+    assert held.own_anchor == pytest.approx(absent.own_anchor, abs=0.005)
+    assert held.pseudo_queries == absent.pseudo_queries < served.pseudo_queries
+
+
 def test_a_skill_without_a_body_is_scored_on_what_it_has(tmp_path, library_factory):
     """In a mixed library a body-less skill still wins its request (components renormalised)."""
     root = tmp_path / "skills"
