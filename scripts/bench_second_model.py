@@ -1,0 +1,106 @@
+"""Does the routing rule hold with another embedding model, untuned? Prints JSON.
+
+    pip install 'ingot[second-model]'      # WordLlama: static word vectors shipped in its wheel
+    python scripts/bench_second_model.py \\
+        --library corpus=../shared/corpus/skills:../shared/corpus/dev_cases.jsonl \\
+        --library tools=../shared/corpus-tools/skills:../shared/corpus-tools/cases.jsonl
+
+Only the shipped MiniLM can be loaded on machines without a model hub, and the procedure's
+hyper-parameters were picked with it. WordLlama (l2_supercat, 256 dimensions) is a different kind
+of model, averaged token vectors with no attention, and its weights come in its PyPI wheel, so it
+runs offline. Each library is routed in process with each model through the same `Library`,
+the same procedure and thresholds, its anchors derived from that model's own scores; the cases
+are scored like `ingot bench routing` (ingot/bench/routing.py `score`). Nothing is tuned here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ingot.bench.routing import Decision, load_cases, score  # noqa: E402
+from mcp_server.embedding import CachedEmbedder, VectorCache, load_embedder  # noqa: E402
+from mcp_server.library import Library  # noqa: E402
+
+
+class WordLlamaEmbedder:
+    """The `Embedder` seam over WordLlama's bundled weights (no download: its files are local)."""
+
+    def __init__(self) -> None:
+        import wordllama
+        from wordllama import WordLlama
+
+        package = Path(wordllama.__file__).parent  # holds weights/ and tokenizers/
+        self._model = WordLlama.load(cache_dir=package, disable_download=True)
+        self._dim = int(self.embed(["dimension probe"]).shape[1])
+
+    @property
+    def model_digest(self) -> str:
+        return "wordllama:l2_supercat_256"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = np.asarray(self._model.embed(list(texts)), dtype=np.float32)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.clip(norms, 1e-12, None)
+
+
+def route_cases(roots: list[Path], cases_path: Path, embedder: CachedEmbedder) -> dict:
+    cases = load_cases(cases_path)
+    library = Library(tuple(roots), embedder)
+    library.reload()
+    decisions = []
+    for case in cases:
+        result = library.route(case.task)
+        loaded = result.skill.name if result.skill else None
+        names = ((loaded,) if loaded else ()) + tuple(c.name for c in result.nearest)
+        decisions.append(Decision(loaded, names, result.score, result.match is not None))
+    derived = library.calibration()
+    assert derived is not None
+    measured = score(cases, decisions)
+    return {
+        "top1": measured["top1"],
+        "recall_at_3": measured["recall_at_3"],
+        "no_route_rate": measured["no_route_rate"],
+        "background_anchor": round(derived.background_anchor, 4),
+        "own_anchor": round(derived.own_anchor, 4),
+        "route_own": round(derived.route_own, 4),
+        "no_route_background": round(derived.no_route_background, 4),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--library", action="append", required=True, help="NAME=SKILLS_DIR:CASES_FILE")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, force=True)  # WordLlama configures the root logger
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    cache = Path(tempfile.gettempdir()) / "ingot-bench" / "cache" / "vectors.sqlite"  # the benches' cache
+    models = {
+        "minilm_int8 (shipped)": load_embedder(None, None, cache, threads=2),
+        "wordllama_l2_supercat_256": CachedEmbedder(WordLlamaEmbedder(), VectorCache(cache)),
+    }
+    report: dict = {}
+    for spec in args.library:
+        name, _, paths = spec.partition("=")
+        skills, _, cases = paths.rpartition(":")
+        report[name] = {
+            model: route_cases([Path(skills)], Path(cases), embedder) for model, embedder in models.items()
+        }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
