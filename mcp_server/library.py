@@ -198,8 +198,10 @@ class Library:
             alone = {n: float(vectors[0] @ v) for n, v in zip(names, vectors[1:], strict=True)}
         return Similarity(self.similar_descriptions(name, description), alone)
 
-    def suggest(self, task: str, k: int = 5, context: CallerContext | None = None) -> list[Candidate]:
-        return self._router.suggest(task, k, context)
+    def suggest(
+        self, task: str, k: int = 5, context: CallerContext | None = None, min_score: float | None = None
+    ) -> list[Candidate]:
+        return self._router.suggest(task, k, context, min_score)
 
     # -- watching ---------------------------------------------------------------------------
 

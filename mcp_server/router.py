@@ -287,9 +287,12 @@ class Router:
             match, related, best.score, chosen, others, components, (best, *candidates[1 : max(k, 1)])
         )
 
-    def suggest(self, task: str, k: int = 5, context: CallerContext | None = None) -> list[Candidate]:
-        """Up to k skills at least related to `task`, best first; empty when none is."""
-        result = self.route(task, context, k)
+    def suggest(
+        self, task: str, k: int = 5, context: CallerContext | None = None, min_score: float | None = None
+    ) -> list[Candidate]:
+        """Up to k skills at least related to `task` (at `min_score`, when given), best first;
+        empty when none is."""
+        result = self.route(task, context, k, min_score)
         if result.skill is None:
             return []
         return [c for c in result.ranked[:k] if c.fit != "none"]

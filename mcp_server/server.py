@@ -39,6 +39,7 @@ from mcp_server.library import Library
 from mcp_server.policy import CallerContext, may_read
 from mcp_server.ratelimit import SourceRates
 from mcp_server.registry import Skill
+from mcp_server.router import MIN_SCORE_RANGE
 from mcp_server.sessions import SessionRoutes
 from optimize.control.changes import ChangeControl
 from optimize.control.lock import PromotionConflict
@@ -46,6 +47,17 @@ from optimize.control.quarantine import agent_candidate
 
 log = logging.getLogger(__name__)
 MAX_TASK_CHARS = 8000
+MIN_SCORE_FIELD = Field(  # route_and_load's and suggest_skills' per-call threshold (router.MIN_SCORE_RANGE)
+    ge=MIN_SCORE_RANGE[0],
+    le=MIN_SCORE_RANGE[1],
+    strict=True,  # a number: not `true`, not "0.5"
+    allow_inf_nan=False,
+    description=(
+        "Count a skill only if its score reaches this (calibrated scale: 0 = a typical unrelated "
+        "request for this library, 1 = a request quoting a skill's description). "
+        "Default: the library's calibrated threshold."
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -145,12 +157,13 @@ def build_server(
     def suggest_skills(
         task: Annotated[str, Field(description="What the user wants done.")],
         k: Annotated[int, Field(ge=1, le=50, strict=True, description="How many suggestions at most.")] = 5,
+        min_score: Annotated[float | None, MIN_SCORE_FIELD] = None,
     ) -> list[dict[str, Any]]:
         """List the skills that fit a task, best first, without loading any body.
 
         Each item has name, description, score, related (true when the skill is only close
         enough to adapt, not a direct match) and revision. Empty when nothing is even related."""
-        suggestions = library.suggest(_check_task(task), k)
+        suggestions = library.suggest(_check_task(task), k, min_score=min_score)
         skills = library.skills()
         return [
             {
@@ -185,20 +198,7 @@ def build_server(
             str | None,
             Field(description="Your conversation id; send it as X-Ingot-Session to the capture proxy too."),
         ] = None,
-        min_score: Annotated[
-            float | None,
-            Field(
-                ge=-1.0,
-                le=2.0,
-                strict=True,  # a number: not `true`, not "0.5"
-                allow_inf_nan=False,
-                description=(
-                    "Load a skill only if its score reaches this (calibrated scale: 0 = a typical "
-                    "unrelated request for this library, 1 = a request quoting a skill's description). "
-                    "Default: the library's calibrated threshold."
-                ),
-            ),
-        ] = None,
+        min_score: Annotated[float | None, MIN_SCORE_FIELD] = None,
     ) -> dict[str, Any]:
         """Pick the skill for a task and load its approved revision in one call.
 

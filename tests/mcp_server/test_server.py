@@ -72,6 +72,12 @@ def test_suggest_skills_lists_names_scores_and_revisions_without_bodies(served):
     assert items[0]["name"] == "dockerfile-hardening"
     assert set(items[0]) == {"name", "description", "score", "related", "revision"}
     assert items[0]["revision"] == library.get("dockerfile-hardening").revision
+    # min_score, as for route_and_load: above the leader's score nothing is suggested; at the
+    # bottom of the scale every skill up to k is.
+    task = {"task": "shrink and harden my Dockerfile", "k": 3}
+    assert call(url, "suggest_skills", {**task, "min_score": items[0]["score"] + 0.01}).data == []
+    loose = call(url, "suggest_skills", {**task, "min_score": -1.0}).data
+    assert len(loose) == 3 and loose[0]["name"] == "dockerfile-hardening"
 
 
 def test_get_skill_returns_body_and_manifest_and_a_clear_error_when_unknown(served):
