@@ -112,10 +112,14 @@ class FastEmbedEmbedder:
     ) -> None:
         try:
             from fastembed import TextEmbedding
+            from loguru import logger
         except ImportError as exc:
             raise EmbeddingModelError(
                 "EMBED_BACKEND=fastembed needs the fastembed package: pip install 'ingot[fastembed]'"
             ) from exc
+        # fastembed logs its own ERROR lines (through loguru) before raising; the one error line
+        # raised below says the same and what to do.
+        logger.disable("fastembed")
         folder = Path(model).expanduser() if model and Path(model).expanduser().is_dir() else None
         if model and folder is None and _looks_like_a_path(model):
             raise EmbeddingModelError(

@@ -107,3 +107,16 @@ def test_a_model_folder_is_pooled_as_its_pooling_config_says(tmp_path):
     )
     with pytest.raises(EmbeddingModelError, match="exactly one of"):
         load_embedder(None, None, None, 1, backend="fastembed", model=str(cls_folder))
+
+
+def test_a_model_name_not_on_disk_is_one_error_and_fastembed_logs_nothing(tmp_path, capfd):
+    import pytest
+
+    from ingot.errors import EmbeddingModelError
+
+    with pytest.raises(EmbeddingModelError, match="cannot load BAAI/bge-small-en-v1.5 from local files"):
+        load_embedder(
+            None, None, tmp_path / "vectors.sqlite", 1, backend="fastembed", model="BAAI/bge-small-en-v1.5"
+        )
+    captured = capfd.readouterr()
+    assert "ERROR" not in captured.err and "ERROR" not in captured.out
