@@ -16,6 +16,9 @@ For each size it writes a deterministic synthetic library to a temporary folder,
 - edit_to_served_ms: from rewriting one SKILL.md to `get_skill` returning the new revision,
   median of several edits (the server's file watcher does the work; polled every 5 ms).
 - server_rss_mb / server_peak_rss_mb: the serving process's resident memory after the run.
+With `--skills DIR --cases FILE` the same measurements run on a copy of that library instead,
+timed with the distinct tasks of its cases, each measurement its own block of them
+(`queries_per_measurement` tells how many that leaves).
 `embedding_backends` compares one query's embedding through onnxruntime directly (the default)
 and through fastembed (when installed) on the same tasks. Vectors are cached under
 <tmp>/ingot-bench/cache/vectors.sqlite, so only the first run per size pays for embedding.
@@ -33,13 +36,14 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 from fastmcp import Client
 
 from ingot.bench.served import peak_rss_mb, served
-from ingot.errors import IngotError
+from ingot.errors import ConfigError, IngotError
 from ingot.runtime import one_blas_thread
 from ingot.settings import Settings
 from mcp_server.embedding import CachedEmbedder, load_embedder
@@ -166,6 +170,30 @@ def queries(count: int, seed: int) -> list[str]:
     ]
 
 
+TaskSource = Callable[[int, int], list[str]]  # (count, seed) -> distinct tasks; seeds never share one
+SEEDS = (0, 1, 2, 3, 4, 6, 7, 102, 103)  # every seed a measurement asks for (see the callers)
+
+
+def case_tasks(path: Path, count: int) -> tuple[TaskSource, int]:
+    """A cases file's distinct tasks as a TaskSource, and the count per measurement it can give:
+    each seed gets its own block, so no timed task repeats one another measurement warmed."""
+    from ingot.bench.routing import load_cases
+
+    tasks = sorted({case.task for case in load_cases(path)})
+    random.Random(12345).shuffle(tasks)
+    per_seed = min(count, len(tasks) // len(SEEDS))
+    if per_seed < 5:
+        raise ConfigError(
+            f"{path} has {len(tasks)} distinct tasks; the latency bench needs at least {5 * len(SEEDS)}"
+        )
+
+    def take(n: int, seed: int) -> list[str]:
+        block = SEEDS.index(seed)
+        return tasks[block * per_seed : block * per_seed + min(n, per_seed)]
+
+    return take, per_seed
+
+
 def percentiles(ms: list[float]) -> dict[str, float]:
     ordered = sorted(ms)
     return {
@@ -174,7 +202,7 @@ def percentiles(ms: list[float]) -> dict[str, float]:
     }
 
 
-async def _round_trips(url: str, count: int) -> dict[str, object]:
+async def _round_trips(url: str, count: int, tasks: TaskSource) -> dict[str, object]:
     """route_and_load latency from both client libraries, one session each, distinct tasks.
 
     The fastmcp session interleaves each route_and_load with a `get_skill` call (the protocol
@@ -185,12 +213,12 @@ async def _round_trips(url: str, count: int) -> dict[str, object]:
 
     results: dict[str, object] = {}
     async with Client(url) as client:
-        name = (await client.call_tool("suggest_skills", {"task": queries(1, 4)[0], "k": 1})).data
+        name = (await client.call_tool("suggest_skills", {"task": tasks(1, 4)[0], "k": 1})).data
         floor_args = {"name": name[0]["name"] if name else "x"}
-        for task in queries(5, 102):
+        for task in tasks(5, 102):
             await client.call_tool("route_and_load", {"task": task})
         routes, gets, embeds = [], [], []
-        for task in queries(count, 2):
+        for task in tasks(count, 2):
             start = time.perf_counter()
             await client.call_tool("get_skill", floor_args, raise_on_error=False)
             gets.append((time.perf_counter() - start) * 1000)
@@ -203,10 +231,10 @@ async def _round_trips(url: str, count: int) -> dict[str, object]:
     results["server_query_embedding_ms"] = percentiles(embeds)
     results["paired_overhead_ms"] = paired_overhead(routes, gets, embeds)
     async with SDKClient(url) as client:
-        for task in queries(5, 103):
+        for task in tasks(5, 103):
             await client.call_tool("route_and_load", {"task": task})
         timings = []
-        for task in queries(count, 3):
+        for task in tasks(count, 3):
             start = time.perf_counter()
             await client.call_tool("route_and_load", {"task": task})
             timings.append((time.perf_counter() - start) * 1000)
@@ -243,17 +271,17 @@ async def _edits(url: str, folder: Path, edit_name: str, edits: int) -> list[flo
         return to_served
 
 
-def _embedding_floor(embedder: CachedEmbedder, count: int) -> list[float]:
+def _embedding_floor(embedder: CachedEmbedder, count: int, tasks: TaskSource) -> list[float]:
     """ms to embed one task never seen before (the first thing every route_and_load does)."""
     timings = []
-    for task in queries(count, 6):
+    for task in tasks(count, 6):
         start = time.perf_counter()
         embedder.embed_query(task)
         timings.append((time.perf_counter() - start) * 1000)
     return timings
 
 
-def embedding_backends(settings: Settings, count: int) -> dict:
+def embedding_backends(settings: Settings, count: int, tasks: TaskSource = queries) -> dict:
     """One query's embedding p50 through onnxruntime directly and through fastembed, same tasks."""
     results: dict[str, object] = {}
     for backend in ("onnx", "fastembed"):
@@ -264,9 +292,9 @@ def embedding_backends(settings: Settings, count: int) -> dict:
         except IngotError as exc:  # fastembed not installed
             results[backend] = f"not measured: {exc}"
             continue
-        for task in queries(5, 7):
+        for task in tasks(5, 7):
             embedder.embed_query(task)
-        results[backend] = percentiles(_embedding_floor(embedder, count))
+        results[backend] = percentiles(_embedding_floor(embedder, count, tasks))
     onnx, fast = results.get("onnx"), results.get("fastembed")
     if isinstance(onnx, dict) and isinstance(fast, dict):
         results["fastembed_over_onnx_p50"] = round(fast["p50"] / onnx["p50"], 2)
@@ -277,59 +305,91 @@ def _measure_size(settings: Settings, size: int, query_count: int, cache: Path) 
     folder = Path(tempfile.mkdtemp(prefix=f"ingot-bench-{size}-"))
     try:
         names = write_library(folder / "skills", size)
-        embedder = load_embedder(
-            settings.embed_model_dir,
-            settings.embed_model_sha256,
-            cache / "cache" / "vectors.sqlite",
-            threads=settings.embed_threads,
-            backend=settings.embed_backend,
-            model=settings.embed_model,
-        )
-        library = Library((folder / "skills",), embedder)
-        start = time.perf_counter()
-        library.reload()
-        build_s = time.perf_counter() - start
-        in_process = []
-        with one_blas_thread():  # as `ingot serve` routes
-            for task in queries(5, 0):
-                library.route(task)
-            for task in queries(query_count, 1):
-                t0 = time.perf_counter()
-                library.route(task)
-                in_process.append((time.perf_counter() - t0) * 1000)
-        embed_floor = percentiles(_embedding_floor(embedder, query_count))
-        del library
-        # The child gets its own state home that reads the vector cache this process just warmed.
-        with served((folder / "skills",), cache / "cache" / "vectors.sqlite", 900) as server:
-            round_trips = asyncio.run(_round_trips(server.url, query_count))
-            to_served = asyncio.run(_edits(server.url, folder / "skills", names[size // 2], 7))
-            rss = psutil.Process(server.pid).memory_info().rss / 2**20
-            peak = peak_rss_mb(server.pid) or rss
-        route_p50 = round_trips["fastmcp_client"]["p50"]
-        get_p50 = round_trips["fastmcp_client_get_skill"]["p50"]
-        paired = round_trips.pop("paired_overhead_ms")
-        server_embed = round_trips.pop("server_query_embedding_ms")
+        return _measure(settings, folder / "skills", names[size // 2], query_count, cache, queries)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _measure(
+    settings: Settings, root: Path, edit_name: str, query_count: int, cache: Path, tasks: TaskSource
+) -> dict:
+    """Every measurement on one library folder (edited in place: pass a copy)."""
+    embedder = load_embedder(
+        settings.embed_model_dir,
+        settings.embed_model_sha256,
+        cache / "cache" / "vectors.sqlite",
+        threads=settings.embed_threads,
+        backend=settings.embed_backend,
+        model=settings.embed_model,
+    )
+    library = Library((root,), embedder)
+    start = time.perf_counter()
+    library.reload()
+    build_s = time.perf_counter() - start
+    skills = library.status().skills
+    in_process = []
+    with one_blas_thread():  # as `ingot serve` routes
+        for task in tasks(5, 0):
+            library.route(task)
+        for task in tasks(query_count, 1):
+            t0 = time.perf_counter()
+            library.route(task)
+            in_process.append((time.perf_counter() - t0) * 1000)
+    embed_floor = percentiles(_embedding_floor(embedder, query_count, tasks))
+    del library
+    # The child gets its own state home that reads the vector cache this process just warmed.
+    with served((root,), cache / "cache" / "vectors.sqlite", 900) as server:
+        round_trips = asyncio.run(_round_trips(server.url, query_count, tasks))
+        to_served = asyncio.run(_edits(server.url, root, edit_name, 7))
+        rss = psutil.Process(server.pid).memory_info().rss / 2**20
+        peak = peak_rss_mb(server.pid) or rss
+    route_p50 = round_trips["fastmcp_client"]["p50"]
+    get_p50 = round_trips["fastmcp_client_get_skill"]["p50"]
+    paired = round_trips.pop("paired_overhead_ms")
+    server_embed = round_trips.pop("server_query_embedding_ms")
+    return {
+        "skills": skills,
+        "index_build_s": round(build_s, 2),
+        "texts_embedded_this_run": embedder.computed,
+        "route_ms": percentiles(in_process),
+        "mcp_route_and_load_ms": round_trips,
+        "floors": {
+            "query_embedding_ms": embed_floor,
+            "query_embedding_in_server_ms": server_embed,
+            "mcp_get_skill_ms": round_trips["fastmcp_client_get_skill"],
+        },
+        "overhead_ms": round(route_p50 - embed_floor["p50"] - get_p50, 2),
+        "overhead_paired_ms": paired,
+        "cold_start_s": round(server.cold_start_s, 2),
+        "edit_to_served_ms": {
+            "median": round(statistics.median(to_served), 1),
+            "max": round(max(to_served), 1),
+            "edits": len(to_served),
+        },
+        "server_rss_mb": round(rss, 1),
+        "server_peak_rss_mb": round(peak, 1),
+    }
+
+
+def run_library(settings: Settings, skills: Path, cases: Path, query_count: int) -> dict:
+    """The same measurements on a copy of a real library, timed with its own cases' tasks."""
+    tasks, per_seed = case_tasks(cases, query_count)
+    cache = Path(tempfile.gettempdir()) / "ingot-bench"
+    (cache / "cache").mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="ingot-bench-library-"))
+    try:
+        root = folder / "skills"
+        shutil.copytree(skills, root, symlinks=True)
+        names = sorted(p.name for p in root.iterdir() if (p / "SKILL.md").is_file())
+        if not names:
+            raise ConfigError(f"{skills} holds no skill folder")
         return {
-            "skills": size,
-            "index_build_s": round(build_s, 2),
-            "texts_embedded_this_run": embedder.computed,
-            "route_ms": percentiles(in_process),
-            "mcp_route_and_load_ms": round_trips,
-            "floors": {
-                "query_embedding_ms": embed_floor,
-                "query_embedding_in_server_ms": server_embed,
-                "mcp_get_skill_ms": round_trips["fastmcp_client_get_skill"],
-            },
-            "overhead_ms": round(route_p50 - embed_floor["p50"] - get_p50, 2),
-            "overhead_paired_ms": paired,
-            "cold_start_s": round(server.cold_start_s, 2),
-            "edit_to_served_ms": {
-                "median": round(statistics.median(to_served), 1),
-                "max": round(max(to_served), 1),
-                "edits": len(to_served),
-            },
-            "server_rss_mb": round(rss, 1),
-            "server_peak_rss_mb": round(peak, 1),
+            "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+            "library": str(skills),
+            "cases": str(cases),
+            "queries_per_measurement": per_seed,
+            "embedding_backends": embedding_backends(settings, per_seed, tasks),
+            "results": [_measure(settings, root, names[len(names) // 2], per_seed, cache, tasks)],
         }
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -44,13 +44,32 @@ def bench_routing(skills: tuple[Path, ...], cases: Path, details: bool, strip_bo
 @bench.command(name="latency")
 @click.option("--sizes", default="1000,10000", help="Synthetic library sizes, comma-separated.")
 @click.option("--queries", default=200, help="Timed queries per measurement.")
-def bench_latency(sizes: str, queries: int) -> None:
-    """Route and MCP latency, cold start, edit-to-served time and RSS on synthetic libraries."""
-    from ingot.bench.latency import run
+@click.option(
+    "--skills",
+    "library",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Measure this library (a copy of it) instead of synthetic ones; needs --cases.",
+)
+@click.option(
+    "--cases",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Routing cases whose tasks time the library given with --skills.",
+)
+def bench_latency(sizes: str, queries: int, library: Path | None, cases: Path | None) -> None:
+    """Route and MCP latency, cold start, edit-to-served time and RSS on synthetic libraries, or
+    on a real library timed with its own cases' tasks (--skills DIR --cases FILE)."""
+    from ingot.bench.latency import run, run_library
 
+    if (library is None) != (cases is None):
+        raise click.UsageError("--skills and --cases go together: a library and the tasks to time it with")
     settings = settings_for()
     setup_logging("WARNING")
-    print_json(run(settings, [int(s) for s in sizes.split(",")], queries))
+    if library is not None and cases is not None:
+        print_json(run_library(settings, library, cases, queries))
+    else:
+        print_json(run(settings, [int(s) for s in sizes.split(",")], queries))
 
 
 @bench.command(name="promote")
