@@ -44,30 +44,26 @@ def bench_routing(skills: tuple[Path, ...], cases: Path, details: bool, strip_bo
 @bench.command(name="latency")
 @click.option("--sizes", default="1000,10000", help="Synthetic library sizes, comma-separated.")
 @click.option("--queries", default=200, help="Timed queries per measurement.")
-@click.option(
-    "--skills",
-    "library",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=None,
-    help="Measure this library (a copy of it) instead of synthetic ones; needs --cases.",
-)
+@skills_option
 @click.option(
     "--cases",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="Routing cases whose tasks time the library given with --skills.",
+    help="With --skills: measure a copy of that library, timed with these routing cases' tasks.",
 )
-def bench_latency(sizes: str, queries: int, library: Path | None, cases: Path | None) -> None:
+def bench_latency(sizes: str, queries: int, skills: tuple[Path, ...], cases: Path | None) -> None:
     """Route and MCP latency, cold start, edit-to-served time and RSS on synthetic libraries, or
     on a real library timed with its own cases' tasks (--skills DIR --cases FILE)."""
     from ingot.bench.latency import run, run_library
 
-    if (library is None) != (cases is None):
+    settings = settings_for(skills) if skills else settings_for()  # a given root is checked first
+    if bool(skills) != (cases is not None):
         raise click.UsageError("--skills and --cases go together: a library and the tasks to time it with")
-    settings = settings_for()
+    if len(skills) > 1:
+        raise click.UsageError("give --skills once: the latency bench measures a copy of one library")
     setup_logging("WARNING")
-    if library is not None and cases is not None:
-        print_json(run_library(settings, library, cases, queries))
+    if cases is not None:
+        print_json(run_library(settings, settings.skills_dirs[0], cases, queries))
     else:
         print_json(run(settings, [int(s) for s in sizes.split(",")], queries))
 
