@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ingot.bench.routing import Case, load_cases  # noqa: E402
+from ingot.bench.routing import Case, load_cases, route_in_process  # noqa: E402
 from mcp_server.embedding import load_embedder  # noqa: E402
 from mcp_server.library import Library  # noqa: E402
 
@@ -31,10 +31,7 @@ from mcp_server.library import Library  # noqa: E402
 def _route(roots: list[Path], cases: list[Case], embedder) -> tuple[list[str | None], dict]:
     library = Library(tuple(roots), embedder)
     library.reload()
-    loaded = []
-    for case in cases:
-        result = library.route(case.task)
-        loaded.append(result.skill.name if result.skill else None)
+    loaded = [decision.loaded for decision in route_in_process(library, cases)]
     derived = library.calibration()
     assert derived is not None
     anchors = {

@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ingot.bench.routing import Decision, load_cases, score  # noqa: E402
+from ingot.bench.routing import load_cases, route_in_process, score  # noqa: E402
 from mcp_server.embedding import CachedEmbedder, VectorCache, load_embedder  # noqa: E402
 from mcp_server.library import Library  # noqa: E402
 
@@ -61,12 +61,7 @@ def route_cases(roots: list[Path], cases_path: Path, embedder: CachedEmbedder) -
     cases = load_cases(cases_path)
     library = Library(tuple(roots), embedder)
     library.reload()
-    decisions = []
-    for case in cases:
-        result = library.route(case.task)
-        loaded = result.skill.name if result.skill else None
-        names = ((loaded,) if loaded else ()) + tuple(c.name for c in result.nearest)
-        decisions.append(Decision(loaded, names, result.score, result.match is not None))
+    decisions = route_in_process(library, cases)
     derived = library.calibration()
     assert derived is not None
     measured = score(cases, decisions)

@@ -57,6 +57,18 @@ class Decision:
     matched: bool = False  # loaded as a direct match (not related_match)
 
 
+def route_in_process(library, cases: Sequence[Case]) -> list[Decision]:
+    """Route every case through a `mcp_server.library.Library` in this process, recording the
+    names route_and_load would return (the loaded skill, then the nearest others)."""
+    decisions = []
+    for case in cases:
+        result = library.route(case.task)
+        loaded = result.skill.name if result.skill else None
+        names = ((loaded,) if loaded else ()) + tuple(c.name for c in result.nearest)
+        decisions.append(Decision(loaded, names, result.score, result.match is not None))
+    return decisions
+
+
 def load_cases(path: Path) -> list[Case]:
     """Parse a cases file; one clear error naming the first bad line."""
     try:

@@ -55,15 +55,10 @@ def calibrate(skills: tuple[Path, ...], cases: Path | None) -> None:
 
 
 def _on_cases(library, path: Path, match_threshold: float) -> dict:
-    from ingot.bench.routing import Decision, load_cases, score
+    from ingot.bench.routing import load_cases, route_in_process, score
 
     cases = load_cases(path)
-    decisions = []
-    for case in cases:
-        result = library.route(case.task)
-        loaded = result.skill.name if result.skill else None
-        names = ((loaded,) if loaded else ()) + tuple(c.name for c in result.nearest)
-        decisions.append(Decision(loaded, names, result.score, result.match is not None))
+    decisions = route_in_process(library, cases)
     report = {"measured": score(cases, decisions), "refinement": _refine(cases, decisions, match_threshold)}
     known = set(library.skills())
     unknown = sorted({name for case in cases for name in case.right} - known)
