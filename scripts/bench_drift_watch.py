@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ingot.bench.latency import write_library  # noqa: E402
+from ingot.bench.workload import write_library  # noqa: E402
 from mcp_server.registry import Limits, Registry  # noqa: E402
 from optimize.control.changes import ChangeControl  # noqa: E402
 

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ingot.bench.latency import queries, write_library  # noqa: E402
+from ingot.bench.workload import queries, write_library  # noqa: E402
 from ingot.runtime import one_blas_thread  # noqa: E402
 from mcp_server.calibration import Procedure, background_tasks, calibrate  # noqa: E402
 from mcp_server.embedding import load_embedder  # noqa: E402

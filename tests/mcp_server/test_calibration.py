@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingot.bench.latency import write_library
+from ingot.bench.workload import write_library
 from mcp_server.calibration import (
     BODY_MIN_TERMS,
     COMPONENTS,

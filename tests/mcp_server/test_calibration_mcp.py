@@ -11,7 +11,7 @@ import shutil
 import pytest
 from mcp.client import Client as SDKClient
 
-from ingot.bench.latency import write_library
+from ingot.bench.workload import write_library
 from mcp_server.calibration import _sentences
 from tests.conftest import running_mcp
 from tests.mcp_server.test_calibration import BODYLESS, BODYRICH, OFF_LIBRARY, REQUESTS

@@ -19,7 +19,7 @@ def test_a_cases_file_gives_each_seed_its_own_tasks(tmp_path):
 
     import pytest
 
-    from ingot.bench.latency import SEEDS, case_tasks
+    from ingot.bench.workload import SEEDS, case_tasks
     from ingot.errors import ConfigError
 
     cases = tmp_path / "cases.jsonl"
