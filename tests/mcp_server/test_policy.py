@@ -90,23 +90,20 @@ def test_a_cwd_the_server_cannot_read_leaves_paths_unchecked_instead_of_failing(
     assert check(policy, CallerContext(cwd=too_long, may_read_cwd=True)) == (None, ("paths",))
 
 
-def test_a_tree_of_empty_folders_is_walked_only_up_to_the_limit(tmp_path, monkeypatch):
+def test_a_tree_of_empty_folders_is_walked_only_up_to_the_limit(tmp_path):
     import mcp_server.policy as policy_mod
 
-    monkeypatch.setattr(policy_mod, "PATHS_SCAN_LIMIT", 50)
-    for i in range(60):
-        (tmp_path / "tree" / f"d{i:02}").mkdir(parents=True)
-    walked = []
-    real_walk = policy_mod.os.walk
-    monkeypatch.setattr(policy_mod.os, "walk", lambda top: (walked.append(d) or d for d in real_walk(top)))
-    ctx = CallerContext(cwd=str(tmp_path / "tree"), may_read_cwd=True)
-    # 61 folders and no file: without counting folders it would walk them all and say "no match".
+    tree = tmp_path / "tree"
+    for i in range(policy_mod.PATHS_SCAN_LIMIT + 60):
+        (tree / f"d{i:04}").mkdir(parents=True)
+    ctx = CallerContext(cwd=str(tree), may_read_cwd=True)
+    # Folders and no file: without counting folders it would walk them all and say "no match".
     assert check(Policy(paths=("**/*.sql",)), ctx) == (None, ("paths",))  # too big to say
-    assert len(walked) == 50
-    # The same folder spelt otherwise is the same cache entry: not walked again.
-    again = CallerContext(cwd=str(tmp_path / "tree") + "/.", may_read_cwd=True)
+    # The same folder spelt otherwise is the same cache entry: one walk, however it is spelt.
+    cached = set(policy_mod._paths_cache)
+    again = CallerContext(cwd=str(tree) + "/.", may_read_cwd=True)
     assert check(Policy(paths=("**/*.sql",)), again) == (None, ("paths",))
-    assert len(walked) == 50
+    assert set(policy_mod._paths_cache) == cached and (str(tree.resolve()), ("**/*.sql",)) in cached
 
 
 def test_may_read_only_under_allowed_roots_with_links_resolved(tmp_path):
