@@ -124,30 +124,27 @@ def side_effect_diff(
     golden: Golden, replay: ReplayRun, side_effects: frozenset[str]
 ) -> tuple[list[str], Mapping | None]:
     """Labels for side-effecting calls missing from or added by the replay, and the first one's
-    golden step (the citation)."""
+    step (the citation: a missing one's golden step before an extra one's replay step)."""
     recorded = Counter(call_key(s.name, s.arguments) for s in golden.steps if s.name in side_effects)
     replayed = Counter(call_key(s.name, s.arguments) for s in replay.steps if s.name in side_effects)
+    missing, first_missing = _surplus(golden.steps, recorded, replayed, side_effects, "missing", "golden")
+    extra, first_extra = _surplus(replay.steps, replayed, recorded, side_effects, "extra", "replay")
+    return missing + extra, first_missing or first_extra
+
+
+def _surplus(
+    steps: Sequence, mine: Counter, theirs: Counter, side_effects: frozenset[str], word: str, run: str
+) -> tuple[list[str], Mapping | None]:
+    """Labels for the side-effecting calls in `steps` beyond what the other run made (`mine` is
+    counted down as they are found), and a citation of the first of them."""
     labels, cited = [], None
-    for step in golden.steps:
+    for step in steps:
         key = call_key(step.name, step.arguments)
-        if step.name in side_effects and recorded[key] > replayed[key]:
-            recorded[key] -= 1
-            labels.append(f"missing side effect: {step.name}({args_text(step.arguments)})")
-            cited = cited or {
-                "run": "golden",
-                "step": step.index,
-                "quote": f"{step.name}({args_text(step.arguments)})",
-            }
-    for step in replay.steps:
-        key = call_key(step.name, step.arguments)
-        if step.name in side_effects and replayed[key] > recorded[key]:
-            replayed[key] -= 1
-            labels.append(f"extra side effect: {step.name}({args_text(step.arguments)})")
-            cited = cited or {
-                "run": "replay",
-                "step": step.index,
-                "quote": f"{step.name}({args_text(step.arguments)})",
-            }
+        if step.name in side_effects and mine[key] > theirs[key]:
+            mine[key] -= 1
+            call = f"{step.name}({args_text(step.arguments)})"
+            labels.append(f"{word} side effect: {call}")
+            cited = cited or {"run": run, "step": step.index, "quote": call}
     return labels, cited
 
 
