@@ -97,15 +97,13 @@ def test_bench_routing_prints_json_metrics(tmp_path):
     assert report["calibration"]["related_at"] == 0.35
 
 
+def calibrate(tmp_path: Path, cases: Path | str) -> subprocess.CompletedProcess:
+    """`ingot calibrate` on a copy of the bundled skills, scored on `cases`."""
+    return ingot("calibrate", "--skills", str(bundled(tmp_path)), "--cases", str(cases), cwd=tmp_path)
+
+
 def test_calibrate_prints_the_derived_rule_and_scores_labelled_cases(tmp_path):
-    done = ingot(
-        "calibrate",
-        "--skills",
-        str(bundled(tmp_path)),
-        "--cases",
-        str(FIXTURES / "bundled_cases.jsonl"),
-        cwd=tmp_path,
-    )
+    done = calibrate(tmp_path, str(FIXTURES / "bundled_cases.jsonl"))
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     derived = report["derived"]
@@ -118,14 +116,7 @@ def test_calibrate_prints_the_derived_rule_and_scores_labelled_cases(tmp_path):
 
 def test_calibrate_refuses_a_bad_cases_file_with_one_line(tmp_path):
     (tmp_path / "cases.jsonl").write_text('{"task": "ok", "expected": null}\nnot json\n')
-    done = ingot(
-        "calibrate",
-        "--skills",
-        str(bundled(tmp_path)),
-        "--cases",
-        str(tmp_path / "cases.jsonl"),
-        cwd=tmp_path,
-    )
+    done = calibrate(tmp_path, str(tmp_path / "cases.jsonl"))
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         f"Error: {tmp_path / 'cases.jsonl'}:2: not a routing case "
@@ -136,14 +127,7 @@ def test_calibrate_refuses_a_bad_cases_file_with_one_line(tmp_path):
 
 def test_calibrate_refuses_a_cases_file_that_is_not_text_with_one_line(tmp_path):
     (tmp_path / "cases.jsonl").write_bytes(b'{"task": "ok"}\n\x9d\xff\x00 binary')
-    done = ingot(
-        "calibrate",
-        "--skills",
-        str(bundled(tmp_path)),
-        "--cases",
-        str(tmp_path / "cases.jsonl"),
-        cwd=tmp_path,
-    )
+    done = calibrate(tmp_path, str(tmp_path / "cases.jsonl"))
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         f"Error: {tmp_path / 'cases.jsonl'} is not UTF-8 text (byte 15); a cases file is JSON lines"
@@ -162,7 +146,7 @@ def test_the_threshold_calibrate_suggests_is_one_ingot_accepts(tmp_path):
     ]
     cases.write_text("".join(json.dumps({"task": t, "expected": e}) + "\n" for t, e in rows))
     skills = str(bundled(tmp_path))
-    done = ingot("calibrate", "--skills", skills, "--cases", str(cases), cwd=tmp_path)
+    done = calibrate(tmp_path, cases)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     suggested = report["cases"]["refinement"]["suggested"]
@@ -176,7 +160,7 @@ def test_the_threshold_calibrate_suggests_is_one_ingot_accepts(tmp_path):
     assert "cases_naming_skills_not_in_the_library" not in report["cases"]
     with cases.open("a") as more:
         more.write(json.dumps({"task": "tune my query", "expected": "postgres-tuning"}) + "\n")
-    again = json.loads(ingot("calibrate", "--skills", skills, "--cases", str(cases), cwd=tmp_path).stdout)
+    again = json.loads(calibrate(tmp_path, cases).stdout)
     assert again["cases"]["cases_naming_skills_not_in_the_library"] == {
         "count": 1,
         "skills": ["postgres-tuning"],
