@@ -177,13 +177,15 @@ def calibrated(lib: Library, procedure: Procedure, variant: str) -> tuple[np.nda
     return (conf - a0) / max(a1 - a0, 1e-6), three
 
 
-def evaluate(lib: Library, procedure: Procedure, variant: str) -> dict[float, dict[str, float]]:
+def evaluate(
+    lib: Library, procedure: Procedure, variant: str, taus: tuple[float, ...] = TAUS
+) -> dict[float, dict[str, float]]:
     cal, three = calibrated(lib, procedure, variant)
     pos = lib.positive
     top_right = lib.right[np.arange(len(cal)), three[:, 0]]
     recall3 = float(np.mean(lib.right[np.arange(len(cal))[:, None], three].any(axis=1)[pos]))
     out = {}
-    for tau in TAUS:
+    for tau in taus:
         routed = cal >= tau
         out[tau] = {
             "top1": float(np.mean((top_right & routed)[pos])),

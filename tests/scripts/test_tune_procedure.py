@@ -101,3 +101,27 @@ def test_the_tuners_recall_counts_acceptable_skills_as_the_routing_benchmark_doe
     reported = score(cases, decisions)["recall_at_3"]
     assert reported == 1.0  # the acceptable skills are found, though the expected ones are not
     assert round(evaluate(tuned, Procedure(), "as_is")[0.35]["recall_at_3"], 4) == reported
+
+
+def test_the_tau_profile_reports_the_tuners_own_numbers_at_each_threshold(loaded):
+    """scripts/tau_profile.py (J flat between the tuner's τ steps, ARCHITECTURE Limits) must show
+    what the tuner itself computes at those thresholds, on a grid finer than the tuner's."""
+    from scripts.tau_profile import profile
+    from scripts.tune_procedure import TAUS, objective
+
+    _, libraries, _ = loaded
+    procedure = Procedure()
+    taus = (0.3, 0.335, 0.35, 0.4)  # 0.335 is between two of the tuner's steps
+    rows = profile(libraries, procedure, taus)
+    assert [row["tau"] for row in rows] == list(taus)
+    for row in rows:
+        for lib in libraries:
+            per_variant = evaluate(lib, procedure, "as_is", taus)[row["tau"]]
+            assert row["top1_no_route"][lib.name]["as_is"] == [
+                round(per_variant["top1"], 4),
+                round(per_variant["no_route"], 4),
+            ]
+            if row["tau"] in TAUS:  # the tuner's own grid gives the same numbers
+                assert evaluate(lib, procedure, "as_is")[row["tau"]] == per_variant
+            scores = [objective(evaluate(lib, procedure, v, taus)[row["tau"]]) for v in VARIANTS]
+            assert row["J"][lib.name] == round(sum(scores) / len(scores), 4)
