@@ -22,7 +22,11 @@ picks on the others and reports on it (leave-one-library-out), then picks on all
 Each leave-one-library-out pick is also measured without its ranking-only weights: what the
 second stage buys on a library it was not picked on.
 `--mixed` also serves all the libraries together as one (each one's skills are distractors for the
-others' cases): measured for every reported pick, never picked on. `ceiling` is what labels could
+others' cases): measured for every reported pick, never picked on. `--near-domain` also serves each
+library with a third of its skills held out (chosen by a hash of the name), so the cases that ask
+for a held-out skill become requests the library cannot serve although it has that skill's
+neighbours: the near-domain "nothing fits" of a one-vendor library. Measured for every reported
+pick; `--pick-near-domain` also picks on it. `ceiling` is what labels could
 buy the shipped procedure: its ranking's top-1 with no threshold, and its top-1 with the threshold
 fitted on the library's own cases to leave 92% of their null tasks unrouted.
 """
@@ -30,6 +34,7 @@ fitted on the library's own cases to leave 92% of their null tasks unrouted.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import sys
@@ -109,12 +114,20 @@ def _query_set(index: Index, embedder: CachedEmbedder, texts: list[str]) -> Quer
 
 
 def load_library(
-    name: str, roots: list[Path], case_files: list[Path], embedder: CachedEmbedder, procedure: Procedure
+    name: str,
+    roots: list[Path],
+    case_files: list[Path],
+    embedder: CachedEmbedder,
+    procedure: Procedure,
+    hold_out: frozenset[str] = frozenset(),
 ) -> Library:
-    """Score a library's cases, background tasks and own pseudo-queries (as `calibrate` samples them)."""
+    """Score a library's cases, background tasks and own pseudo-queries (as `calibrate` samples them).
+
+    Skills named in `hold_out` are left out of the library; a case whose every right skill is
+    held out becomes a null case (the library cannot serve it)."""
     registry = Registry(tuple(roots))
     registry.reload()
-    index = Index(registry.skills(), embedder)
+    index = Index({n: s for n, s in registry.skills().items() if n not in hold_out}, embedder)
     own_texts, owners = [], []
     for i in _sample(index.names, procedure.max_pseudo_skills):
         for sentence in _sentences(index.skills[index.names[i]].description):
@@ -136,9 +149,18 @@ def load_library(
         _query_set(index, embedder, list(background_tasks())),
         _query_set(index, embedder, own_texts),
         right,
-        np.array([c.expected is not None for c in cases]),
+        np.array([c.expected is not None and not c.right <= hold_out for c in cases]),
         np.array([position.get(c.expected, -1) if c.expected else -1 for c in cases]),
     )
+
+
+def a_third(roots: list[Path]) -> frozenset[str]:
+    """A third of the skills under `roots` (rounded down), chosen by a hash of the name: stable and
+    label-free, like the router's own pseudo-query sample."""
+    registry = Registry(tuple(roots))
+    registry.reload()
+    names = sorted(registry.skills(), key=lambda n: hashlib.sha256(n.encode()).digest())
+    return frozenset(names[: len(names) // 3])
 
 
 def _ignored(lib: Library, variant: str) -> np.ndarray:
@@ -249,19 +271,38 @@ def _shown(procedure: Procedure, tau: float) -> dict:
     return {**{k: v for k, v in asdict(procedure).items() if k in keep}, "tau_related": tau}
 
 
-def run(libraries: list[Library], mixed: Library | None, samples: int, refine: int, seed: int) -> dict:
+def judged_on(on: list[str], near: dict[str, Library], pick_near: bool) -> list[str]:
+    """The libraries a pick made on `on` is scored on: `on`, and with `pick_near` each one's
+    near-domain version (a third of its skills held out) too."""
+    return [*on, *(near[n].name for n in on if n in near)] if pick_near else list(on)
+
+
+def run(
+    libraries: list[Library],
+    mixed: Library | None,
+    samples: int,
+    refine: int,
+    seed: int,
+    near: dict[str, Library] | None = None,
+    pick_near: bool = False,
+) -> dict:
+    """`near` maps a library's name to that library with a third of its skills held out: measured
+    for every reported pick, and picked on too with `pick_near`."""
     shipped = Procedure()
     rng = np.random.default_rng(seed)
     names = [lib.name for lib in libraries]
+    near = near or {}
+    scored = [*libraries, *near.values()]
     scores: dict[Procedure, dict] = {}
 
     def table(p: Procedure) -> dict:
         if p not in scores:
-            scores[p] = {lib.name: {v: evaluate(lib, p, v) for v in VARIANTS} for lib in libraries}
+            scores[p] = {lib.name: {v: evaluate(lib, p, v) for v in VARIANTS} for lib in scored}
         return scores[p]
 
     def family(p: Procedure, on: list[str], tau: float) -> float:
-        return float(np.mean([objective(table(p)[n][v][tau]) for n in on for v in VARIANTS]))
+        judged = judged_on(on, near, pick_near)
+        return float(np.mean([objective(table(p)[n][v][tau]) for n in judged for v in VARIANTS]))
 
     def best(candidates: list[Procedure], on: list[str]) -> tuple[Procedure, float]:
         return max(((p, t) for p in candidates for t in TAUS), key=lambda pt: family(pt[0], on, pt[1]))
@@ -275,7 +316,8 @@ def run(libraries: list[Library], mixed: Library | None, samples: int, refine: i
 
     def show(p: Procedure, tau: float) -> dict:
         results = {
-            n: {v: {k: round(x, 4) for k, x in table(p)[n][v][tau].items()} for v in VARIANTS} for n in names
+            lib.name: {v: {k: round(x, 4) for k, x in table(p)[lib.name][v][tau].items()} for v in VARIANTS}
+            for lib in scored
         }
         if mixed is not None:
             results[mixed.name] = {
@@ -289,14 +331,20 @@ def run(libraries: list[Library], mixed: Library | None, samples: int, refine: i
         chosen, chosen_tau = pick(on)
         ablated = without_ranking_only(chosen)
         report["leave_one_library_out"].append(
-            {"picked_on": on, "measured_on": held_out, **show(chosen, chosen_tau),
+            {"picked_on": on, "judged_on": judged_on(on, near, pick_near), "measured_on": held_out,
+             "J": round(family(chosen, on, chosen_tau), 4), **show(chosen, chosen_tau),
              "without_its_ranking_only_weights": show(ablated, chosen_tau)}
         )  # fmt: skip
-    report["picked_on_all"] = show(*pick(names))
+    chosen, chosen_tau = pick(names)
+    report["picked_on_all"] = {
+        "judged_on": judged_on(names, near, pick_near),
+        "J": round(family(chosen, names, chosen_tau), 4),
+        **show(chosen, chosen_tau),
+    }
     tau = min(TAUS, key=lambda t: abs(t - shipped.tau_related))
     report["shipped"] = show(shipped, tau)
     report["shipped_without_ranking_only_weights"] = show(confidences[1], tau)
-    everything = [*libraries, *([mixed] if mixed is not None else [])]
+    everything = [*scored, *([mixed] if mixed is not None else [])]
     report["ceiling"] = {lib.name: {v: ceiling(lib, shipped, v) for v in VARIANTS} for lib in everything}
     report["configurations"] = len(scores)
     return report
@@ -319,6 +367,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", action="append", required=True, help="NAME=SKILLS_DIR:CASES_FILE")
     parser.add_argument("--mixed", action="store_true", help="also measure all libraries served as one")
+    parser.add_argument(
+        "--near-domain",
+        action="store_true",
+        help="also measure each library with a third of its skills held out",
+    )
+    parser.add_argument("--pick-near-domain", action="store_true", help="... and pick on those too")
     parser.add_argument("--samples", type=int, default=600, help="random confidence configurations")
     parser.add_argument("--refine", type=int, default=10, help="best ones given ranking-only weights")
     parser.add_argument("--seed", type=int, default=11)
@@ -335,7 +389,14 @@ def main() -> None:
         mixed = load_library(
             "mixed", [s for _, s, _ in specs], [c for _, _, c in specs], embedder, Procedure()
         )
-    print(json.dumps(run(libraries, mixed, args.samples, args.refine, args.seed), indent=2))
+    near = {}
+    if args.near_domain or args.pick_near_domain:
+        near = {
+            n: load_library(f"{n}, a third held out", [s], [c], embedder, Procedure(), a_third([s]))
+            for n, s, c in specs
+        }
+    report = run(libraries, mixed, args.samples, args.refine, args.seed, near, args.pick_near_domain)
+    print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

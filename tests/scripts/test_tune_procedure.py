@@ -4,6 +4,7 @@ both ways: a tuner that drifted from the router would tune something that is nev
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +12,17 @@ import pytest
 
 from mcp_server.calibration import COMPONENTS, Procedure
 from mcp_server.library import Library
-from scripts.tune_procedure import VARIANTS, calibrated, evaluate, load_library, run, without_ranking_only
+from scripts.tune_procedure import (
+    VARIANTS,
+    a_third,
+    calibrated,
+    evaluate,
+    judged_on,
+    load_library,
+    objective,
+    run,
+    without_ranking_only,
+)
 from tests.mcp_server.test_calibration import BODYLESS, BODYRICH, OFF_LIBRARY, REQUESTS
 
 
@@ -125,3 +136,86 @@ def test_the_tau_profile_reports_the_tuners_own_numbers_at_each_threshold(loaded
                 assert evaluate(lib, procedure, "as_is")[row["tau"]] == per_variant
             scores = [objective(evaluate(lib, procedure, v, taus)[row["tau"]]) for v in VARIANTS]
             assert row["J"][lib.name] == round(sum(scores) / len(scores), 4)
+
+
+def test_a_library_with_a_third_held_out_turns_their_cases_into_requests_it_cannot_serve(
+    loaded, embedder, tmp_path
+):
+    """The near-domain variant: the held-out skills are gone from the library, a case is a null
+    case exactly when every right answer was held out, and every case is decided as the router
+    decides it on a folder holding only the other skills (its own anchors, derived without them)."""
+    cases, _, _ = loaded
+    held = a_third([BODYRICH])
+    assert len(held) == 4 and held == a_third([BODYRICH])  # a third of 12, the same every time
+    name = "bodyrich, a third held out"
+    near = load_library(name, [BODYRICH], [cases[BODYRICH]], embedder, Procedure(), held)
+    assert set(near.names) == {p.name for p in BODYRICH.iterdir()} - held
+    tasks = [*REQUESTS[BODYRICH], *OFF_LIBRARY]
+    expected = [REQUESTS[BODYRICH].get(t) for t in tasks]
+    assert list(near.positive) == [e is not None and e not in held for e in expected]
+    assert not near.right[~near.positive].any()
+    smaller = tmp_path / "bodyrich"
+    for skill in near.names:
+        shutil.copytree(BODYRICH / skill, smaller / skill)
+    library = Library((smaller,), embedder)
+    library.reload()
+    score, three = calibrated(near, Procedure(), "as_is")
+    for k, task in enumerate(tasks):
+        result = library.route(task)
+        assert [c.name for c in result.ranked[:3]] == [near.names[r] for r in three[k]], task
+        assert result.score == pytest.approx(score[k], abs=1e-5), task
+
+
+def test_the_near_domain_libraries_are_measured_for_every_pick_and_picked_on_only_when_asked(
+    loaded, embedder, tmp_path
+):
+    cases, libraries, mixed = loaded
+    near = {
+        lib.name: load_library(f"{lib.name}, a third held out", [root], [cases[root]], embedder, Procedure(),
+                               a_third([root]))
+        for lib, root in zip(libraries, cases, strict=True)
+    }  # fmt: skip
+    plain = run(libraries, mixed, samples=3, refine=1, seed=1)
+    measured = run(libraries, mixed, samples=3, refine=1, seed=1, near=near)
+    for entry in [*measured["leave_one_library_out"], measured["picked_on_all"], measured["shipped"]]:
+        assert set(entry["results"]) == {"bodyless", "bodyrich", "mixed", *(n.name for n in near.values())}
+    # Measured only: every pick is the one made without them.
+    assert [e["procedure"] for e in measured["leave_one_library_out"]] == [
+        e["procedure"] for e in plain["leave_one_library_out"]
+    ]
+    assert measured["picked_on_all"]["procedure"] == plain["picked_on_all"]["procedure"]
+    assert measured["picked_on_all"]["judged_on"] == ["bodyless", "bodyrich"]
+    # Picked on when asked: each pick is scored on the near-domain versions of its libraries too.
+    # (The fixtures route perfectly with or without a third of their skills; labels rotated by one
+    # give one near-domain library a J of its own, so leaving it out of a pick would show.)
+    rotated = tmp_path / "rotated.jsonl"
+    requests = list(REQUESTS[BODYRICH].items())
+    rows = [
+        {"task": t, "expected": requests[(k + 1) % len(requests)][1]} for k, (t, _) in enumerate(requests)
+    ]
+    rotated.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    near["bodyrich"] = load_library(
+        "bodyrich, a third held out", [BODYRICH], [rotated], embedder, Procedure(), a_third([BODYRICH])
+    )
+    picked = run(libraries, mixed, samples=3, refine=1, seed=1, near=near, pick_near=True)
+    assert picked["picked_on_all"]["judged_on"] == [
+        "bodyless",
+        "bodyrich",
+        "bodyless, a third held out",
+        "bodyrich, a third held out",
+    ]
+    assert [e["judged_on"] for e in picked["leave_one_library_out"]] == [
+        ["bodyrich", "bodyrich, a third held out"],
+        ["bodyless", "bodyless, a third held out"],
+    ]
+    assert judged_on(["bodyrich"], near, pick_near=False) == ["bodyrich"]
+    # The J a pick was chosen by is its mean objective over exactly those libraries.
+    by_name = {lib.name: lib for lib in [*libraries, *near.values()]}
+    for report in (measured, picked):
+        entry = report["picked_on_all"]
+        chosen = Procedure(**{k: v for k, v in entry["procedure"].items() if k != "tau_related"})
+        tau = entry["procedure"]["tau_related"]
+        scores = [
+            objective(evaluate(by_name[n], chosen, v)[tau]) for n in entry["judged_on"] for v in VARIANTS
+        ]
+        assert entry["J"] == round(sum(scores) / len(scores), 4)
