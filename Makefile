@@ -89,7 +89,7 @@ calibrate: install
 # Re-pick the calibration procedure's hyper-parameters, leave-one-library-out on both dev libraries;
 # also measured on both served as one library (each one's skills distractors for the other's cases).
 tune-procedure: dev
-	$(PY) scripts/tune_procedure.py --mixed \
+	$(PY) scripts/tune_procedure.py --mixed --near-domain \
 		--library corpus=$(SHARED)/corpus/skills:$(SHARED)/corpus/dev_cases.jsonl \
 		--library tools=$(SHARED)/corpus-tools/skills:$(SHARED)/corpus-tools/cases.jsonl
 
