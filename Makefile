@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run demo install dev test test-sandbox-nonroot check format bench bench-routing bench-latency bench-agent bench-regress calibrate tune-procedure compose-check screenshots clean
+.PHONY: run demo install dev test test-sandbox-nonroot check format bench bench-routing bench-latency bench-agent bench-regress calibrate tune-procedure confidence-ceiling compose-check screenshots clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -94,6 +94,12 @@ calibrate: install
 # also measured on both served as one library (each one's skills distractors for the other's cases).
 tune-procedure: dev
 	$(PY) scripts/tune_procedure.py --mixed --near-domain \
+		--library corpus=$(SHARED)/corpus/skills:$(SHARED)/corpus/dev_cases.jsonl \
+		--library tools=$(SHARED)/corpus-tools/skills:$(SHARED)/corpus-tools/cases.jsonl
+
+# What labels could buy the router on both dev libraries (ARCHITECTURE.md, "Routing calibration").
+confidence-ceiling: dev
+	$(PY) scripts/bench_confidence_ceiling.py \
 		--library corpus=$(SHARED)/corpus/skills:$(SHARED)/corpus/dev_cases.jsonl \
 		--library tools=$(SHARED)/corpus-tools/skills:$(SHARED)/corpus-tools/cases.jsonl
 

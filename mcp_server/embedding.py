@@ -132,7 +132,7 @@ class OnnxEmbedder:
         # router's numpy scoring needs next (measured: 2-3x slower scoring on two cores).
         # Spinning only within a run (`session.force_spinning_stop`) was measured and rejected:
         # 1.4 ms faster back to back, 2 ms slower after 20+ ms idle, the usual case for an agent's
-        # route_and_load (ARCHITECTURE.md, "Serving latency").
+        # route_and_load (docs/routing-measurements.md, "Serving latency").
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self._session = ort.InferenceSession(

@@ -7,7 +7,7 @@ The library is routed alone, then with `--add` skills copied in from `--distract
 random sample per seed; real folders, since Ingot does not serve linked ones). For every seed it
 reports top-1 and strict no-route on the cases alone and with the distractors, how many correct
 routes became `novel` and how many went to a wrong skill, and both calibrations' anchors and BM25
-scale: adding skills moves the anchors (ARCHITECTURE.md, "Routing calibration", Limits).
+scale: adding skills moves the anchors (docs/routing-measurements.md, "Distractors").
 A null case routed to a distractor counts as routed: the distractor may well serve it.
 """
 

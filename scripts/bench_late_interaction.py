@@ -8,7 +8,7 @@ over the task's tokens, of each token's best cosine with any token of a candidat
 (the same int8 MiniLM, its token outputs before pooling; [CLS]/[SEP] dropped). Reported: ranking
 top-1 with the top 10 re-ranked by ranking + beta x MaxSim, and how well the leader's calibrated
 score, MaxSim, and the score plus gamma x MaxSim separate right leaders from null requests (AUC).
-The router keeps no token vectors because this did not pay (ARCHITECTURE.md).
+The router keeps no token vectors because this did not pay (docs/routing-measurements.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Where one in-process route's time goes on a synthetic library, and what the embedding floor
-hides. Prints JSON; the numbers ARCHITECTURE.md ("Serving latency") cites.
+hides. Prints JSON; the numbers docs/routing-measurements.md ("Serving latency") cites.
 
     python scripts/bench_route_cost.py --size 10000
 

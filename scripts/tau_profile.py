@@ -6,7 +6,7 @@ top-1 / strict no-route in each variant; prints JSON.
         --library tools=../shared/corpus-tools/skills:../shared/corpus-tools/cases.jsonl
 
 `scripts/tune_procedure.py` picks τ on a 0.025 grid. This shows how flat J is between its steps
-(ARCHITECTURE.md, "Routing calibration", Limits), so a finer τ is not read as a gain when it
+(docs/routing-measurements.md, "Limits on the dev libraries"), so a finer τ is not read as a gain when it
 only moves a handful of one library's cases. Same libraries, anchors and decisions as the tuner.
 """
 

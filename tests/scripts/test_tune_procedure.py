@@ -115,7 +115,7 @@ def test_the_tuners_recall_counts_acceptable_skills_as_the_routing_benchmark_doe
 
 
 def test_the_tau_profile_reports_the_tuners_own_numbers_at_each_threshold(loaded):
-    """scripts/tau_profile.py (J flat between the tuner's τ steps, ARCHITECTURE Limits) must show
+    """scripts/tau_profile.py (J flat between the tuner's τ steps, docs/routing-measurements.md) must show
     what the tuner itself computes at those thresholds, on a grid finer than the tuner's."""
     from scripts.tau_profile import profile
     from scripts.tune_procedure import TAUS, objective
