@@ -141,6 +141,13 @@ class OnnxEmbedder:
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise EmbeddingModelError(f"cannot load {files.model}: {exc}") from exc
         self._inputs = {item.name for item in self._session.get_inputs()}
+        missing = {"input_ids", "attention_mask"} - self._inputs
+        if missing:
+            raise EmbeddingModelError(
+                f"{files.model} does not take {', '.join(sorted(missing))}: EMBED_MODEL_DIR needs a "
+                "BERT-style sentence encoder exported to ONNX (inputs input_ids and attention_mask)"
+            )
+        self._hidden = _token_output(self._session, files.model)
         self._lock = threading.Lock()
         self._dim = int(self.embed(["dimension probe"]).shape[1])
 
@@ -177,11 +184,34 @@ class OnnxEmbedder:
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
         with self._lock:  # an InferenceSession is thread-safe, but one run at a time bounds RSS
-            hidden = self._session.run(None, feeds)[0]
+            hidden = self._session.run([self._hidden], feeds)[0]
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return pooled / np.clip(norms, 1e-12, None)
+
+
+TOKEN_OUTPUT_NAMES = ("last_hidden_state", "token_embeddings")  # optimum / sentence-transformers
+
+
+def _token_output(session, model: Path) -> str:
+    """The output that holds one vector per token (batch x tokens x dim), which is mean-pooled.
+
+    Exports differ: optimum puts `last_hidden_state` first, sentence-transformers exports add a
+    pooled `sentence_embedding`, others echo their inputs before it. Known names first, then the
+    first float output of rank 3."""
+    outputs = session.get_outputs()
+    for name in TOKEN_OUTPUT_NAMES:
+        if any(o.name == name for o in outputs):
+            return name
+    for output in outputs:
+        if output.type == "tensor(float)" and len(output.shape) == 3:
+            return output.name
+    found = ", ".join(f"{o.name} {o.type} rank {len(o.shape)}" for o in outputs)
+    raise EmbeddingModelError(
+        f"{model} has no per-token output (a float tensor of batch x tokens x dim) to pool; it has "
+        f"{found}: export the encoder with its last hidden state as an output"
+    )
 
 
 def text_digest(text: str) -> str:

