@@ -69,7 +69,7 @@ def test_a_restart_re_embeds_nothing_that_did_not_change(tmp_path):
     assert second.computed == 1
 
 
-def _export(folder, outputs: list[str], vocab: int = 30522, dim: int = 8) -> np.ndarray:
+def _export(folder, outputs: list[str], vocab: int = 30522, dim: int = 8, mask: bool = True) -> np.ndarray:
     """A tiny real ONNX encoder in `folder` (with the shipped tokenizer): each token's vector is a
     row of a random table. `outputs` picks, in order, what the graph returns: "ids" (the input
     echoed), "hidden" (the per-token vectors) and "pooled" (their plain mean, no mask)."""
@@ -83,7 +83,6 @@ def _export(folder, outputs: list[str], vocab: int = 30522, dim: int = 8) -> np.
         helper.make_node("Gather", ["table", "input_ids"], ["hidden"]),
         helper.make_node("Identity", ["input_ids"], ["ids"]),
         helper.make_node("ReduceMean", ["hidden", "axis"], ["pooled"], keepdims=0),
-        helper.make_node("Identity", ["attention_mask"], ["mask_seen"]),
     ]
     shapes = {
         "ids": (TensorProto.INT64, ["batch", "tokens"]),
@@ -94,8 +93,8 @@ def _export(folder, outputs: list[str], vocab: int = 30522, dim: int = 8) -> np.
         nodes,
         "tiny-encoder",
         [
-            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"]),
-            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "tokens"]),
+            helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "tokens"])
+            for name in ("input_ids", "attention_mask")[: 2 if mask else 1]
         ],
         [helper.make_tensor_value_info(name, *shapes[name]) for name in outputs],
         [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array([1]), "axis")],
@@ -123,4 +122,10 @@ def test_a_model_folder_is_pooled_from_its_per_token_output_whatever_its_positio
 def test_a_model_without_a_per_token_output_is_one_clear_error(tmp_path):
     _export(tmp_path / "model", ["ids", "pooled"])
     with pytest.raises(EmbeddingModelError, match="no per-token output .* export the encoder"):
+        load_embedder(tmp_path / "model", None, None)
+
+
+def test_a_model_that_does_not_take_an_attention_mask_is_one_clear_error(tmp_path):
+    _export(tmp_path / "model", ["hidden"], mask=False)
+    with pytest.raises(EmbeddingModelError, match="does not take attention_mask: EMBED_MODEL_DIR needs"):
         load_embedder(tmp_path / "model", None, None)
