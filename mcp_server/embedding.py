@@ -119,15 +119,20 @@ class OnnxEmbedder:
 
         model_digest = _verified(files.model, files.model_sha256, "embedding model")
         _verified(files.tokenizer, files.tokenizer_sha256, "tokenizer")
-        self._digest = model_digest
-        self._tokenizer = Tokenizer.from_file(str(files.tokenizer))
+        try:
+            self._tokenizer = Tokenizer.from_file(str(files.tokenizer))
+        except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot read
+            raise EmbeddingModelError(
+                f"cannot read the tokenizer {files.tokenizer} ({exc}); it must be a Hugging Face "
+                "tokenizer.json, the one the model was trained with"
+            ) from None
         # The upstream tokenizer pads every input to 128; pad per batch instead, truncate at 256.
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-        options.log_severity_level = 3
+        options.log_severity_level = 4  # errors come back as exceptions, reported as one line
         # Idle worker threads would otherwise spin after each run and steal the CPU that the
         # router's numpy scoring needs next (measured: 2-3x slower scoring on two cores).
         # Spinning only within a run (`session.force_spinning_stop`) was measured and rejected:
@@ -148,8 +153,18 @@ class OnnxEmbedder:
                 "BERT-style sentence encoder exported to ONNX (inputs input_ids and attention_mask)"
             )
         self._hidden = _token_output(self._session, files.model)
+        # Vectors are cached by model digest. Older versions pooled the first output, so a model
+        # whose per-token output comes later is named apart, and the shipped one keeps its digest.
+        first = self._session.get_outputs()[0].name
+        self._digest = model_digest if self._hidden == first else f"{model_digest}:{self._hidden}"
         self._lock = threading.Lock()
-        self._dim = int(self.embed(["dimension probe"]).shape[1])
+        try:
+            self._dim = int(self.embed(["dimension probe"]).shape[1])
+        except Exception as exc:  # onnxruntime's errors are untyped; the tokenizer may not fit
+            raise EmbeddingModelError(
+                f"{files.model} fails on a probe text ({(str(exc).splitlines() or [repr(exc)])[0][:200]}); is "
+                f"{files.tokenizer.name} the tokenizer this model was trained with?"
+            ) from None
 
     @property
     def model_digest(self) -> str:
@@ -185,6 +200,7 @@ class OnnxEmbedder:
             feeds["token_type_ids"] = np.zeros_like(ids)
         with self._lock:  # an InferenceSession is thread-safe, but one run at a time bounds RSS
             hidden = self._session.run([self._hidden], feeds)[0]
+        hidden = hidden.astype(np.float32, copy=False)  # a float16 export is pooled in float32
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
@@ -199,13 +215,13 @@ def _token_output(session, model: Path) -> str:
 
     Exports differ: optimum puts `last_hidden_state` first, sentence-transformers exports add a
     pooled `sentence_embedding`, others echo their inputs before it. Known names first, then the
-    first float output of rank 3."""
+    first float (32 or 16 bit) output of rank 3."""
     outputs = session.get_outputs()
     for name in TOKEN_OUTPUT_NAMES:
         if any(o.name == name for o in outputs):
             return name
     for output in outputs:
-        if output.type == "tensor(float)" and len(output.shape) == 3:
+        if output.type in ("tensor(float)", "tensor(float16)") and len(output.shape) == 3:
             return output.name
     found = ", ".join(f"{o.name} {o.type} rank {len(o.shape)}" for o in outputs)
     raise EmbeddingModelError(

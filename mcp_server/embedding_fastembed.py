@@ -157,7 +157,16 @@ class FastEmbedEmbedder:
                 f"({exc}); set EMBED_MODEL to a folder with {', '.join(FOLDER_FILES)}"
             ) from exc
         self._lock = threading.Lock()
-        self._dim = int(self.embed(["dimension probe"]).shape[1])
+        try:
+            probe = self.embed(["dimension probe"])
+        except Exception as exc:  # fastembed pools outputs[0] and raises whatever numpy does
+            raise EmbeddingModelError(
+                f"fastembed cannot embed with {model or 'the shipped model'} "
+                f"({(str(exc).splitlines() or [repr(exc)])[0][:200]}): fastembed pools the model's "
+                "first output, which must be per token (batch x tokens x dim); for another export "
+                "use the default backend (EMBED_BACKEND=onnx) with EMBED_MODEL_DIR"
+            ) from None
+        self._dim = int(probe.shape[1])
 
     @property
     def model_digest(self) -> str:

@@ -120,3 +120,18 @@ def test_a_model_name_not_on_disk_is_one_error_and_fastembed_logs_nothing(tmp_pa
         )
     captured = capfd.readouterr()
     assert "ERROR" not in captured.err and "ERROR" not in captured.out
+
+
+def test_a_folder_whose_first_output_is_not_per_token_is_one_error_naming_the_other_backend(tmp_path):
+    import pytest
+
+    from ingot.errors import EmbeddingModelError
+    from tests.mcp_server.test_embedding import _export
+
+    folder = tmp_path / "model"
+    _export(folder, ["ids", "hidden"])  # fastembed pools the first output, here the input ids
+    (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 256}))
+    with pytest.raises(EmbeddingModelError, match="pools the model's first output.*EMBED_BACKEND=onnx"):
+        load_embedder(None, None, tmp_path / "vectors.sqlite", 1, backend="fastembed", model=str(folder))
+    # The default backend pools the per-token output of the same folder.
+    assert load_embedder(folder, None, None).embed(["fine"]).shape == (1, 8)
