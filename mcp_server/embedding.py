@@ -161,9 +161,10 @@ class OnnxEmbedder:
         try:
             self._dim = int(self.embed(["dimension probe"]).shape[1])
         except Exception as exc:  # onnxruntime's errors are untyped; the tokenizer may not fit
+            said = (str(exc).splitlines() or [repr(exc)])[0][:200]
             raise EmbeddingModelError(
-                f"{files.model} fails on a probe text ({(str(exc).splitlines() or [repr(exc)])[0][:200]}); is "
-                f"{files.tokenizer.name} the tokenizer this model was trained with?"
+                f"{files.model} fails on a probe text ({said}); is {files.tokenizer.name} the "
+                "tokenizer this model was trained with?"
             ) from None
 
     @property
