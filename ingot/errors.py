@@ -79,6 +79,13 @@ class WriteFailed(IngotError):
     the message says what is served now and what, if anything, is left for recovery."""
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's first line, cut at `limit` characters (its type's name when it says nothing):
+    what a one-line error quotes of a library's multi-line or untyped message."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__
+
+
 def os_reason(exc: OSError) -> str:
     """What a failed write says, with the file it was about, for a `WriteFailed` message."""
     where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""

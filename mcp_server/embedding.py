@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ingot.errors import EmbeddingModelError
+from ingot.errors import EmbeddingModelError, first_line
 
 MAX_TOKENS = 256
 BATCH_SIZE = 16
@@ -161,10 +161,9 @@ class OnnxEmbedder:
         try:
             self._dim = int(self.embed(["dimension probe"]).shape[1])
         except Exception as exc:  # onnxruntime's errors are untyped; the tokenizer may not fit
-            said = (str(exc).splitlines() or [repr(exc)])[0][:200]
             raise EmbeddingModelError(
-                f"{files.model} fails on a probe text ({said}); is {files.tokenizer.name} the "
-                "tokenizer this model was trained with?"
+                f"{files.model} fails on a probe text ({first_line(exc, 200)}); is "
+                f"{files.tokenizer.name} the tokenizer this model was trained with?"
             ) from None
 
     @property

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ingot.errors import EmbeddingModelError
+from ingot.errors import EmbeddingModelError, first_line
 from mcp_server.embedding import MAX_TOKENS, ModelFiles, _verified, default_model_files
 
 SHIPPED_NAME = "ingot/all-minilm-l6-v2-int8"
@@ -162,7 +162,7 @@ class FastEmbedEmbedder:
         except Exception as exc:  # fastembed pools outputs[0] and raises whatever numpy does
             raise EmbeddingModelError(
                 f"fastembed cannot embed with {model or 'the shipped model'} "
-                f"({(str(exc).splitlines() or [repr(exc)])[0][:200]}): fastembed pools the model's "
+                f"({first_line(exc, 200)}): fastembed pools the model's "
                 "first output, which must be per token (batch x tokens x dim); for another export "
                 "use the default backend (EMBED_BACKEND=onnx) with EMBED_MODEL_DIR"
             ) from None

@@ -28,7 +28,7 @@ import rfc8785
 import yaml
 from frontmatter.default_handlers import YAMLHandler
 
-from ingot.errors import SkillInvalid
+from ingot.errors import SkillInvalid, first_line
 from mcp_server.skillfiles import Limits, read_folder  # Limits is part of this module's API too
 
 log = logging.getLogger(__name__)
@@ -154,8 +154,7 @@ def parse_skill_md(text: str, folder_name: str) -> tuple[str, str, str, dict[str
     except SkillInvalid:
         raise
     except (yaml.YAMLError, ValueError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SkillInvalid(f"frontmatter is not valid YAML: {reason}") from exc
+        raise SkillInvalid(f"frontmatter is not valid YAML: {first_line(exc)}") from exc
     meta = _json_safe(dict(post.metadata))
     name, description, body = meta.get("name"), meta.get("description"), post.content
     if not isinstance(name, str) or not name:

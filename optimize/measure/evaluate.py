@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from ingot.errors import IngotError, SkillInvalid
+from ingot.errors import IngotError, SkillInvalid, first_line
 from mcp_server.library import Library
 from mcp_server.registry import Skill, parse_skill_md
 from optimize.measure.ab import ABRefused, ABRunner, Arm
@@ -102,7 +102,7 @@ def labelled_cases(tasks_dir: Path) -> tuple[list[LabelledCase], list[str]]:
         try:
             parsed = parse_task_set(path.stem, yaml.safe_load(path.read_text()), str(path))
         except (TaskSetError, yaml.YAMLError, OSError) as exc:
-            problems.append(f"{path.name}: {str(exc).splitlines()[0]}")
+            problems.append(f"{path.name}: {first_line(exc)}")
             continue
         cases += [LabelledCase(c.task, c.expected, f"task set {path.stem}") for c in parsed.routing]
     return cases, problems

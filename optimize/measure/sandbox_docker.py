@@ -24,6 +24,7 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound
 from docker.types import Mount, Ulimit
 
+from ingot.errors import first_line
 from optimize.measure.sandbox import (
     SANDBOX_TMP,
     SANDBOX_UID,
@@ -218,4 +219,4 @@ def _remove(container) -> bool:  # noqa: ANN001
 def _short(exc: BaseException) -> str:
     if isinstance(exc, APIError):
         return f"{exc.status_code}: {exc.explanation or exc}"[:300]
-    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    return first_line(exc)

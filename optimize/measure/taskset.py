@@ -23,7 +23,7 @@ import rfc8785
 import yaml
 from pydantic import BaseModel
 
-from ingot.errors import IngotError
+from ingot.errors import IngotError, first_line
 
 
 class TaskSetError(IngotError):
@@ -141,7 +141,7 @@ def load_task_set(folder: Path, skill: str) -> TaskSet:
             "`ingot optimize` draft it"
         ) from None
     except yaml.YAMLError as exc:
-        raise TaskSetError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        raise TaskSetError(f"{path} is not valid YAML: {first_line(exc)}") from exc
     return parse_task_set(skill, data, str(path))
 
 
