@@ -135,3 +135,21 @@ def test_a_folder_whose_first_output_is_not_per_token_is_one_error_naming_the_ot
         load_embedder(None, None, tmp_path / "vectors.sqlite", 1, backend="fastembed", model=str(folder))
     # The default backend pools the per-token output of the same folder.
     assert load_embedder(folder, None, None).embed(["fine"]).shape == (1, 8)
+
+
+def test_a_dangling_or_stale_model_link_is_pointed_at_the_installed_file_again(tmp_path):
+    from mcp_server.embedding_fastembed import link_file
+
+    source = tmp_path / "installed.onnx"
+    source.write_bytes(b"weights")
+    for old in (tmp_path / "gone.onnx", tmp_path / "other.onnx"):  # dangling, then elsewhere
+        if old.name == "other.onnx":
+            old.write_bytes(b"other")
+        link = tmp_path / "folder" / "model.onnx"
+        link.parent.mkdir(exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(old)
+        link_file(link, source)
+        assert link.resolve() == source.resolve() and link.read_bytes() == b"weights"
+    link_file(link, source)  # already right: left as it is
+    assert link.resolve() == source.resolve()
