@@ -142,11 +142,10 @@ def test_a_dangling_or_stale_model_link_is_pointed_at_the_installed_file_again(t
 
     source = tmp_path / "installed.onnx"
     source.write_bytes(b"weights")
+    (tmp_path / "other.onnx").write_bytes(b"other")
+    link = tmp_path / "folder" / "model.onnx"
+    link.parent.mkdir()
     for old in (tmp_path / "gone.onnx", tmp_path / "other.onnx"):  # dangling, then elsewhere
-        if old.name == "other.onnx":
-            old.write_bytes(b"other")
-        link = tmp_path / "folder" / "model.onnx"
-        link.parent.mkdir(exist_ok=True)
         link.unlink(missing_ok=True)
         link.symlink_to(old)
         link_file(link, source)
