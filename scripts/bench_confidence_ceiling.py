@@ -25,10 +25,12 @@ reported as top-1 and recall@3 next to the router's own ranking.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -46,11 +48,16 @@ QUADRATIC_C = 0.01  # 170 features on 170-829 cases: a strong penalty
 RERANK_DEPTH = 20
 
 
-def features(lib: tuner.Library, procedure: Procedure) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(cases x features) for each case's ranking leader, whether that leader is right, and names."""
+def _scoring(lib: tuner.Library, procedure: Procedure) -> Scoring:
+    """The router's scoring for the library as it is (bodies counted where they are evidence)."""
     present = np.ones((len(COMPONENTS), len(lib.names)), dtype=bool)
     present[1] = present[4] = lib.has_body
-    scoring = Scoring(procedure, present, lib.bm25_scale)
+    return Scoring(procedure, present, lib.bm25_scale)
+
+
+def features(lib: tuner.Library, procedure: Procedure) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(cases x features) for each case's ranking leader, whether that leader is right, and names."""
+    scoring = _scoring(lib, procedure)
     qs = lib.cases
     fused = scoring.fuse(qs.raw)
     ranked = scoring.rank(qs.raw, fused)
@@ -157,9 +164,7 @@ def transferred(source: Labelled, target: Labelled) -> float:
 def reranked(lib: tuner.Library, procedure: Procedure, seed: int = 0) -> dict[str, float]:
     """top-1 and recall@3 of the router's ranking, and of its best RERANK_DEPTH re-ordered by a
     classifier fitted (5-fold over the answerable cases) on their components."""
-    present = np.ones((len(COMPONENTS), len(lib.names)), dtype=bool)
-    present[1] = present[4] = lib.has_body
-    scoring = Scoring(procedure, present, lib.bm25_scale)
+    scoring = _scoring(lib, procedure)
     qs = lib.cases
     ranked = scoring.rank(qs.raw, scoring.fuse(qs.raw))
     answerable = np.flatnonzero(lib.positive)
@@ -169,7 +174,7 @@ def reranked(lib: tuner.Library, procedure: Procedure, seed: int = 0) -> dict[st
     parts = [scoring.saturate(c, getattr(qs.raw, name))[q, rows] for c, name in enumerate(COMPONENTS)]
     leader = np.repeat(ranked[answerable, order[:, 0]], order.shape[1])
     x = np.column_stack(
-        [*parts, ranked[q, rows], ranked[q, rows] - leader, qs.coverage[q, rows], present[1, rows]]
+        [*parts, ranked[q, rows], ranked[q, rows] - leader, qs.coverage[q, rows], scoring.present[1, rows]]
     )
     label = lib.right[q, rows]
     case_fold = np.repeat(folds(np.zeros(len(answerable), dtype=bool), seed), order.shape[1])
@@ -191,12 +196,11 @@ def measure(libraries: list[tuner.Library], procedure: Procedure) -> dict:
     for lib in libraries:
         x, right, _ = data[lib.name]
         positive = lib.positive
-        used, label = (positive & right) | ~positive, positive & right
         shipped, _ = tuner.calibrated(lib, procedure, "as_is")
         entry = {
             "cases": int(len(x)),
             "shipped_top1_at_goal": round(top1_at_goal(shipped, right, positive), 4),
-            "in_sample": round(top1_at_goal(decision(fit(x[used], label[used]), x), right, positive), 4),
+            "in_sample": round(transferred((x, right, positive), (x, right, positive)), 4),
             "cross_validated": [round(cross_validated(x, right, positive, s), 4) for s in SHUFFLES],
             "cross_validated_quadratic": [
                 round(cross_validated(quadratic(x), right, positive, s, QUADRATIC_C), 4) for s in SHUFFLES
@@ -228,7 +232,16 @@ def main() -> None:
     embedder = load_embedder(settings.embed_model_dir, settings.embed_model_sha256, cache, threads=2)
     specs = [tuner._parse(spec) for spec in args.library]
     libraries = [tuner.load_library(n, [s], [c], embedder, Procedure()) for n, s, c in specs]
-    print(json.dumps(measure(libraries, Procedure()), indent=2))
+    inputs = {  # what the numbers were computed from, so they can be recomputed
+        "embedding_model": embedder.model_digest,
+        "procedure": asdict(Procedure()),
+        "libraries": {
+            n: {"skills": str(s), "served": len(lib.names), "cases": str(c),
+                "cases_sha256": hashlib.sha256(c.read_bytes()).hexdigest()}
+            for (n, s, c), lib in zip(specs, libraries, strict=True)
+        },
+    }  # fmt: skip
+    print(json.dumps({"inputs": inputs, **measure(libraries, Procedure())}, indent=2))
 
 
 if __name__ == "__main__":
