@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import sys
 import tempfile
 from dataclasses import asdict
@@ -38,6 +37,7 @@ from scipy.optimize import minimize
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ingot.bench.routing import threshold_for_no_route  # noqa: E402
 from mcp_server.calibration import COMPONENTS, Procedure, Scoring  # noqa: E402
 from mcp_server.embedding import load_embedder  # noqa: E402
 from scripts import tune_procedure as tuner  # noqa: E402
@@ -105,9 +105,7 @@ def decision(model: tuple[np.ndarray, np.ndarray, np.ndarray], x: np.ndarray) ->
 def top1_at_goal(score: np.ndarray, right: np.ndarray, positive: np.ndarray) -> float:
     """top-1 with the lowest threshold that leaves NO_ROUTE_GOAL of the null requests unrouted
     (a case is routed when its score is above the threshold)."""
-    nulls = np.sort(score[~positive])
-    keep = max(math.ceil(NO_ROUTE_GOAL * len(nulls) - 1e-9), 1)  # null requests left unrouted
-    threshold = float(nulls[keep - 1])
+    threshold = threshold_for_no_route(score[~positive], NO_ROUTE_GOAL)
     return float(np.mean((right & (score > threshold))[positive]))
 
 

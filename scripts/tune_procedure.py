@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ingot.bench.routing import load_cases  # noqa: E402
+from ingot.bench.routing import load_cases, threshold_for_no_route  # noqa: E402
 from mcp_server.calibration import (  # noqa: E402
     BODY_MIN_TERMS,
     COMPONENTS,
@@ -223,7 +223,7 @@ def ceiling(lib: Library, procedure: Procedure, variant: str) -> dict[str, float
     cal, three = calibrated(lib, procedure, variant)
     pos = lib.positive
     top_right = lib.right[np.arange(len(cal)), three[:, 0]]
-    threshold = float(np.quantile(cal[~pos], NO_ROUTE_GOAL, method="higher"))
+    threshold = threshold_for_no_route(cal[~pos], NO_ROUTE_GOAL)
     routed = cal > threshold
     return {
         "ranking_top1": round(float(np.mean(top_right[pos])), 4),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import shutil
 import statistics
 import tempfile
@@ -29,6 +30,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from fastmcp import Client
 
 from ingot.errors import ConfigError
@@ -115,6 +117,14 @@ def _acceptable(value: object) -> frozenset[str]:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return frozenset(value)
     raise TypeError("acceptable must be a list of skill names")
+
+
+def threshold_for_no_route(null_scores: np.ndarray, goal: float) -> float:
+    """The lowest score threshold that leaves `goal` of the null cases unrouted, a case being
+    routed when its score is above the threshold (how a threshold is fitted on labels)."""
+    ordered = np.sort(np.asarray(null_scores, dtype=np.float64))
+    keep = max(math.ceil(goal * len(ordered) - 1e-9), 1)  # null cases that must stay unrouted
+    return float(ordered[keep - 1])
 
 
 def _share(hits: int, total: int) -> float | None:
