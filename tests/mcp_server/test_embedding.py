@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 
 from ingot.errors import EmbeddingModelError
 from mcp_server.embedding import default_model_files, load_embedder
+from tests.tiny_onnx import export_encoder
 
 
 def test_vectors_are_unit_length_deterministic_and_semantic(embedder):
@@ -69,56 +70,6 @@ def test_a_restart_re_embeds_nothing_that_did_not_change(tmp_path):
     assert second.computed == 1
 
 
-def _export(folder, outputs: list[str], vocab: int = 30522, dim: int = 8, mask: bool = True) -> np.ndarray:
-    """A tiny real ONNX encoder in `folder` (with the shipped tokenizer): each token's vector is a
-    row of a random table. `outputs` picks, in order, what the graph returns: "ids" (the input
-    echoed), "hidden" (the per-token vectors), "last_hidden_state" (the same, by its usual name),
-    "hidden16" (the same in float16), "decoy" (per-token vectors from another table) and
-    "pooled" (a plain mean, no mask). Returns the table the per-token vectors come from."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    folder.mkdir()
-    shutil.copy(default_model_files().tokenizer, folder / "tokenizer.json")
-    rng = np.random.default_rng(5)
-    table, decoy = (rng.normal(size=(vocab, dim)).astype(np.float32) for _ in range(2))
-    nodes = [
-        helper.make_node("Gather", ["table", "input_ids"], ["hidden"]),
-        helper.make_node("Gather", ["decoy_table", "input_ids"], ["decoy"]),
-        helper.make_node("Identity", ["hidden"], ["last_hidden_state"]),
-        helper.make_node("Cast", ["hidden"], ["hidden16"], to=TensorProto.FLOAT16),
-        helper.make_node("Identity", ["input_ids"], ["ids"]),
-        helper.make_node("ReduceMean", ["hidden", "axis"], ["pooled"], keepdims=0),
-    ]
-    per_token = ["batch", "tokens", dim]
-    shapes = {
-        "ids": (TensorProto.INT64, ["batch", "tokens"]),
-        "hidden": (TensorProto.FLOAT, per_token),
-        "last_hidden_state": (TensorProto.FLOAT, per_token),
-        "hidden16": (TensorProto.FLOAT16, per_token),
-        "decoy": (TensorProto.FLOAT, per_token),
-        "pooled": (TensorProto.FLOAT, ["batch", dim]),
-    }
-    graph = helper.make_graph(
-        nodes,
-        "tiny-encoder",
-        [
-            helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "tokens"])
-            for name in ("input_ids", "attention_mask")[: 2 if mask else 1]
-        ],
-        [helper.make_tensor_value_info(name, *shapes[name]) for name in outputs],
-        [
-            numpy_helper.from_array(table, "table"),
-            numpy_helper.from_array(decoy, "decoy_table"),
-            numpy_helper.from_array(np.array([1]), "axis"),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 9
-    onnx.save(model, folder / "model.onnx")
-    return table
-
-
 def _pooled_from(table: np.ndarray, folder, texts: list[str]) -> np.ndarray:
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tokenizer.no_padding()  # the shipped file pads to 128
@@ -141,14 +92,14 @@ TEXTS = ["route the request", "a much longer request about invoices and refunds"
     ids=["after-other-outputs", "known-name", "first-rank-3", "float16"],
 )
 def test_a_model_folder_is_pooled_from_its_per_token_output_whatever_its_position(tmp_path, outputs):
-    table = _export(tmp_path / "model", outputs)
+    table = export_encoder(tmp_path / "model", outputs)
     got = load_embedder(tmp_path / "model", None, None).embed(TEXTS)
     assert got == pytest.approx(_pooled_from(table, tmp_path / "model", TEXTS), abs=2e-3)
 
 
 def test_a_model_pooled_from_a_later_output_is_cached_apart_and_a_first_output_keeps_its_digest(tmp_path):
-    _export(tmp_path / "first", ["last_hidden_state", "ids"])
-    _export(tmp_path / "later", ["ids", "hidden"])
+    export_encoder(tmp_path / "first", ["last_hidden_state", "ids"])
+    export_encoder(tmp_path / "later", ["ids", "hidden"])
     first = load_embedder(tmp_path / "first", None, None).model_digest
     later = load_embedder(tmp_path / "later", None, None).model_digest
     assert ":" not in first  # the file's digest alone, as before: its cached vectors stay valid
@@ -156,25 +107,25 @@ def test_a_model_pooled_from_a_later_output_is_cached_apart_and_a_first_output_k
 
 
 def test_a_model_without_a_per_token_output_is_one_clear_error(tmp_path):
-    _export(tmp_path / "model", ["ids", "pooled"])
+    export_encoder(tmp_path / "model", ["ids", "pooled"])
     with pytest.raises(EmbeddingModelError, match="no per-token output .* export the encoder"):
         load_embedder(tmp_path / "model", None, None)
 
 
 def test_a_model_that_does_not_take_an_attention_mask_is_one_clear_error(tmp_path):
-    _export(tmp_path / "model", ["hidden"], mask=False)
+    export_encoder(tmp_path / "model", ["hidden"], mask=False)
     with pytest.raises(EmbeddingModelError, match="does not take attention_mask: EMBED_MODEL_DIR needs"):
         load_embedder(tmp_path / "model", None, None)
 
 
 def test_a_tokenizer_the_model_cannot_take_is_one_clear_error(tmp_path):
-    _export(tmp_path / "model", ["hidden"], vocab=100)  # the tokenizer's ids go up to 30521
+    export_encoder(tmp_path / "model", ["hidden"], vocab=100)  # the tokenizer's ids go up to 30521
     with pytest.raises(EmbeddingModelError, match="fails on a probe text .* the tokenizer this model"):
         load_embedder(tmp_path / "model", None, None)
 
 
 def test_a_tokenizer_file_that_is_not_one_is_one_clear_error(tmp_path):
-    _export(tmp_path / "model", ["hidden"])
+    export_encoder(tmp_path / "model", ["hidden"])
     (tmp_path / "model" / "tokenizer.json").write_text('{"model": "nothing like a tokenizer"}')
     with pytest.raises(EmbeddingModelError, match="cannot read the tokenizer .* tokenizer.json"):
         load_embedder(tmp_path / "model", None, None)

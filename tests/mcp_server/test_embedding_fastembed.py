@@ -126,10 +126,10 @@ def test_a_folder_whose_first_output_is_not_per_token_is_one_error_naming_the_ot
     import pytest
 
     from ingot.errors import EmbeddingModelError
-    from tests.mcp_server.test_embedding import _export
+    from tests.tiny_onnx import export_encoder
 
     folder = tmp_path / "model"
-    _export(folder, ["ids", "hidden"])  # fastembed pools the first output, here the input ids
+    export_encoder(folder, ["ids", "hidden"])  # fastembed pools the first output, here the input ids
     (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 256}))
     with pytest.raises(EmbeddingModelError, match="pools the model's first output.*EMBED_BACKEND=onnx"):
         load_embedder(None, None, tmp_path / "vectors.sqlite", 1, backend="fastembed", model=str(folder))
