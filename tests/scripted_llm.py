@@ -39,6 +39,10 @@ class Rule:
     error_body: dict[str, Any] | None = None
     garbage: str | None = None  # answer 200 with this raw body (e.g. an HTML page)...
     garbage_times: int = 0  # ...this many times (0: every time), then the reply
+    garbage_bytes: bytes | None = None  # like `garbage`, but these exact bytes (e.g. not UTF-8)
+    garbage_type: str | None = (
+        None  # the garbage's content-type (default: HTML if it starts with "<", else JSON)
+    )
     prompt_tokens: int | None = 11  # None: estimated from the request's size
     completion_tokens: int | None = 7  # None: estimated from the reply's size
     # Computes the answer from the request body: a reply text, or {"reply": ..., "tool_calls": [...]}.
@@ -159,10 +163,9 @@ class ScriptedLLM:
                             rule.error_body or {"error": {"message": "scripted error"}},
                             None,
                         )
-                    if rule.garbage is not None and (
-                        not rule.garbage_times or rule.used <= rule.garbage_times
-                    ):
-                        return 200, {"__raw__": rule.garbage}, None
+                    raw = rule.garbage_bytes if rule.garbage_bytes is not None else rule.garbage
+                    if raw is not None and (not rule.garbage_times or rule.used <= rule.garbage_times):
+                        return 200, {"__raw__": raw, "__type__": rule.garbage_type}, None
                     return 200, None, rule
         return 500, {"error": {"message": f"no scripted rule matches: {json.dumps(body)[:300]}"}}, None
 
@@ -241,10 +244,13 @@ def _handler(state: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
                 return
             status, error, rule = state.respond(body)
             if error is not None and "__raw__" in error:
-                raw = error["__raw__"].encode()
+                raw = error["__raw__"]
+                raw = raw if isinstance(raw, bytes) else raw.encode()
                 self.send_response(200)
                 self.send_header(
-                    "content-type", "text/html" if raw.lstrip().startswith(b"<") else "application/json"
+                    "content-type",
+                    error["__type__"]
+                    or ("text/html" if raw.lstrip().startswith(b"<") else "application/json"),
                 )
                 self.send_header("content-length", str(len(raw)))
                 self.end_headers()

@@ -8,8 +8,9 @@ Every request goes through here, so the rules are enforced once:
 - A remote URL without a key is a configuration error naming the setting; a local http:// URL
   needs no key.
 - Timeouts, retries with backoff on 429/5xx (the SDK's), and a concurrency limit. A 200 whose
-  body is not a chat completion (an HTML page, non-JSON, no `choices`) is retried the same way,
-  then ends in one clear error; each such reply is in the ledger as a call of unknown cost.
+  body is not a chat completion (an HTML page, bytes that are not UTF-8, non-JSON, no `choices`;
+  streamed: no chunk with a choice, or an error event) is retried the same way, then ends in one
+  clear error line; each such reply is in the ledger as a call of unknown cost.
 - Cassettes (record/replay), the usage ledger and its MAX_RUN_USD cap.
 - `complete_json` parses and validates structured output, with one repair retry.
 """
@@ -241,9 +242,10 @@ class LLMClient:
                 if self.ledger is not None:
                     self.ledger.record(role, request["model"], None, None)  # it may have been billed
                 if attempt == self.config.max_retries:
+                    what = " ".join(str(exc).split())  # one line, whatever the body held
                     raise LLMError(
                         f"{endpoint.base_url} answered 200 with something that is not a chat completion "
-                        f"({exc}) for the {role} role, {attempt + 1} times; check BASE_URL points at an "
+                        f"({what}) for the {role} role, {attempt + 1} times; check BASE_URL points at an "
                         "OpenAI-compatible /v1 endpoint"
                     ) from None
                 time.sleep(self.config.retry_backoff_s * 2**attempt)
@@ -255,11 +257,15 @@ class LLMClient:
         client = self._client(endpoint)
         try:
             if stream:
-                chunks = client.chat.completions.create(
+                with client.chat.completions.create(
                     **request, stream=True, stream_options={"include_usage": True}, extra_body=extra
-                )
-                return _assemble(role, request["model"], chunks)
+                ) as chunks:
+                    return _assemble(role, request["model"], chunks)
             response = client.chat.completions.create(**request, extra_body=extra)
+        except UnicodeDecodeError as exc:  # json.loads(bytes) in httpx's Response.json; the SSE decoder
+            raise _Malformed(
+                f"bytes that are not {exc.encoding} text ({exc.reason} at byte {exc.start})"
+            ) from exc
         except json.JSONDecodeError as exc:
             raise _Malformed(f"a body that is not JSON: {exc}") from exc
         except openai.APIResponseValidationError as exc:
@@ -285,6 +291,8 @@ class LLMClient:
                 f"{endpoint.base_url} answered {exc.status_code} for the {role} role after "
                 f"{self.config.max_retries} retries: {exc.message}"
             ) from exc
+        except openai.APIError as exc:  # what is left: an `{"error": ...}` event inside a 200 stream
+            raise _Malformed(f"an error event in the stream: {exc.message}") from exc
         choice = _first_choice(response)
         calls = tuple(
             ToolCall(c.id, c.function.name, c.function.arguments)
@@ -342,21 +350,42 @@ def _first_choice(response: Any) -> Any:
         kind = "an HTML page" if response.lstrip().lower().startswith(("<!doctype", "<html")) else "text"
         raise _Malformed(f"{kind}: {response[:60]!r}")
     choices = getattr(response, "choices", None)
-    if not choices:
+    if not choices or not isinstance(choices, list):
         raise _Malformed("JSON without `choices`")
-    if getattr(choices[0], "message", None) is None:
+    if not isinstance(getattr(choices[0], "message", None), openai.BaseModel):
         raise _Malformed("a choice without a `message`")
     return choices[0]
 
 
-def _assemble(role: str, model: str, chunks: Any) -> Completion:
-    text, finish, tokens_in, tokens_out, seen_model, known = [], None, 0, 0, model, False
+def _assemble(role: str, model: str, chunks: openai.Stream[Any]) -> Completion:
+    """The streamed chunks as one answer, or `_Malformed` if no chunk carried a choice (an HTML page
+    or an empty body parse as a stream of no events)."""
+    text, finish, tokens_in, tokens_out, seen_model, known, answered = [], None, 0, 0, model, False, False
     for chunk in chunks:
+        choices = _chunk_choices(chunk)
+        answered = answered or bool(choices)
         seen_model = chunk.model or seen_model
         if chunk.usage:
             tokens_in, tokens_out, known = chunk.usage.prompt_tokens, chunk.usage.completion_tokens, True
-        for choice in chunk.choices:
-            if choice.delta and choice.delta.content:
-                text.append(choice.delta.content)
+        for choice in choices:
+            content = getattr(choice.delta, "content", None)
+            if isinstance(content, str):
+                text.append(content)
             finish = choice.finish_reason or finish
+    if not answered:
+        kind = chunks.response.headers.get("content-type", "no content-type")
+        raise _Malformed(f"a stream without a single choice ({kind})")
     return Completion(role, seen_model, "".join(text), (), tokens_in, tokens_out, finish, usage_known=known)
+
+
+def _chunk_choices(chunk: Any) -> list[Any]:
+    """A stream chunk's choices (none in a usage-only chunk), or `_Malformed` saying what it was."""
+    if not isinstance(chunk, openai.BaseModel):
+        raise _Malformed(f"a stream chunk that is not a JSON object: {chunk!r:.60}")
+    choices = getattr(chunk, "choices", None) or []
+    if not isinstance(choices, list) or not all(
+        isinstance(c, openai.BaseModel) and isinstance(getattr(c, "delta", None), openai.BaseModel | None)
+        for c in choices
+    ):
+        raise _Malformed(f"a stream chunk whose `choices` are not choices: {choices!r:.60}")
+    return choices

@@ -216,6 +216,11 @@ def test_endpoint_repr_hides_the_key():
         "not json at all",
         '{"id": "x"}',
         '{"choices": []}',
+        "",
+        "[1, 2]",
+        "null",
+        '{"choices": {"0": {}}}',
+        '{"choices": [{"message": "hi"}]}',
     ],
 )
 def test_a_malformed_200_is_retried_then_one_clear_error(server, garbage):
@@ -232,6 +237,63 @@ def test_a_malformed_200_that_recovers_is_just_a_retry(server):
     server.add(user_contains="hello", garbage="<html>busy</html>", garbage_times=1, reply="fine")
     assert client_for(server).complete("agent", [{"role": "user", "content": "hello"}]).text == "fine"
     assert len(server.chat_requests()) == 2
+
+
+NOT_UTF8 = [
+    (False, b"\x80\x81 not utf-8", "application/json"),
+    (False, '{"choices": [{"message": {"content": "caf\u00e9"}}]}'.encode("latin-1"), "application/json"),
+    (False, b"\xff\xfe\x00garbage", "application/json"),  # a UTF-16 byte-order mark, then junk
+    (True, b'data: {"choices": [{"index": 0, "delta": {"content": "caf\xe9"}}]}\n\n', "text/event-stream"),
+    (True, b"\x80\x81 not utf-8", "application/json"),
+]
+
+
+@pytest.mark.parametrize(("stream", "body", "content_type"), NOT_UTF8)
+def test_a_200_body_that_is_not_utf8_is_retried_then_one_clear_error(server, stream, body, content_type):
+    server.add(user_contains="hello", garbage_bytes=body, garbage_type=content_type)
+    ledger = UsageLedger("run-b", {})
+    with pytest.raises(LLMError, match="not a chat completion") as failure:
+        client_for(server, ledger=ledger).complete(
+            "agent", [{"role": "user", "content": "hello"}], stream=stream
+        )
+    assert "3 times" in str(failure.value) and "\n" not in str(failure.value)
+    assert len(server.chat_requests()) == 3  # the first try and max_retries=2 retries
+    assert ledger.totals()["total"]["unknown_cost_calls"] == 3
+
+
+@pytest.mark.parametrize(("stream", "body", "content_type"), NOT_UTF8[:1] + NOT_UTF8[3:4])
+def test_a_body_that_is_not_utf8_then_a_good_reply_is_just_a_retry(server, stream, body, content_type):
+    server.add(
+        user_contains="hello", garbage_bytes=body, garbage_type=content_type, garbage_times=2, reply="fine"
+    )
+    completion = client_for(server).complete("agent", [{"role": "user", "content": "hello"}], stream=stream)
+    assert completion.text == "fine" and completion.tokens_in == 11
+    assert len(server.chat_requests()) == 3
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "<!doctype html><html><body>Bad gateway</body></html>",  # no events at all, not an empty answer
+        "",
+        "data: [DONE]\n\n",
+        'data: "text"\n\n',
+        "data: null\n\n",
+        'data: {"id": "x"}\n\n',
+        'data: {"choices": [1]}\n\n',
+        'data: {"choices": "abc"}\n\n',
+        'data: {"choices": [{"index": 0, "delta": "abc"}]}\n\n',
+        'data: {"error": {"message": "upstream\\nfailed"}}\n\n',  # an error event, mid-stream
+    ],
+)
+def test_a_streamed_200_that_is_not_a_completion_is_retried_then_one_clear_error(server, body):
+    server.add(
+        user_contains="hello", garbage=body, garbage_type="text/event-stream" if body[:1] != "<" else None
+    )
+    with pytest.raises(LLMError, match="not a chat completion") as failure:
+        client_for(server).complete("agent", [{"role": "user", "content": "hello"}], stream=True)
+    assert "3 times" in str(failure.value) and "\n" not in str(failure.value)
+    assert len(server.chat_requests()) == 3
 
 
 def test_a_journal_keeps_what_a_failed_run_paid_for(server, tmp_path):
