@@ -183,7 +183,7 @@ class GoldenRow:
     status: str  # none | teacher-drafted | human-approved
     approved_by: str | None
     criteria: tuple[str, ...]
-    facts: tuple[str, ...]  # "step | label | value", as the edit box takes them
+    facts: tuple[str, ...]  # "step | label | value | quote…", as the edit box takes them
     notes: tuple[str, ...]
     retired: str | None
 
@@ -236,7 +236,7 @@ def golden_rows(goldens: Sequence[Stored]) -> list[GoldenRow]:
                 review.status,
                 review.approved_by,
                 tuple(c.text for c in review.criteria),
-                tuple(f"{f.step} | {f.label} | {f.value}" for f in review.facts),
+                tuple(fact_line(f.step, f.label, f.value, *f.quotes) for f in review.facts),
                 review.notes,
                 retired,
             )
@@ -244,17 +244,44 @@ def golden_rows(goldens: Sequence[Stored]) -> list[GoldenRow]:
     return rows
 
 
+_ESCAPES = {"\\": "\\", "|": "|", "n": "\n"}
+
+
+def fact_line(step: int, *fields: str) -> str:
+    """One world fact as the edit box shows it: `step | label | value | quote | quote…`, with
+    `\\`, `\\|` and `\\n` standing for a backslash, a bar and a line break inside a field."""
+    escaped = (f.replace("\\", "\\\\").replace("|", "\\|").replace("\n", "\\n") for f in fields)
+    return " | ".join((str(step), *escaped))
+
+
+def _fields(line: str) -> list[str]:
+    """A line split at its unescaped bars, escapes undone (`fact_line` reversed)."""
+    fields, current, chars = [], [], iter(line)
+    for char in chars:
+        if char == "|":
+            fields.append("".join(current))
+            current = []
+        elif char == "\\":
+            following = next(chars, "")
+            current.append(_ESCAPES.get(following, char + following))
+        else:
+            current.append(char)
+    return [f.strip() for f in (*fields, "".join(current))]
+
+
 def parse_facts(text: str) -> list[dict[str, Any]]:
-    """World facts typed in the edit box: one `step | label | value` per line."""
+    """World facts typed in the edit box: one `step | label | value` per line, then optionally
+    the passages of the answer that state it (`| quote | quote…`)."""
     facts = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) != 3 or not parts[0].isdigit():
+        parts = _fields(line)
+        if len(parts) < 3 or not parts[0].isdigit():
             raise IngotError(
-                f"world fact line {number}: write it as `step | label | value` "
-                "(e.g. `1 | EUR/USD rate | 1.0842`)"
+                f"world fact line {number}: write it as `step | label | value`, then any quotes of the "
+                "answer that state it as `| quote` (e.g. `1 | EUR/USD rate | 1.0842 | at 1.0842`)"
             )
-        facts.append({"step": int(parts[0]), "label": parts[1], "value": parts[2]})
+        quotes = [q for q in parts[3:] if q]
+        facts.append({"step": int(parts[0]), "label": parts[1], "value": parts[2], "quotes": quotes})
     return facts

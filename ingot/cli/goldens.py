@@ -160,7 +160,10 @@ def _one_line(exc: Exception) -> str:
 def _editable(stored) -> dict[str, Any]:
     return {
         "criteria": [c.text for c in stored.review.criteria],
-        "world_facts": [{"step": f.step, "label": f.label, "value": f.value} for f in stored.review.facts],
+        "world_facts": [
+            {"step": f.step, "label": f.label, "value": f.value, "quotes": list(f.quotes)}
+            for f in stored.review.facts
+        ],
     }
 
 
@@ -173,6 +176,8 @@ def _echo_review(stored) -> None:
         click.echo(f"  {criterion.id}: {criterion.text}")
     for fact in review.facts:
         click.echo(f"  {fact.id}: {fact.label} = {fact.value} (step {fact.step}, {fact.tool})")
+        for quote in fact.quotes:
+            click.echo(f"    quoted in the answer: {quote!r}")
     for note in review.notes:
         click.echo(f"  note: {note}")
     if review.state == "retired":

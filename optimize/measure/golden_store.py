@@ -35,7 +35,14 @@ def _review_from(data: Mapping[str, Any]) -> Review:
     return Review(
         criteria=tuple(Criterion(str(c["id"]), str(c["text"])) for c in data.get("criteria") or ()),
         facts=tuple(
-            WorldFact(str(f["id"]), int(f["step"]), str(f["tool"]), str(f["label"]), str(f["value"]))
+            WorldFact(
+                str(f["id"]),
+                int(f["step"]),
+                str(f["tool"]),
+                str(f["label"]),
+                str(f["value"]),
+                tuple(str(q) for q in f.get("quotes") or ()),  # absent in reviews written before quotes
+            )
             for f in data.get("facts") or ()
         ),
         status=data.get("status", "none"),

@@ -93,13 +93,28 @@ class Criterion:
 
 @dataclass(frozen=True)
 class WorldFact:
-    """A tool result the answer relied on: `value` as it appears in step `step`'s result."""
+    """A tool result the answer relied on: `value` as it appears in step `step`'s result.
+
+    `quotes` are the passages of the golden's answer that state this fact, each occurring in the
+    answer and holding the value as a whole word or number: when the world moves, the value is
+    replaced there and nowhere else (level0.Expected). No quotes: the answer is left as it is."""
 
     id: str
     step: int
     tool: str
     label: str
     value: str
+    quotes: tuple[str, ...] = ()
+
+    def content(self) -> dict[str, Any]:
+        """What a review's digest hashes: without `quotes` when there are none, so a review
+        written before facts had quotes keeps the digest its cached controls were keyed on."""
+        data = asdict(self)
+        if self.quotes:
+            data["quotes"] = list(self.quotes)
+        else:
+            del data["quotes"]
+        return data
 
 
 @dataclass(frozen=True)
@@ -121,7 +136,7 @@ class Review:
     @property
     def digest(self) -> str:
         """Digest of what judging depends on (criteria and facts), recorded in every bundle."""
-        data = {"criteria": [asdict(c) for c in self.criteria], "facts": [asdict(f) for f in self.facts]}
+        data = {"criteria": [asdict(c) for c in self.criteria], "facts": [f.content() for f in self.facts]}
         return hashlib.sha256(rfc8785.dumps(data)).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
@@ -256,8 +271,40 @@ def golden_from_trace(record: TraceRecord) -> Golden:
     )
 
 
+def value_spans(text: str, value: str) -> list[tuple[int, int]]:
+    """Where `value` occurs in `text` as a whole: not inside a longer word or number ("green" is
+    not in "greenfield", "12" not in "125" or "12.5"). Punctuation around it is a boundary."""
+    if not value:
+        return []
+    left = r"(?<!\w)" if re.match(r"\w", value[0]) else ""
+    left += r"(?<!\d[.,])" if value[0].isdigit() else ""
+    right = r"(?!\w)" if re.match(r"\w", value[-1]) else ""
+    right += r"(?![.,]\d)" if value[-1].isdigit() else ""
+    return [m.span() for m in re.finditer(left + re.escape(value) + right, text)]
+
+
+def quote_spans(text: str, quote: str) -> list[tuple[int, int]]:
+    """Every occurrence of `quote` in `text`, exactly, left to right and not overlapping."""
+    spans, start = [], text.find(quote) if quote else -1
+    while start >= 0:
+        spans.append((start, start + len(quote)))
+        start = text.find(quote, start + len(quote))
+    return spans
+
+
+def quote_problem(answer: str, value: str, quote: str) -> str | None:
+    """Why `quote` cannot locate `value` in `answer` (None: it can), as "it ..." reads."""
+    spans = quote_spans(answer, quote)
+    if not spans:
+        return "is not in the answer (quote it exactly, as one passage)"
+    if not any(s <= a and b <= e for s, e in spans for a, b in value_spans(answer, value)):
+        return f"does not contain {value!r} as a whole word or number"
+    return None
+
+
 def check_facts(golden: Golden, facts: Sequence[WorldFact]) -> list[str]:
-    """Why each fact does not hold in the recorded run (empty: all hold)."""
+    """Why each fact does not hold in the recorded run, or a quote of it is not a passage of the
+    answer stating its value (empty: all hold)."""
     steps = {s.index: s for s in golden.steps}
     problems = []
     for fact in facts:
@@ -268,4 +315,9 @@ def check_facts(golden: Golden, facts: Sequence[WorldFact]) -> list[str]:
             problems.append(f"{fact.id}: step {fact.step} called {step.name}, not {fact.tool}")
         elif not fact.value or fact.value not in step.result:
             problems.append(f"{fact.id}: {fact.value!r} is not in step {fact.step}'s result")
+        else:
+            for quote in fact.quotes:
+                problem = quote_problem(golden.answer, fact.value, quote)
+                if problem:
+                    problems.append(f"{fact.id}: the quote {quote!r} {problem}")
     return problems

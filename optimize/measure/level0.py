@@ -5,6 +5,8 @@ case, Unicode forms and whitespace (identical, or identical to what the unchange
 now: pass), the tool-call sequence, and the side effects (calls of side-effecting tools added or
 missing: L0 evidence of a regression). `level0` returns None when a model must look
 (cascade.py). `Decision` and `Judgement` are what every tier records, serialisable to evidence.
+`Expected` is the golden as the world is now: a moved fact's value is replaced only inside the
+passages of the answer that quote it, never by a search-and-replace over the whole text.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from optimize.measure.goldens import Golden, Review, call_key
+from optimize.measure.goldens import Golden, Review, call_key, quote_spans, value_spans
 from optimize.measure.replay import ReplayRun
 
 SIDE_EFFECT_TOOLS = frozenset({"write_file", "edit_file", "delete", "create_skill"})
@@ -101,11 +103,27 @@ class Expected:
 
     @property
     def answer(self) -> str:
-        """The golden's answer with every drifted fact's old value replaced by the new one."""
+        """The golden's answer with each moved fact's value replaced by its value now, only where
+        it was observed: inside the fact's quotes, as a whole word or number. The same text
+        elsewhere in the answer is left alone, and so is the answer of a fact without quotes
+        (the judges still read the move in `facts_text`)."""
         answer = self.golden.answer
+        edits: dict[tuple[int, int], str] = {}
         for fact in self.review.facts:
-            if self.now.get(fact.id):
-                answer = answer.replace(fact.value, self.now[fact.id])
+            new = self.now.get(fact.id)
+            if not new:
+                continue
+            values = value_spans(answer, fact.value)
+            for start, end in (q for quote in fact.quotes for q in quote_spans(answer, quote)):
+                for a, b in values:
+                    if start <= a and b <= end:
+                        edits.setdefault((a, b), new)  # the first fact quoting it wins
+        # Spans of the recorded answer, applied from the end so earlier offsets still hold; a
+        # span overlapping one already applied (two facts quoting the same text) is skipped.
+        kept = len(answer) + 1
+        for (a, b), new in sorted(edits.items(), reverse=True):
+            if b <= kept:
+                answer, kept = answer[:a] + new + answer[b:], a
         return answer
 
     def facts_text(self) -> str:
