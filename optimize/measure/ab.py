@@ -13,13 +13,16 @@ The result is the `ab` cell of an evidence bundle: per-case scores, pass/fail, p
 verdicts, divergence, tokens and cost, the sampling report, the conditions, and the champion
 cache entry's digest. Champion results are cached (cache.py) under everything that conditions
 them: revision, holdout hash, serving model and endpoint, sandbox mode, prompt templates, judges.
-A repeat run against an unchanged champion makes no champion-side model calls.
+A repeat run against an unchanged champion makes no champion-side model calls. Cost is not a
+condition: cached answers keep their token counts (in and out), and their `usd` is recomputed
+under today's prices on every read, never taken from when they were cached, without rewriting
+the sealed entry approval re-checks. `cost_basis` in the cell says what the cost rests on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +33,13 @@ from agent.run import serve, skill_system_prompt
 from agent.workspace import SkillSnapshot
 from ingot.errors import IngotError
 from ingot.seal import Seal
-from optimize.measure.cache import SealedCache
+from optimize.measure.cache import CacheEntry, SealedCache
 from optimize.measure.execcheck import Sandbox, run_check
 from optimize.measure.judge import Judge
 from optimize.measure.retention import retention
 from optimize.measure.samples import SampleReport, distinct_items
 from optimize.measure.taskset import Task, TaskSet
+from optimize.models.ledger import Price
 from optimize.models.llm import LLMClient
 from optimize.models.prompting import render, templates_digest
 
@@ -173,6 +177,8 @@ class ABRunner:
                     "score": round(grade.score, 6),
                     "pass": grade.passed,
                     "tokens": served.tokens_in + served.tokens_out,
+                    "tokens_in": served.tokens_in,
+                    "tokens_out": served.tokens_out,
                     "usd": self._serving_cost(served.tokens_in, served.tokens_out),
                     "dimensions": dict(grade.dimensions),
                     "rationales": list(grade.rationales),
@@ -181,19 +187,58 @@ class ABRunner:
             )
         return results
 
-    def _serving_cost(self, tokens_in: int, tokens_out: int) -> float | None:
-        """The serving model's cost for one answer (judging excluded); None without a price."""
+    def _serving_cost(self, tokens_in: int | None, tokens_out: int | None) -> float | None:
+        """The serving model's cost for one answer (judging excluded) at today's prices; None
+        without a price or without the token counts."""
         ledger = self.llm.ledger
         cost = ledger.cost(self.llm.config.endpoint("agent").model, tokens_in, tokens_out) if ledger else None
         return None if cost is None else round(cost, 8)
 
-    def champion_results(self, champion: Arm, tasks: Sequence[Task], holdout_hash: str):
-        """The champion's results and their cache entry (read, or computed and written)."""
+    def _price(self) -> Price | None:
+        """Today's price of the serving model, from the ledger's PRICES_FILE table."""
+        ledger = self.llm.ledger
+        return ledger.prices.get(self.llm.config.endpoint("agent").model) if ledger else None
+
+    def champion_results(self, champion: Arm, tasks: Sequence[Task], holdout_hash: str) -> CacheEntry:
+        """The champion's results and their cache entry (read, or computed and written). Read
+        results are priced now from their token counts; the entry's bytes stay as sealed. An
+        entry from before the split token counts is remeasured only when it could now be priced."""
         conditions = self.conditions(champion, tasks, holdout_hash)
         entry = self.cache.get(conditions)
-        if entry is None or len(entry.results) != len(tasks):
-            entry = self.cache.put(conditions, self._run_arm(champion, tasks))
-        return entry
+        if (
+            entry is not None
+            and len(entry.results) == len(tasks)
+            and (self._price() is None or all(_counted(r) for r in entry.results))
+        ):
+            return replace(entry, results=[self._repriced(r) for r in entry.results])
+        return self.cache.put(conditions, self._run_arm(champion, tasks))
+
+    def _repriced(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        """A cached answer with its `usd` at today's prices (unknown without its token counts)."""
+        if not _counted(result):
+            return {**result, "tokens_in": None, "tokens_out": None, "usd": None}
+        return {**result, "usd": self._serving_cost(result["tokens_in"], result["tokens_out"])}
+
+    def _cost_basis(self, entry: CacheEntry) -> dict[str, Any]:
+        """What the cell's costs were computed from, so they can be recomputed from it alone."""
+        price = self._price()
+        if not entry.hit:
+            champion = "measured now"
+        elif all(_counted(r) for r in entry.results):
+            champion = "recomputed from cached token counts"
+        else:
+            champion = "cached without its token counts: cost unknown"
+        return {
+            "serving_model": self.llm.config.endpoint("agent").model,
+            "price": None
+            if price is None
+            else {
+                "input_per_million": price.input_per_million,
+                "output_per_million": price.output_per_million,
+            },
+            "champion": champion,
+            "challenger": "measured now",
+        }
 
     def run(self, champion: Arm, challenger: Arm, tasks: TaskSet) -> dict[str, Any]:
         """The `ab` cell for an evidence bundle; `ABRefused` (before any call) if it cannot be."""
@@ -242,6 +287,10 @@ class ABRunner:
                     "pairwise_rationales": list(preference.rationales),
                     "champion_tokens": a["tokens"],
                     "challenger_tokens": b["tokens"],
+                    "champion_tokens_in": a.get("tokens_in"),
+                    "champion_tokens_out": a.get("tokens_out"),
+                    "challenger_tokens_in": b.get("tokens_in"),
+                    "challenger_tokens_out": b.get("tokens_out"),
                     "champion_usd": a.get("usd"),
                     "challenger_usd": b.get("usd"),
                     "divergence": first_divergence(a["answer"], b["answer"]),
@@ -266,6 +315,7 @@ class ABRunner:
             "challenger_mean": _mean([c["challenger"] for c in cases]),
             "champion_usd": _total([c["champion_usd"] for c in cases]),
             "challenger_usd": _total([c["challenger_usd"] for c in cases]),
+            "cost_basis": self._cost_basis(entry),
             "retention": round(retention(champion.body or "", challenger.body or ""), 4),
             "holdout_hash": tasks.holdout_hash,
             "serving_model": self.llm.config.endpoint("agent").model,
@@ -274,6 +324,11 @@ class ABRunner:
             "champion_cache": entry.as_json(),
             "champion_from_cache": entry.hit,
         }
+
+
+def _counted(result: Mapping[str, Any]) -> bool:
+    """Whether a cached answer recorded its input and output tokens apart (older entries did not)."""
+    return all(isinstance(result.get(k), int) for k in ("tokens_in", "tokens_out"))
 
 
 def _mean(values: Sequence[float]) -> float | None:
