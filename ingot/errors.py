@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "done"),
-    (1, "refused or failed: a check said no (approval, gate, audit chain, drift), or a write failed"),
+    (1, "refused or failed: a check said no (approval, passport, audit chain, drift), or a write failed"),
     (
         2,
         "usage or configuration: a bad flag or setting, a missing or empty skills root, an unknown "
@@ -20,8 +20,8 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     ),
     (
         3,
-        "conflict: another process holds the change lock, or the change or revision you named was "
-        "decided or replaced since you looked",
+        "conflict: another process holds the change lock, the change or revision you named was "
+        "decided or replaced since you looked, or a proposal was withheld behind a better waiting change",
     ),
     (130, "interrupted (Ctrl-C)"),
 )

@@ -29,7 +29,8 @@ from ingot.settings import Settings
 from mcp_server.library import Library
 from optimize.control.changes import ChangeControl
 from optimize.control.evidence import Evidence
-from optimize.control.gate import evaluate as gate
+from optimize.control.kinds import KINDS, why_not_applicable
+from optimize.control.passport import Passport, passport
 from optimize.measure.evaluate import Candidate
 from optimize.measure.evaluate import evaluate as measure
 from optimize.models.llm import LLMClient
@@ -41,9 +42,7 @@ log = logging.getLogger(__name__)
 class Evaluated:
     change_id: str
     evidence: Evidence
-    verdict: str
-    reasons: tuple[str, ...]
-    cells: dict[str, str]  # cell -> "measured" | "not measured: why" | ...
+    passport: Passport  # the verdict, judged against what is live now
     ledger: str | None  # where the run's ledger was written
 
 
@@ -60,10 +59,11 @@ def evaluate_change(
     candidate = Candidate(
         skill,
         change.kind,
-        change.candidate_revision,
-        change.files,
+        None if change.removal else change.candidate_revision,
+        None if change.removal else change.files,
         change.champion_revision,
         control.champion_files(skill) if change.champion_revision else None,
+        frozenset(change.seen),
     )
     with model_run(settings, f"evaluate-{skill}", journal=f"evaluate-{skill}-{change_id}") as llm:
         missing = models_missing(settings)
@@ -90,22 +90,17 @@ def evaluate_change(
             provenance=record,
             measured_against=change.champion_revision,
         )
-    verdict = gate(bundle.data, control.thresholds)
-    cells = {
-        name: cell.get("status", "?")
-        if cell.get("status") == "measured"
-        else f"{cell.get('status')}: {cell.get('why')}"
-        for name, cell in measurements.items()
-    }
-    return Evaluated(
-        change_id, bundle, verdict.status, verdict.reasons, cells, cost.get("ledger") if cost else None
-    )
+    verdict = passport(bundle.data, control.live_revision(skill), control.thresholds)
+    return Evaluated(change_id, bundle, verdict, cost.get("ledger") if cost else None)
 
 
 def _replay_cell(settings: Settings, llm: LLMClient, missing: str | None) -> Callable[[Candidate], dict]:
     """The regression-replay cell: the skill's blessed runs replayed with the candidate's bytes."""
 
     def cell(change: Candidate) -> dict:
+        why = why_not_applicable(change.kind, "replay") if change.kind in KINDS else None
+        if why is not None:  # nothing to pay for: the passport shows the cell as n/a anyway
+            return {"status": "not_applicable", "why": why}
         if missing is not None:
             return {"status": "not_measured", "why": missing}
         context = replay_context(settings)
@@ -141,6 +136,6 @@ class BackgroundEvaluator:
                 result = evaluate_change(
                     self.settings, self.library, self.control, skill, change_id, by="ingot-auto"
                 )
-                log.info("evaluated %s %s: %s", skill, change_id, result.verdict)
+                log.info("evaluated %s %s: %s", skill, change_id, result.passport.state)
             except Exception as exc:  # the worker must outlive one bad evaluation
                 log.warning("could not evaluate %s %s: %s (run `ingot evaluate`)", skill, change_id, exc)

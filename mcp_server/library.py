@@ -164,10 +164,12 @@ class Library:
         """True while an edit's routing rule is still being re-derived in the background."""
         return self._router.calibrating()
 
-    def router_with(self, overrides: Mapping[str, Skill]) -> Router:
-        """A private router over the served skills with some replaced in memory (what-if scoring)."""
+    def router_with(self, overrides: Mapping[str, Skill | None]) -> Router:
+        """A private router over the served skills with some replaced in memory, or left out
+        where the override is None (what-if scoring)."""
         router = Router(self._router.embedder, self._router.procedure)
-        router.update({**self._router.served(), **overrides})
+        skills = {**self._router.served(), **overrides}
+        router.update({name: skill for name, skill in skills.items() if skill is not None})
         return router
 
     def model_digest(self) -> str:

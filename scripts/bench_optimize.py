@@ -55,6 +55,15 @@ def _counts(server, since: int) -> dict:
     }
 
 
+def _ab_state(ab: dict | None, control) -> str:  # noqa: ANN001 - ChangeControl
+    """The held-out A/B cell's state for the body pass's winner (what its calls bought)."""
+    from optimize.control.gate import ab_cell
+
+    if not ab or ab.get("status") != "measured":
+        return "missing"
+    return ab_cell({"measurements": {"ab": ab}}, control.thresholds).state
+
+
 def run(candidates: int = 5) -> dict:
     work = Path(tempfile.mkdtemp(prefix="ingot-bench-optimize-"))
     import shutil
@@ -106,7 +115,7 @@ def run(candidates: int = 5) -> dict:
         "candidates": candidates,
         "train_tasks": len(tasks.train),
         "holdout_tasks": holdout,
-        "body_pass": {**body_counts, "verdict": body.verdict},
+        "body_pass": {**body_counts, "passport": body.verdict, "ab": _ab_state(body.ab, control)},
         "description_pass": {
             **description_counts,
             "chosen": described.chosen is not None,
@@ -114,7 +123,7 @@ def run(candidates: int = 5) -> dict:
         },
         "repeat_run": {  # the same body pass again, champion unchanged: its side comes from caches
             **_counts(server, mark),
-            "verdict": again.verdict,
+            "passport": again.verdict,
             "seed_side_calls": server.champion_side_calls("SEED-MARK", mark),
             "first_run_seed_side_calls": first_seed,
             "calls_saved": body_counts["model_calls"] - len(repeat),

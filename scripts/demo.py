@@ -6,12 +6,15 @@ default .demo/), starts the scripted OpenAI-compatible server from tests/ on loo
 agent serving a body that says NEW-MARK answers "strong answer", any other "weak answer"; the
 judge grades them 0.9 and 0.2; the teacher rewrites to a body with NEW-MARK. So a proposal that
 adds a NEW-MARK line passes its held-out A/B, and one that does not is blocked. The numbers are
-a function of the script, not of a model; every step around them (evidence, gate, approval,
-promotion, rollback, audit) is the real one. Ctrl-C stops both servers; the folder is kept.
+a function of the script, not of a model; every step around them (evidence, passport, approval,
+promotion, rollback, audit) is the real one. The demo's price table (`demo-prices.json`, made-up
+prices for the scripted models) lets the cost cell be measured; no run is blessed, so the replay
+cell stays missing and approving asks for a reason. Ctrl-C stops both servers; the folder is kept.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -49,14 +52,26 @@ def script(server: ScriptedLLM) -> None:
     server.script_optimizer(REWRITE)
 
 
+# Made-up prices (USD per million tokens) for the scripted models: not any provider's.
+PRICES = {
+    "agent-model": {"input": 0.5, "output": 1.5},
+    "teacher-model": {"input": 3.0, "output": 15.0},
+    "judge-model": {"input": 1.0, "output": 4.0},
+}
+
+
 def prepare(folder: Path) -> dict[str, str]:
-    """The demo's skills, task set and state home under `folder`; the environment for `ingot`."""
+    """The demo's skills, task set, price table and state home under `folder`; the environment
+    for `ingot`."""
     skills, tasks = folder / "skills", folder / "tasks"
     if not skills.exists():
         shutil.copytree(REPO / "skills", skills)
     tasks.mkdir(parents=True, exist_ok=True)
     (tasks / "release-notes.yaml").write_text(TASKS)
+    prices = folder / "demo-prices.json"
+    prices.write_text(json.dumps(PRICES, indent=1))
     return {
+        "PRICES_FILE": str(prices),
         "SKILLS_DIRS": str(skills),
         "TASKS_DIR": str(tasks),
         "INGOT_HOME": str(folder / "home"),

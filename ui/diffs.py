@@ -6,8 +6,9 @@ two views always agree. Lines are split on "\n" only, and characters a reviewer 
 as ⟨U+XXXX⟩, with a missing final newline marked, so approved bytes are bytes that were shown.
 Binary or undecodable files are described by size and digest instead of being diffed; unchanged
 files are left out; an added or removed file is headed /dev/null on its missing side, as git does.
-`risk` sums a change up from the same bytes, whatever its source: lines added and removed, the
-share of SKILL.md's body changed and retained. HTML escaping is the template's job, not this one's.
+`risk` sums a change up from the same bytes, whatever its source (measure/size.py: lines added
+and removed, the share of SKILL.md's body changed and retained), with the reviewer's warning.
+HTML escaping is the template's job, not this one's.
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ingot.errors import SkillInvalid
-from mcp_server.registry import parse_skill_md
-from optimize.measure.retention import retention
+from optimize.measure.size import ChangeSize, change_size
 
 CONTEXT = 3
 MAX_DIFF_LINES = 4000  # beyond this a file's diff is summarised, to keep the page usable
@@ -134,57 +133,47 @@ def file_diffs(live: Mapping[str, bytes], candidate: Mapping[str, bytes]) -> lis
 
 @dataclass(frozen=True)
 class Risk:
-    """A change's size and shape, computed from its bytes (no evidence needed)."""
+    """A change's size and shape, from its bytes (measure/size.py), and the warning a reviewer needs."""
 
-    files: int  # files added, removed or modified
-    added: int  # text lines added, over every file
-    removed: int  # text lines removed
-    binary: int  # files that differ but cannot be diffed as text (counted, not measured)
-    body_changed: float  # share of SKILL.md's body lines changed: 1 - difflib's line ratio
-    retained: float | None  # share of the live body's non-blank lines kept; None for a new skill
-    warning: str | None  # set when `retained` is below the gate's RETENTION_WARN
+    size: ChangeSize
+    warning: str | None  # set when the share of the body kept is below RETENTION_WARN
+
+    @property
+    def added(self) -> int:
+        return self.size.added
+
+    @property
+    def removed(self) -> int:
+        return self.size.removed
+
+    @property
+    def files(self) -> int:
+        return self.size.files
+
+    @property
+    def binary(self) -> int:
+        return self.size.binary
+
+    @property
+    def body_changed(self) -> float:
+        return self.size.body_changed
+
+    @property
+    def retained(self) -> float | None:
+        return self.size.retained
 
     @property
     def new_skill(self) -> bool:
-        return self.retained is None
-
-
-def _body(data: bytes | None, name: str) -> str:
-    """SKILL.md's body (after its frontmatter); the whole text when the frontmatter does not parse."""
-    if data is None:
-        return ""
-    text = data.decode("utf-8", "replace")
-    try:
-        return parse_skill_md(text, name)[2]
-    except SkillInvalid:  # admission refuses such a candidate; its risk is still worth showing
-        parts = text.lstrip("\ufeff").split("---", 2)
-        return parts[2] if text.lstrip("\ufeff").startswith("---") and len(parts) == 3 else text
+        return self.size.retained is None
 
 
 def risk(name: str, live: Mapping[str, bytes], candidate: Mapping[str, bytes], retention_warn: float) -> Risk:
     """The change-risk summary of replacing `live` with `candidate` (empty `live`: a new skill)."""
-    added = removed = binary = files = 0
-    for path in set(live) | set(candidate):
-        before, after = live.get(path), candidate.get(path)
-        if before == after:
-            continue
-        files += 1
-        old, new = _text(before), _text(after)
-        if old is None or new is None:
-            binary += 1
-            continue
-        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
-            if tag != "equal":
-                removed += i2 - i1
-                added += j2 - j1
-    old_body, new_body = _body(live.get("SKILL.md"), name), _body(candidate.get("SKILL.md"), name)
-    matcher = difflib.SequenceMatcher(a=old_body.splitlines(), b=new_body.splitlines(), autojunk=False)
-    changed = 1.0 - matcher.ratio() if old_body or new_body else 0.0
-    retained = retention(old_body, new_body) if live else None
+    size = change_size(name, live, candidate)
     warning = None
-    if retained is not None and retained < retention_warn:
+    if size.retained is not None and size.retained < retention_warn:
         warning = (
-            f"keeps {retained:.0%} of the live body's lines (below RETENTION_WARN {retention_warn:.0%}): "
-            "read the whole new body, not just the diff"
+            f"keeps {size.retained:.0%} of the live body's lines (below RETENTION_WARN "
+            f"{retention_warn:.0%}): read the whole new body, not just the diff"
         )
-    return Risk(files, added, removed, binary, changed, retained, warning)
+    return Risk(size, warning)

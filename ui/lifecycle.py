@@ -1,10 +1,12 @@
-"""A change's lifecycle, rendered from its artifacts: proposed -> evidenced -> gated -> decided ->
+"""A change's lifecycle, rendered from its artifacts: proposed -> evidenced -> judged -> decided ->
 promoted -> watched.
 
 Every stage is lit only by something on disk: the audit chain's lines for the change id, its
-evidence bundle (found by the digest those lines record) and the gate's verdict on it under
-today's thresholds. A stage with no artifact stays dark and says what is missing; nothing is
-inferred from a later stage (a rejected change was never promoted, however green its bundle).
+evidence bundle (found by the digest those lines record) and its passport under today's
+thresholds; a decision shows what the approver accepted (missing cells and the reason, a replay
+override), as its audit line records it. A stage with no artifact stays dark and says what is
+missing; nothing is inferred from a later stage (a rejected change was never promoted, however
+green its bundle).
 Reads only; the review card shows a pending change's map, the history page every decided one.
 """
 
@@ -17,9 +19,10 @@ from typing import Any
 
 from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditEntry
-from optimize.control.gate import Thresholds, Verdict, evaluate
+from optimize.control.gate import Thresholds
+from optimize.control.passport import Passport, passport
 
-STAGES = ("proposed", "evidenced", "gated", "decided", "promoted", "watched")
+STAGES = ("proposed", "evidenced", "judged", "decided", "promoted", "watched")
 DECISIONS = ("promote", "reject", "withdraw")
 
 
@@ -40,6 +43,10 @@ class ChangeLife:
     proposed_by: str | None
     decision: str | None  # approved, rejected, withdrawn; None while it waits
     stages: tuple[Stage, ...]
+    accepted_missing: tuple[str, ...] = ()  # cells the approver accepted as missing
+    acceptance_reason: str | None = None  # and why
+    accepted_by: str | None = None
+    state_at_approval: str | None = None  # the passport's state when it was approved
 
 
 def bundle_paths(runs_dir: Path, skill: str) -> dict[str, Path]:
@@ -51,15 +58,17 @@ def bundle_paths(runs_dir: Path, skill: str) -> dict[str, Path]:
 
 
 def for_pending(
-    lines: Sequence[AuditEntry], source: str, created: str, data: Mapping[str, Any], verdict: Verdict | None
+    lines: Sequence[AuditEntry], source: str, created: str, data: Mapping[str, Any], verdict: Passport | None
 ) -> tuple[Stage, ...]:
-    """A change still waiting: its propose and evidence lines, its bundle's measured cells, the
-    gate's verdict now. Not decided, so the last three stages are dark."""
+    """A change still waiting: its propose and evidence lines, its bundle's measured cells, its
+    passport now. Not decided, so the last three stages are dark."""
     proposed = next((e for e in lines if e.get("action") == "propose"), None)
     return (
         Stage("proposed", proposed is not None, f"by {source}, {created}" if proposed else "no propose line"),
         _evidenced(lines, data),
-        Stage("gated", verdict is not None, verdict.status if verdict is not None else "no readable bundle"),
+        Stage(
+            "judged", verdict is not None, verdict.summary if verdict is not None else "no readable bundle"
+        ),
         Stage("decided", False, "waiting for a decision"),
         Stage("promoted", False, "not yet"),
         Stage("watched", False, "after promotion: replay, mining and drift watch the live revision"),
@@ -90,6 +99,7 @@ def _decided(
     proposed = next((e for e in lines if e.get("action") == "propose"), None)
     digests = [e.get("evidence_digest") for e in lines if e.get("action") in ("propose", "evidence")]
     data, verdict = _bundle(digests[-1] if digests else None, bundles, thresholds)
+    intent = next((e for e in lines if e.get("action") == "promote-intent"), None)
     decided = next(
         (e for e in lines if e.get("action") in DECISIONS and e.get("outcome", "done") == "done"), None
     )
@@ -97,12 +107,15 @@ def _decided(
     decision = {"promote": "approved", "reject": "rejected", "withdraw": "withdrawn"}.get(
         str(decided.get("action")) if decided else ""
     )
-    if verdict is not None:
-        gated = Stage("gated", True, f"{verdict.status} under today's thresholds")
+    if intent is not None and intent.get("passport"):
+        gated = Stage("judged", True, f"{intent.get('passport')} when approved")
+    elif verdict is not None:
+        gated = Stage("judged", True, f"{verdict.summary} (against its champion, today's thresholds)")
     elif refused:
-        gated = Stage("gated", True, f"approval refused: {refused[-1].get('reason')}")
+        gated = Stage("judged", True, f"approval refused: {refused[-1].get('reason')}")
     else:
-        gated = Stage("gated", False, "its evidence bundle is not on this machine")
+        gated = Stage("judged", False, "its evidence bundle is not on this machine")
+    accepted = intent.get("accepted_missing") if intent is not None else None
     return ChangeLife(
         change_id=change_id,
         proposed_by=str(proposed.get("actor")) if proposed else None,
@@ -125,6 +138,10 @@ def _decided(
             _promoted(decided),
             _watched(decided, entries, live),
         ),
+        accepted_missing=tuple(map(str, accepted)) if isinstance(accepted, list) else (),
+        acceptance_reason=str(intent.get("acceptance_reason")) if intent and accepted else None,
+        accepted_by=str(intent.get("actor")) if intent and accepted else None,
+        state_at_approval=str(intent.get("passport")) if intent and intent.get("passport") else None,
     )
 
 
@@ -179,7 +196,9 @@ def _watched(decided: AuditEntry | None, entries: Sequence[AuditEntry], live: st
 
 def _bundle(
     digest: Any, bundles: Mapping[str, Path], thresholds: Thresholds
-) -> tuple[Mapping[str, Any], Verdict | None]:
+) -> tuple[Mapping[str, Any], Passport | None]:
+    """The bundle and its passport judged against the champion it was measured on (a decided
+    change's champion is history, not what is live now)."""
     path = bundles.get(str(digest)) if digest else None
     if path is None:
         return {}, None
@@ -187,4 +206,4 @@ def _bundle(
         data = evidence_mod.load(path).data
     except evidence_mod.EvidenceError:
         return {}, None
-    return data, evaluate(data, thresholds)
+    return data, passport(data, data.get("champion_revision"), thresholds)

@@ -17,14 +17,6 @@ from optimize.control.gate import p_clause
 
 
 @dataclass(frozen=True)
-class Measurement:
-    name: str
-    measured: bool
-    why: str | None  # why it was not measured
-    applicable: bool = True  # False: does not apply to this kind of change (and says why)
-
-
-@dataclass(frozen=True)
 class Case:
     id: str
     task: str
@@ -86,6 +78,15 @@ class Search:
     winner_mean: float | None
     candidates: int | None
     research: str | None  # web research status: off / fetched / cached / failed
+    asked_for: str | None = None  # the winning candidate's search angle: what it was asked to do
+
+
+@dataclass(frozen=True)
+class Leak:
+    """A routing case left out of routing metrics: the candidate was written from it."""
+
+    task: str
+    how: str  # "seen" (its author was shown it) | "in the candidate" (its text is pasted in)
 
 
 def as_float(value: Any) -> float | None:
@@ -120,20 +121,6 @@ def measured_block(blocks: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 def side_value(block: Mapping[str, Any], side: str, metric: str) -> Any:
     values = block.get(side)
     return values.get(metric) if isinstance(values, Mapping) else None
-
-
-def gate_value(data: Mapping[str, Any], key: str) -> Any:
-    gate = data.get("gate")
-    return gate.get(key) if isinstance(gate, Mapping) else None
-
-
-def measurement_of(name: str, block: Any) -> Measurement:
-    if not isinstance(block, Mapping):
-        return Measurement(name, False, "not in the evidence bundle")
-    if block.get("status") == "measured":
-        return Measurement(name, True, None)
-    applicable = block.get("status") != "not_applicable"
-    return Measurement(name, False, str(block.get("why") or "no reason given"), applicable)
 
 
 def case_of(case: Mapping[str, Any]) -> Case:
@@ -172,11 +159,23 @@ def search_of(block: Mapping[str, Any]) -> Search | None:
         return None
     research = block.get("research")
     status = research.get("status") if isinstance(research, Mapping) else None
+    asked = block.get("asked_for")
     return Search(
         as_float(block.get("seed_train_mean")),
         as_float(block.get("winner_train_mean")),
         as_int(block.get("candidates")),
         status if isinstance(status, str) else None,
+        asked.split(":")[0] if isinstance(asked, str) else None,
+    )
+
+
+def leaks_of(block: Any) -> tuple[Leak, ...]:
+    if not isinstance(block, Mapping):
+        return ()
+    return tuple(
+        Leak(str(c.get("task", "")), str(c.get("how", "")))
+        for c in as_list(block.get("cases"))
+        if isinstance(c, Mapping)
     )
 
 

@@ -1,7 +1,7 @@
 """The review queue at a glance: which changes wait, in what order, and each one's two score cards.
 
-Passing changes come first (a reviewer's time goes where a decision can be made), then the ones
-that are admissible, insufficient and blocked; oldest first within each. A score card shows one
+Ready changes come first (a reviewer's time goes where a decision can be made), then the ones
+that need acknowledgement, then blocked ones; oldest first within each. A score card shows one
 arm's headline number with the n it rests on; a number that was not measured stays `None`, and
 the page says so. Nothing here reads files: it orders and summarises records review_card.py built.
 """
@@ -9,21 +9,21 @@ the page says so. Nothing here reads files: it orders and summarises records rev
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-# Where a verdict sorts: decidable first, then weaker evidence, then what cannot be approved.
-VERDICT_ORDER = {"pass": 0, "admissible": 1, "insufficient": 2, "blocked": 3}
+from optimize.control.passport import STATES
 
 
 @dataclass(frozen=True)
 class ScoreCard:
-    """One arm's headline: the held-out mean score (or routing top-1 for a description change)."""
+    """One arm's headline: the held-out mean score, or a routing number when that is what the
+    change's evidence rests on (top-1 on held-out cases, a new skill's own cases routed to it)."""
 
     arm: str  # "champion" | "challenger"
     label: str  # what the arm is: "live 3f2a…", "no skill", "candidate 9c41…"
-    metric: str  # "held-out mean score" | "routing top-1"
+    metric: str
     value: float | None
     n: int | None  # distinct items the value was measured on
     passed: int | None = None  # held-out tasks the arm passed (of n), when recorded per case
@@ -33,7 +33,7 @@ class Card(Protocol):
     """What ordering needs from a review card (review_card.Review)."""
 
     @property
-    def verdict(self) -> str: ...
+    def state(self) -> str: ...
 
     @property
     def refusal(self) -> str | None: ...
@@ -46,10 +46,14 @@ C = TypeVar("C", bound=Card)
 
 
 def ordered(cards: Iterable[C]) -> list[C]:
-    """Approvable passing changes first, then by verdict, then oldest first."""
+    """Approvable changes first, ready before needs-acknowledgement before blocked, then oldest first."""
     return sorted(
         cards,
-        key=lambda c: (c.refusal is not None, VERDICT_ORDER.get(c.verdict, len(VERDICT_ORDER)), c.created),
+        key=lambda c: (
+            c.refusal is not None,
+            STATES.index(c.state) if c.state in STATES else len(STATES),
+            c.created,
+        ),
     )
 
 
@@ -100,14 +104,36 @@ def ab_cards(
 
 
 def routing_cards(
+    kind: str,
+    skill: str,
     champion_revision: str | None,
     candidate_revision: str,
-    top1: tuple[float | None, float | None],
-    n: int | None,
+    impact: Mapping[str, Any],
 ) -> tuple[ScoreCard, ScoreCard]:
-    """Routing top-1 before and after, for a change that moves only the description."""
+    """Routing before and after, for a change whose evidence is routing: a new skill's own held-out
+    cases routed to it (against no skill, which serves none of them), a removal's other skills'
+    top-1, a description's top-1. Each number on the held-out cases it counts, never on another
+    skill's cases alone."""
     champion = f"live {champion_revision[:12]}" if champion_revision else "no skill"
+    candidate = "no skill (removed)" if kind == "removal" else f"candidate {candidate_revision[:12]}"
+    metrics = impact.get("metrics") if isinstance(impact.get("metrics"), Mapping) else {}
+    if kind == "create":
+        own = impact.get("own") if isinstance(impact.get("own"), Mapping) else {}
+        n = own.get("cases") if isinstance(own.get("cases"), int) else None
+        before = own.get("champion_routed") / n if n else None
+        after = own.get("challenger_routed") / n if n else None
+        metric = f"its own routing cases routed to {skill}"
+        values = (before, after)
+    else:
+        name = "others_top1" if kind == "removal" else "top1"
+        metric = "top-1 of other skills' cases" if kind == "removal" else "routing top-1 (held-out cases)"
+        n = (metrics.get("n") or {}).get(name)
+        values = ((metrics.get("champion") or {}).get(name), (metrics.get("challenger") or {}).get(name))
     return (
-        ScoreCard("champion", champion, "routing top-1", top1[0], n),
-        ScoreCard("challenger", f"candidate {candidate_revision[:12]}", "routing top-1", top1[1], n),
+        ScoreCard("champion", champion, metric, _number(values[0]), n if isinstance(n, int) else None),
+        ScoreCard("challenger", candidate, metric, _number(values[1]), n if isinstance(n, int) else None),
     )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -1,9 +1,12 @@
-"""The review card for one pending change: its evidence, verdict, passport, diff and countdown.
+"""The review card for one pending change: its passport, evidence, diff and countdown.
 
-The bundle's blocks are parsed once (measurements.py) into records the templates can trust; a
-value that was not measured stays `None` and the page shows it as missing. The gate verdict is
-recomputed under the current thresholds, and whether approval would be refused is asked of
-change control itself (`ChangeControl.refusal`), so the page and the server never disagree.
+The passport (control/passport.py) is the card's one verdict: its state heads the card and its
+six cells are the only place a state word appears; the numbers below it are the measurements
+the cells rest on. The bundle's blocks are parsed once (measurements.py) into records the
+templates can trust; a value that was not measured stays `None` and the page shows it as
+missing. Whether approval would be refused, and what it asks for (a reason naming the missing
+cells, a replay override), is asked of change control itself (`ChangeControl.refusal`, the
+passport), so the page and the server never disagree.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ from typing import Any
 from ingot.errors import IngotError
 from optimize.control import evidence as evidence_mod
 from optimize.control.autonomy import decide
-from optimize.control.autopilot import change_passport, queued_at
+from optimize.control.autopilot import change_passport, change_trust, queued_at
 from optimize.control.changes import ChangeControl
-from optimize.control.gate import evaluate
-from optimize.control.passport import Cell, change_class
+from optimize.control.gate import METRIC_NAMES
+from optimize.control.passport import Cell, Passport
 from optimize.control.pending import PendingChange
 from ui import lifecycle
 from ui.diffs import FileDiff, Risk, file_diffs, risk
@@ -27,7 +30,7 @@ from ui.lifecycle import Stage
 from ui.measurements import (
     Case,
     Check,
-    Measurement,
+    Leak,
     Metric,
     Moved,
     Search,
@@ -37,9 +40,8 @@ from ui.measurements import (
     as_list,
     case_of,
     checks_of,
-    gate_value,
+    leaks_of,
     measured_block,
-    measurement_of,
     pairwise_of,
     provenance_of,
     recorded_mean,
@@ -51,25 +53,14 @@ from ui.measurements import (
 from ui.queue import ScoreCard, ab_cards, age, routing_cards
 from ui.replay import ReplayView, replay_view
 
-# The cells each kind of change is measured by (measure/evaluate.py): shown as missing when absent.
-EXPECTED = {
-    "rewrite": ("ab", "routing_impact"),
-    "description": ("routing_impact",),
-    "create": ("checks", "routing_impact", "ab"),
-}
-
-
-ROUTING_METRICS = ("top1", "recall_at_3", "no_route_precision")
+ROUTING_METRICS = ("top1", "recall_at_3", "no_route_precision", "others_top1")
 
 
 @dataclass(frozen=True)
 class Review:
     change: PendingChange
-    verdict: str  # pass | blocked | insufficient
-    reasons: tuple[str, ...]
-    warnings: tuple[str, ...]
+    passport: Passport
     refusal: str | None  # why approval would be refused now; None: the button is live
-    measurements: tuple[Measurement, ...]
     champion_mean: float | None
     challenger_mean: float | None
     samples: int | None
@@ -90,18 +81,23 @@ class Review:
     traffic: int | None = None
     shadowed: tuple[str, ...] = ()  # "task (expects skill)" the change would take
     moved: tuple[Moved, ...] = ()
+    leaks: tuple[Leak, ...] = ()  # routing cases left out of the metrics: the candidate was written from them
     provenance: tuple[str, ...] = ()  # models and endpoints, task-set origin (never keys)
     ledger: str | None = None  # the run's ledger, relative to the state home
     sampling: str | None = None  # "5 holdout items, 4 distinct"
-    passport: tuple[Cell, ...] = ()
-    passport_summary: str = ""
     lifecycle: tuple[Stage, ...] = ()
     autonomy: str | None = None  # what autonomy will do with it (level, countdown), or None
     goes_live_at: str | None = None  # a supervised change's window end (ISO, UTC): the countdown
     replay: ReplayView | None = None  # the regression replay cell
     risk: Risk | None = None  # the change's size and shape, from its bytes
     scorecards: tuple[ScoreCard, ScoreCard] | None = None  # None: no headline number measured
+    no_scorecards: str = ""  # why there is no headline number
     age: str = ""  # how long it has waited
+
+    @property
+    def state(self) -> str:
+        """ready | needs-acknowledgement | blocked: the one word for this change."""
+        return self.passport.state
 
     @property
     def created(self) -> str:
@@ -109,21 +105,29 @@ class Review:
 
     @property
     def refusal_extra(self) -> str | None:
-        """The refusal, when it says more than the gate's reasons (a stale or tampered change):
-        a blocked card states its reason once."""
-        if self.refusal is None or any(r in self.refusal for r in self.reasons):
+        """The refusal, when it says more than the passport's failed cells (a stale or tampered
+        change): a blocked card states its reason once."""
+        if self.refusal is None or self.refusal.startswith(f"{self.change.id} is blocked: "):
             return None
         return self.refusal
 
     @property
-    def open_cells(self) -> tuple[Cell, ...]:
-        """Passport cells a reviewer must read: measured (pass or fail) or stale."""
-        return tuple(c for c in self.passport if c.state not in ("missing", "n/a"))
+    def cells(self) -> tuple[Cell, ...]:
+        return self.passport.cells
 
     @property
-    def folded_cells(self) -> tuple[Cell, ...]:
-        """Cells with no measurement behind them (missing or not applicable): folded away."""
-        return tuple(c for c in self.passport if c.state in ("missing", "n/a"))
+    def warnings(self) -> tuple[str, ...]:
+        return self.passport.warnings
+
+    @property
+    def needs(self) -> str:
+        """What approving it takes: "nothing", "a reason" (missing cells), "an override" (a
+        replay BLOCK, plus a reason when cells are missing too) or "cannot" (refused)."""
+        if self.refusal is not None:
+            return "cannot"
+        if self.passport.overridable:
+            return "an override"
+        return "a reason" if self.passport.missing else "nothing"
 
     @property
     def champion_tokens(self) -> int | None:
@@ -148,13 +152,8 @@ def review(control: ChangeControl, change: PendingChange, now: dt.datetime | Non
             data, evidence_id = bundle.data, bundle.id
         except evidence_mod.EvidenceError:
             data = {}
-    verdict = evaluate(data, control.thresholds) if data else None
     card_passport = change_passport(control, change)
     blocks = data.get("measurements", {}) if isinstance(data.get("measurements"), Mapping) else {}
-    names = list(EXPECTED.get(change.kind, ())) + [
-        n for n in blocks if n not in EXPECTED.get(change.kind, ())
-    ]
-    measurements = tuple(measurement_of(name, blocks.get(name)) for name in names)
     ab = measured_block(blocks, "ab")
     impact = measured_block(blocks, "routing_impact")
     metrics = impact.get("metrics") if isinstance(impact.get("metrics"), Mapping) else {}
@@ -167,7 +166,7 @@ def review(control: ChangeControl, change: PendingChange, now: dt.datetime | Non
     champion_mean = recorded_mean(ab.get("champion_mean"), [c.champion for c in cases])
     challenger_mean = recorded_mean(ab.get("challenger_mean"), [c.challenger for c in cases])
     samples = as_int(ab.get("samples")) if as_int(ab.get("samples")) is not None else (len(cases) or None)
-    scorecards = None
+    scorecards, no_scorecards = None, ""
     if ab:
         scorecards = ab_cards(
             change.kind,
@@ -177,24 +176,22 @@ def review(control: ChangeControl, change: PendingChange, now: dt.datetime | Non
             samples,
             ([c.champion_pass for c in cases], [c.challenger_pass for c in cases]),
         )
-    elif impact:
+    elif impact and change.kind in ("create", "description", "both", "removal"):
         scorecards = routing_cards(
-            change.champion_revision,
-            change.candidate_revision,
-            (
-                as_float(side_value(metrics, "champion", "top1")),
-                as_float(side_value(metrics, "challenger", "top1")),
-            ),
-            as_int(side_value(metrics, "n", "top1")),
+            change.kind, change.skill, change.champion_revision, change.candidate_revision, impact
+        )
+    else:
+        no_scorecards = (
+            "the held-out A/B is not in the evidence"
+            if change.kind in ("body", "both", "create", "rewrite")
+            else "routing impact is not in the evidence"
         )
     autonomy = _autonomy(control, change)
+    measured_search = measured_block(blocks, "search")
     return Review(
         change=change,
-        verdict=verdict.status if verdict else "blocked",
-        reasons=verdict.reasons if verdict else ("the evidence bundle is missing or unreadable",),
-        warnings=verdict.warnings if verdict else (),
+        passport=card_passport,
         refusal=control.refusal(change),
-        measurements=measurements,
         champion_mean=champion_mean,
         challenger_mean=challenger_mean,
         samples=samples,
@@ -203,22 +200,23 @@ def review(control: ChangeControl, change: PendingChange, now: dt.datetime | Non
         serving_model=ab.get("serving_model") if isinstance(ab.get("serving_model"), str) else None,
         routing=tuple(
             Metric(
-                m,
+                METRIC_NAMES.get(m, m),
                 as_float(side_value(metrics, "champion", m)),
                 as_float(side_value(metrics, "challenger", m)),
                 as_int(side_value(metrics, "n", m)),
             )
-            for m in (ROUTING_METRICS if impact or change.kind == "description" else ())
+            for m in (ROUTING_METRICS if impact else ())
+            if side_value(metrics, "n", m) is not None
         ),
         checks=checks_of(measured_block(blocks, "checks")),
-        search=search_of(measured_block(blocks, "search")),
+        search=search_of(measured_search),
         cost_usd=as_float(cost.get("usd")),
         champion_usd=as_float(ab.get("champion_usd")),
         challenger_usd=as_float(ab.get("challenger_usd")),
         evidence_id=evidence_id,
         diffs=tuple(file_diffs(live, change.files)),
         pairwise=pairwise_of(ab.get("pairwise")),
-        statistics=tuple(statistic_of(s) for s in as_list(gate_value(data, "statistics"))),
+        statistics=tuple(statistic_of(s) for s in card_passport.statistics),
         routing_cases=as_int(side_value(impact, "cases", "total")),
         traffic=as_int(side_value(impact, "cases", "traffic")),
         shadowed=tuple(
@@ -233,23 +231,23 @@ def review(control: ChangeControl, change: PendingChange, now: dt.datetime | Non
             for name, m in (impact.get("by_skill") or {}).items()
             if isinstance(m, Mapping) and name != change.skill
         ),
+        leaks=leaks_of(impact.get("leakage")),
         provenance=provenance_of(data.get("provenance")),
         ledger=cost.get("ledger") if isinstance(cost.get("ledger"), str) else None,
         sampling=sampling_of(ab.get("sampling")),
-        passport=card_passport.cells,
-        passport_summary=card_passport.summary,
-        lifecycle=_lifecycle(control, change, data, verdict),
+        lifecycle=_lifecycle(control, change, data, card_passport if data else None),
         autonomy=autonomy[0] if autonomy else None,
         goes_live_at=autonomy[1] if autonomy else None,
         replay=replay_view(data) if data else None,
         risk=risk(change.skill, live, change.files, control.thresholds.retention_warn),
         scorecards=scorecards,
+        no_scorecards=no_scorecards,
         age=age(change.created, now or dt.datetime.now(dt.UTC)),
     )
 
 
 def _lifecycle(
-    control: ChangeControl, change: PendingChange, data: Mapping[str, Any], verdict: Any
+    control: ChangeControl, change: PendingChange, data: Mapping[str, Any], verdict: Passport | None
 ) -> tuple[Stage, ...]:
     try:
         lines = [e for e in control.audit.entries() if e.get("change_id") == change.id]
@@ -260,15 +258,15 @@ def _lifecycle(
 
 def _autonomy(control: ChangeControl, change: PendingChange) -> tuple[str, str | None] | None:
     """What autonomy will do with `change`, and when a supervised one goes live (None: manual)."""
-    cls = change_class(change.kind, {})
-    trust = control.autonomy.trust(change.skill, cls)
-    if trust.level == "manual":
+    trust = change_trust(control, change)
+    if trust is None or trust.level == "manual":
         return None
+    cls = f"{change.kind} changes" if change.kind != "both" else "description + body changes"
     try:
         start = queued_at(control, change)
     except IngotError as exc:
         return (
-            f"{cls} changes are {trust.level}, but the audit chain cannot be read ({exc}): a person decides",
+            f"{cls} are {trust.level}, but the audit chain cannot be read ({exc}): a person decides",
             None,
         )
     if start is None:
@@ -281,7 +279,7 @@ def _autonomy(control: ChangeControl, change: PendingChange) -> tuple[str, str |
         if decision.action == "wait" and decision.ready_at
         else None
     )
-    return f"{cls} changes are {trust.level}: {decision.why}", deadline
+    return f"{cls} are {trust.level}: {decision.why}", deadline
 
 
 def until(iso: str, now: dt.datetime | None = None) -> str:

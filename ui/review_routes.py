@@ -72,16 +72,16 @@ def add_review_routes(app: FastAPI, site: Site) -> None:
     def approve(
         skill: str,
         change_id: Annotated[str, Form()],
-        reason: Annotated[str, Form()] = "",
+        accept_missing: Annotated[str, Form()] = "",
         override_reason: Annotated[str, Form()] = "",
     ) -> RedirectResponse:
         check_skill_name(skill)
-        with exclusive():  # a replay WARN needs `reason`, a BLOCK `override_reason` (approve checks)
+        with exclusive():  # missing cells need `accept_missing`, a replay BLOCK `override_reason`
             control.approve(
                 skill,
                 actor,
                 change_id,
-                reason=reason[:2000] or None,
+                accept_missing=accept_missing[:2000] or None,
                 override_reason=override_reason[:2000] or None,
             )
         refresh(skill)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ingot.cli.options import print_evaluation, settings_for, setup_logging, skills_option
+from ingot.cli.options import print_evaluation, print_json, settings_for, setup_logging, skills_option
 
 
 def _control(skills: tuple[Path, ...]):
@@ -27,13 +27,18 @@ def _control(skills: tuple[Path, ...]):
     "--from",
     "source_dir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    required=True,
+    default=None,
     help="Folder holding the candidate SKILL.md and its files.",
 )
 @click.option(
     "--new",
     is_flag=True,
-    help="SKILL is a new skill (by default SKILL must be live, and the candidate rewrites it).",
+    help="SKILL is a new skill (by default SKILL must be live, and the candidate changes it).",
+)
+@click.option(
+    "--remove",
+    is_flag=True,
+    help="Propose that SKILL stop being served (instead of --from); its revision stays in the snapshots.",
 )
 @click.option("--note", default=None, help="Why you propose it (shown to the reviewer).")
 @click.option(
@@ -42,61 +47,98 @@ def _control(skills: tuple[Path, ...]):
     help="Only queue it; measure later with `ingot evaluate` (by default every cell that can run does).",
 )
 def propose(
-    skills: tuple[Path, ...], skill: str, source_dir: Path, new: bool, note: str | None, no_evaluate: bool
+    skills: tuple[Path, ...],
+    skill: str,
+    source_dir: Path | None,
+    new: bool,
+    remove: bool,
+    note: str | None,
+    no_evaluate: bool,
 ) -> None:
     """Quarantine a hand-made candidate for SKILL (operator source; never served until approved),
-    then evaluate it: routing impact always, the held-out A/B when models and a task set exist.
+    then evaluate it: every evidence cell that applies to what it changes (its kind: create, body,
+    description, both, or removal with --remove).
 
     The folder may be called anything; its SKILL.md must declare SKILL as its name."""
     from ingot.evaluation import evaluate_change
     from ingot.runtime import change_control, open_library
-    from optimize.control.quarantine import admit, read_candidate
+    from optimize.control.proposals import ProposalWithheld
+    from optimize.control.quarantine import admit, propose_removal, read_candidate
+    from optimize.measure.size import change_size
 
     settings = settings_for(skills, may_be_empty=True)  # an empty library gets its first skill here
+    if remove == (source_dir is not None) or (remove and new):
+        raise click.UsageError("give --from DIR (a candidate, with --new for a new skill) or --remove")
     setup_logging("WARNING")
     library = open_library(settings)
     control = change_control(settings, library=library)
-    files, description = read_candidate(source_dir, skill, control, new=new)
-    change, displaced = admit(control, skill, files, "operator", library.similarity(skill, description), note)
-    what = (
-        f"new skill {skill}"
-        if change.kind == "create"
-        else f"{change.kind} of {skill} {(change.champion_revision or '')[:12]}"
-    )
+    live = control.champion_files(skill) if control.root_of(skill) else None
+    if remove:
+        proposed = propose_removal(control, skill, note)
+    else:
+        assert source_dir is not None
+        files, description = read_candidate(source_dir, skill, control, new=new)
+        similarity = library.similarity(skill, description)
+        proposed = admit(control, skill, files, "operator", similarity, note, new=new)
+    change = proposed.change
+    if proposed.withheld:
+        raise ProposalWithheld(
+            f"withheld: a better change is waiting ({proposed.waiting}); reject or approve it first. "
+            f"This candidate was archived as {change.id} ({proposed.withheld})"
+        )
+    size = change_size(skill, live or {}, change.files).label
     click.echo(
-        f"pending {change.id}: {what} -> {change.candidate_revision[:12]} (not served until approved: "
-        f"ingot approve {skill} --change {change.id})"
+        f"pending {change.id}: {change.kind} change of {skill} {(change.champion_revision or 'new')[:12]} -> "
+        f"{change.candidate_revision[:12]}, {size} (not served until approved)"
     )
-    if displaced:
-        click.echo(f"displaced the previous candidate to {displaced}")
+    if proposed.displaced:
+        click.echo(f"displaced the previous candidate to {proposed.displaced}")
     if not no_evaluate:
-        print_evaluation(evaluate_change(settings, library, control, skill, change.id))
+        print_evaluation(evaluate_change(settings, library, control, skill, change.id), skill)
 
 
 @click.command(name="pending")
 @skills_option
-def list_pending(skills: tuple[Path, ...]) -> None:
-    """List the changes waiting for a decision, with their gate verdicts."""
-    from optimize.control import evidence as evidence_mod
-    from optimize.control.replay_rule import replay_rule
+@click.option("--json", "as_json", is_flag=True, help="Print each change with its passport as JSON.")
+def list_pending(skills: tuple[Path, ...], as_json: bool) -> None:
+    """List the changes waiting for a decision: kind, size and passport state (ready,
+    needs-acknowledgement or blocked) with the cells that make it so."""
+    from optimize.measure.size import change_size
 
     control, _ = _control(skills)
     changes = control.pending()
+    rows = []
+    for change in changes:
+        verdict = control.passport(change)
+        root = control.root_of(change.skill)
+        live = control.champion_files(change.skill) if root is not None and change.champion_revision else {}
+        size = change_size(change.skill, live or {}, change.files)
+        rows.append((change, verdict, size))
+    if as_json:
+        print_json(
+            [
+                {
+                    "skill": c.skill,
+                    "change": c.id,
+                    "kind": c.kind,
+                    "source": c.source,
+                    "from": c.champion_revision,
+                    "to": c.candidate_revision,
+                    "size": {"added": z.added, "removed": z.removed, "label": z.label},
+                    "passport": v.as_json() if v else {"state": "blocked", "why": "no readable evidence"},
+                }
+                for c, v, z in rows
+            ]
+        )
+        return
     if not changes:
         click.echo("nothing pending")
-    for change in changes:
-        verdict, replay = "no evidence", "not measured"
-        if change.evidence_path:
-            try:
-                data = evidence_mod.load(control.runs_dir / change.evidence_path).data
-                verdict = data["gate"]["verdict"]
-                replay = replay_rule(data).verdict or "not measured"
-            except (evidence_mod.EvidenceError, KeyError):
-                verdict = "evidence unreadable"
+    for change, verdict, size in rows:
+        state = verdict.summary if verdict else "blocked: the evidence bundle is missing or unreadable"
         click.echo(
-            f"{change.skill}  {change.id}  {change.kind}  from {change.source}  "
+            f"{change.skill}  {change.id}  {change.kind} change from {change.source}  "
             f"{(change.champion_revision or 'new')[:12]} -> {change.candidate_revision[:12]}  "
-            f"gate: {verdict}  replay: {replay}"
+            f"{size.label}  {state}"
         )
 
 
@@ -109,20 +151,39 @@ def list_pending(skills: tuple[Path, ...]) -> None:
     required=True,
     help="The change id you reviewed (from `ingot pending`); a newer candidate is a conflict.",
 )
-@click.option("--reason", default=None, help="Why you approve despite a replay WARN (audited).")
+@click.option(
+    "--accept-missing",
+    "accept_missing",
+    default=None,
+    metavar="REASON",
+    help="Approve a change whose passport needs acknowledgement: why its missing cells are acceptable "
+    "(audited with the cells).",
+)
 @click.option(
     "--override-reason",
     default=None,
     help="Override a replay BLOCK: why this regression is acceptable (audited).",
 )
 def approve(
-    skills: tuple[Path, ...], skill: str, change_id: str, reason: str | None, override_reason: str | None
+    skills: tuple[Path, ...],
+    skill: str,
+    change_id: str,
+    accept_missing: str | None,
+    override_reason: str | None,
 ) -> None:
     """Re-verify SKILL's pending change against its evidence and promote it.
 
-    A regression-replay WARN needs --reason; a BLOCK needs --override-reason."""
+    A ready change needs nothing more. One that needs acknowledgement (cells missing) needs
+    --accept-missing "REASON", naming why; a replay BLOCK needs --override-reason. Both are
+    audited with the cells they accept; any other failed cell cannot be approved."""
     control, who = _control(skills)
-    outcome = control.approve(skill, who, change_id, reason=reason, override_reason=override_reason)
+    outcome = control.approve(
+        skill, who, change_id, accept_missing=accept_missing, override_reason=override_reason
+    )
+    if outcome.to_revision is None:
+        was = (outcome.from_revision or "")[:12]
+        click.echo(f"removed {skill} (was {was}); `ingot rollback {skill} {was} --live absent` restores it")
+        return
     click.echo(f"promoted {skill}: {(outcome.from_revision or 'new')[:12]} -> {outcome.to_revision[:12]}")
 
 

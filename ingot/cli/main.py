@@ -15,12 +15,32 @@ from ingot.errors import EXIT_CODES, IngotError
 
 
 def _epilog() -> str:
-    # "\b" keeps click from re-wrapping the table into one paragraph.
+    # "\b" keeps click from re-wrapping a table into one paragraph.
     rows = "\n".join(
         textwrap.fill(meaning, 88, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
         for code, meaning in EXIT_CODES
     )
-    return f"\b\nExit codes:\n{rows}\n\nErrors are one line on stderr, starting with `Error:`."
+    return (
+        f"\b\nExit codes:\n{rows}\n\nErrors are one line on stderr, starting with `Error:`.\n\n"
+        f"{_evidence_table()}"
+    )
+
+
+def _evidence_table() -> str:
+    """Which passport cells apply to which kind of change (optimize/control/kinds.py)."""
+    from optimize.control.kinds import KINDS, table_rows
+
+    header = "  " + f"{'cell':<16}" + "".join(f"{k:<14}" for k in KINDS)
+    lines = [header.rstrip()]
+    for cell, *rules in table_rows():
+        lines.append(("  " + f"{cell:<16}" + "".join(f"{r:<14}" for r in rules)).rstrip())
+    return (
+        "\b\nEvidence per kind of change (a change is classified by what its bytes change):\n"
+        + "\n".join(lines)
+        + "\n\nEach cell is pass, fail, missing or n/a. A change is ready (every cell that applies\n"
+        "passed), needs-acknowledgement (nothing failed, some missing: `ingot approve --accept-missing`)\n"
+        "or blocked (a cell failed; a replay BLOCK alone takes `--override-reason`)."
+    )
 
 
 @click.group(epilog=_epilog(), context_settings={"max_content_width": 100})

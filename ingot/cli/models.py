@@ -88,10 +88,11 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
             research=researcher(settings),
             provenance=provenance(settings, llm),
             replay=replay_context(settings),
+            traffic=recent_traffic(settings),
         )
         click.echo(outcome.reason)
         if outcome.proposed:
-            click.echo(f"queued {outcome.proposed} for review (gate: {outcome.verdict}); see `ingot pending`")
+            click.echo(f"queued {outcome.proposed} for review ({outcome.verdict}); see `ingot pending`")
         click.echo(f"usage: {llm.ledger.totals()['total'] if llm.ledger else 'unknown'}")
 
 
@@ -110,7 +111,7 @@ def evaluate(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
     setup_logging("WARNING")
     library = open_library(settings)
     control = change_control(settings, library=library)
-    print_evaluation(evaluate_change(settings, library, control, skill, change_id))
+    print_evaluation(evaluate_change(settings, library, control, skill, change_id), skill)
 
 
 @click.command()

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ingot.evaluation import Evaluated
     from mcp_server.library import Library
     from mcp_server.registry import Skill
+    from optimize.control.passport import Passport
 
 # Settings a command can take as a flag, and that flag (for error messages).
 FLAGS = {
@@ -111,11 +112,28 @@ skills_option = click.option(
 )
 
 
-def print_evaluation(result: Evaluated) -> None:
-    """What `ingot evaluate` (and `ingot propose`) report: the verdict, each cell, the bundle."""
-    click.echo(f"evaluated {result.change_id}: gate {result.verdict}")
-    for reason in result.reasons:
-        click.echo(f"  {reason}")
-    for name, status in result.cells.items():
-        click.echo(f"  {name}: {status}")
+def print_evaluation(result: Evaluated, skill: str) -> None:
+    """What `ingot evaluate` (and `ingot propose`) report: the passport, each cell, the bundle."""
+    click.echo(f"evaluated {result.change_id}: {result.passport.state} ({result.passport.kind} change)")
+    print_passport(result.passport, skill, result.change_id)
     click.echo(f"evidence: {result.evidence.path}" + (f"; ledger {result.ledger}" if result.ledger else ""))
+
+
+def print_passport(verdict: Passport, skill: str, change_id: str) -> None:
+    """Every cell on its own line (state, why, and for a missing one what would measure it),
+    then what approving it takes."""
+    for cell in verdict.cells:
+        click.echo(f"  {cell.name:<15} {cell.state:<8} {cell.why}")
+        if cell.measure:
+            click.echo(f"  {'':<15} {'':<8} to measure: {cell.measure}")
+    base = f"ingot approve {skill} --change {change_id}"
+    if verdict.state == "ready":
+        click.echo(f"approve with: {base}")
+    elif verdict.state == "needs-acknowledgement":
+        names = ", ".join(c.name for c in verdict.missing)
+        click.echo(f'approve only naming why {names} may stay missing: {base} --accept-missing "REASON"')
+    elif verdict.overridable:
+        missing = ' --accept-missing "REASON"' if verdict.missing else ""
+        click.echo(f'blocked by the replay; an override is audited: {base} --override-reason "WHY"{missing}')
+    else:
+        click.echo("blocked: it cannot be approved; re-measure it, or reject it")

@@ -63,6 +63,12 @@ ALLOWED_FIELDS = frozenset(
         "root",
         "legacy_head",
         "golden",  # a golden's digest: bless, criteria approval, retire (optimize/control/goldens_admin.py)
+        # What an approval accepted (verify.Acceptance): the passport's state, the cells a person
+        # accepted as missing and why, a replay BLOCK's override.
+        "passport",
+        "accepted_missing",
+        "acceptance_reason",
+        "override_reason",
     }
 )
 META = frozenset({"schema", "seq", "time", "prev", "hash", "mac"})

@@ -1,12 +1,15 @@
 """Earned autonomy: per skill and change class, how far a change may go without a person.
 
 Levels: `manual` (a person approves each change), `supervised` (promoted after REVIEW_WINDOW
-unless a person rejects it), `auto` (promoted as soon as its passport is all green). A class
-moves up one level after STREAK clean changes in a row (every passport cell green, approved
-without an override), and only up to the ceiling the operator allowed (`ingot autonomy allow`).
+unless a person rejects it), `auto` (promoted as soon as its passport is ready). A class moves
+up one level after STREAK clean changes in a row (a ready passport, approved without accepting
+anything missing or overriding anything), and only up to the ceiling the operator allowed
+(`ingot autonomy allow`). A change's classes are kinds.AUTONOMY_CLASSES: a change to both the
+description and the body needs the trust of both; a removal always waits for a person.
 Any incident (a rollback, a failing replay of the live revision, the mined live score dropping
 below the health bar, drift, an override) drops the class to `manual` at once. Fail-closed: a
-change whose passport is not all green waits for a person at every level.
+change whose passport is not ready waits for a person at every level: autonomy never accepts
+missing evidence.
 
 State lives in `<home>/autonomy.json` (written atomically, under the change lock); every level
 change, ceiling and incident is an audited `autonomy` line with its reason. Deciding is pure
@@ -64,20 +67,28 @@ def check_class(cls: str) -> str:
     return cls
 
 
+def effective(trusts: list[Trust]) -> Trust | None:
+    """The trust a change with these classes' trusts has: the least of them (None: no class,
+    e.g. a removal, which autonomy never decides)."""
+    return min(trusts, key=lambda t: LEVELS.index(t.level)) if trusts else None
+
+
 def decide(
-    trust: Trust, passport: Passport, window_start: dt.datetime, window_s: float, now: dt.datetime
+    trust: Trust | None, passport: Passport, window_start: dt.datetime, window_s: float, now: dt.datetime
 ) -> Decision:
-    """Pure: what autonomy may do with a change of this class and passport, now."""
+    """Pure: what autonomy may do with a change of this trust and passport, now."""
+    if trust is None:
+        return Decision("human", f"a {passport.kind} change is always decided by a person")
     if trust.level == "manual":
         return Decision("human", "this class is manual: a person approves each change")
-    if not passport.all_green:
-        return Decision("human", f"{passport.summary} A person decides (fail-closed)")
+    if not passport.ready:
+        return Decision("human", f"{passport.summary}. A person decides (fail-closed)")
     if trust.level == "auto":
-        return Decision("promote", "auto, and every cell is green")
+        return Decision("promote", "auto, and the passport is ready")
     ready = window_start + dt.timedelta(seconds=window_s)
     if now >= ready:
         return Decision(
-            "promote", "supervised, green, and the review window passed without a rejection", ready
+            "promote", "supervised, ready, and the review window passed without a rejection", ready
         )
     return Decision(
         "wait", f"supervised: goes live at {ready.isoformat(timespec='seconds')} unless rejected", ready

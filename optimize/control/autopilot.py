@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 from ingot.errors import IngotError
 from optimize.control import evidence as evidence_mod
-from optimize.control.autonomy import CLASSES, Decision, decide
+from optimize.control.autonomy import CLASSES, Decision, Trust, decide, effective
 from optimize.control.changes import ChangeControl
-from optimize.control.passport import CELLS, Cell, Passport, change_class, passport
+from optimize.control.kinds import AUTONOMY_CLASSES, CELLS
+from optimize.control.passport import FAIL, Cell, Passport, passport
 from optimize.control.pending import PendingChange
 from optimize.control.promote import ABSENT
 
@@ -53,8 +54,15 @@ def change_passport(control: ChangeControl, change: PendingChange) -> Passport:
     try:
         data = evidence_mod.load(control.runs_dir / (change.evidence_path or "")).data
     except evidence_mod.EvidenceError as exc:
-        return Passport(tuple(Cell(name, "missing", f"evidence unreadable: {exc}") for name in CELLS))
+        why = f"the evidence cannot be read ({exc}): re-evaluate it (`ingot evaluate`)"
+        return Passport(change.kind, tuple(Cell(name, FAIL, why) for name in CELLS))
     return passport(data, control.live_revision(change.skill), control.thresholds)
+
+
+def change_trust(control: ChangeControl, change: PendingChange) -> Trust | None:
+    """The trust autonomy has for `change`: the least of its classes' (None: never automatic)."""
+    classes = AUTONOMY_CLASSES.get(change.kind, ("body", "description"))
+    return effective([control.autonomy.trust(change.skill, cls) for cls in classes])
 
 
 def queued_at(control: ChangeControl, change: PendingChange) -> dt.datetime | None:
@@ -123,7 +131,7 @@ class Autopilot:
         if change is None:
             return None
         cells = change_passport(self.control, change)
-        trust = self.control.autonomy.trust(skill, change_class(change.kind, {}))
+        trust = change_trust(self.control, change)
         start = queued_at(self.control, change) or self.clock()
         return decide(trust, cells, start, self.window_s, self.clock()), change.id
 

@@ -4,9 +4,10 @@ The one API the CLI and the UI call. Every state change takes the cross-process 
 settles anything a killed operation left (promote.recover), then re-verifies from disk rather
 than trusting any record: approval checks that the pending record exists, that evidence.json
 still has the digest the record holds, that the live revision is the evidence's champion, that
-the candidate's files hash to the evidence's candidate revision, and that the gate, recomputed
-under the current thresholds, passes. Each refusal says exactly which check failed, is audited,
-and changes nothing. A candidate's way in (propose, attach_evidence) is proposals.py; the
+the candidate's files hash to the evidence's candidate revision, and that the passport,
+recomputed under the current thresholds, is ready, or is approved with a reason naming what is
+missing (and an override for a replay BLOCK). Each refusal says exactly which check failed, is
+audited, and changes nothing. A candidate's way in (propose, attach_evidence) is proposals.py; the
 re-verification itself is verify.py.
 """
 
@@ -24,16 +25,16 @@ from optimize.control import proposals
 from optimize.control.approved import ApprovedRevisions
 from optimize.control.audit import AuditEntry, AuditError, AuditLog
 from optimize.control.autonomy import CLASSES, Autonomy
-from optimize.control.gate import Thresholds, Verdict, evaluate
+from optimize.control.gate import Thresholds
 from optimize.control.gitrepo import GitHistory
+from optimize.control.kinds import AUTONOMY_CLASSES
 from optimize.control.lock import PromotionConflict, change_lock
 from optimize.control.names import known_changes, known_skills, pins, require_skill, unknown_change
-from optimize.control.passport import change_class, passport
+from optimize.control.passport import Passport, passport
 from optimize.control.pending import PendingChange, PendingQueue
 from optimize.control.promote import ABSENT, Outcome, Promoter, check_skill_name
-from optimize.control.replay_rule import replay_rule
 from optimize.control.status import Status, report
-from optimize.control.verify import ApprovalRefused, Neighbours, Verifier, replay_accepted
+from optimize.control.verify import ApprovalRefused, Neighbours, Verifier, accepted
 
 
 @dataclass
@@ -118,21 +119,24 @@ class ChangeControl:
             self.roots, self.limits, self.audit, self.queue, self.root_of, self.live_edits, self.git.enabled
         )
 
-    def verdict(self, change: PendingChange) -> Verdict | None:
-        """The gate's verdict on `change`'s current evidence under today's thresholds (None:
-        no readable bundle). Read-only."""
+    def passport(self, change: PendingChange) -> Passport | None:
+        """`change`'s passport on its current evidence under today's thresholds, judged against
+        what is live now (None: no readable bundle). Read-only."""
         if not change.evidence_path:
             return None
         try:
-            return evaluate(evidence_mod.load(self.runs_dir / change.evidence_path).data, self.thresholds)
+            data = evidence_mod.load(self.runs_dir / change.evidence_path).data
         except evidence_mod.EvidenceError:
             return None
+        return passport(data, self.live_revision(change.skill), self.thresholds)
 
     def refusal(self, change: PendingChange) -> str | None:
         """Why approving `change` would be refused right now, or None if it would go ahead.
 
         The same re-verification `approve` runs, without the lock and without writing anything:
-        for showing a reviewer that a change is blocked or stale before they press a button."""
+        for showing a reviewer that a change is blocked or stale before they press a button. A
+        change that needs acknowledgement (or a replay override) is not refused here: the
+        confirmation asks for the reason `approve` then requires."""
         try:
             self.verifier.verify(change)
         except (ApprovalRefused, IngotError) as exc:
@@ -209,48 +213,64 @@ class ChangeControl:
         skill: str,
         actor: str,
         change_id: str,
-        reason: str | None = None,
+        accept_missing: str | None = None,
         override_reason: str | None = None,
     ) -> Outcome:
         """Re-verify everything from disk, then promote; see the module docstring.
 
         `change_id` pins the change the reviewer actually looked at: if another candidate has
-        displaced it since, this is a conflict, never a promotion of something unreviewed.
-        A replay WARN needs `reason` (or `override_reason`); a replay BLOCK needs
-        `override_reason`. Either is recorded in the audit chain's promotion lines."""
+        displaced it since, this is a conflict, never a promotion of something unreviewed. A
+        change whose passport needs acknowledgement is promoted only with `accept_missing`, the
+        reason the missing cells are acceptable; a replay BLOCK only with `override_reason`.
+        Both, and the cells accepted, are written into the promotion's audit lines."""
         check_skill_name(skill)
         with change_lock(self.runs_dir, self.lock_wait_s):
             self._recover()
             change = self._reviewed(skill, change_id)
             try:
-                evidence, root = self.verifier.verify(change)
-                accepted = replay_accepted(replay_rule(evidence.data), reason, override_reason)
+                evidence, root, verdict = self.verifier.verify(change)
+                acceptance = accepted(change, verdict, accept_missing, override_reason)
             except ApprovalRefused as exc:
                 self.audit.append(
                     action="approve-refused", skill=skill, actor=actor, reason=str(exc), change_id=change.id
                 )
                 raise
+            reason = f"approved {change.kind} change from {change.source}{acceptance.sentence}"
             try:
-                outcome = self.promoter.switch(
-                    skill,
-                    root,
-                    change.files,
-                    expected_from=change.champion_revision,
-                    action="promote",
-                    actor=actor,
-                    reason=f"approved {change.kind} from {change.source}{accepted}",
-                    evidence_digest=evidence.digest,
-                    change_id=change.id,
-                )
+                if change.removal:
+                    outcome = self.promoter.remove(
+                        skill,
+                        root,
+                        expected_from=change.champion_revision,
+                        actor=actor,
+                        reason=reason,
+                        evidence_digest=evidence.digest,
+                        change_id=change.id,
+                        extra=acceptance.audit_fields(),
+                    )
+                else:
+                    outcome = self.promoter.switch(
+                        skill,
+                        root,
+                        change.files,
+                        expected_from=change.champion_revision,
+                        action="promote",
+                        actor=actor,
+                        reason=reason,
+                        evidence_digest=evidence.digest,
+                        change_id=change.id,
+                        extra=acceptance.audit_fields(),
+                    )
                 self.queue.archive(skill, f"approved by {actor}", "approved", actor, outcome.seq)
             except (OSError, AuditError) as exc:
-                raise self.fault("promote", skill, change.candidate_revision, exc) from exc
-            green = passport(evidence.data, change.champion_revision, self.thresholds).all_green
-            result = "override" if override_reason else ("clean" if green else "not-green")
+                target = None if change.removal else change.candidate_revision
+                raise self.fault("promote", skill, target, exc) from exc
+            result = "override" if acceptance.override else ("clean" if verdict.ready else "not-green")
             why = f"{change.id} approved by {actor}" + (
-                f" with override: {override_reason}" if override_reason else ""
+                f" with override: {acceptance.override}" if acceptance.override else ""
             )
-            self.autonomy.record(skill, change_class(change.kind, {}), result, actor, why)
+            for cls in AUTONOMY_CLASSES[change.kind if change.kind in AUTONOMY_CLASSES else "both"]:
+                self.autonomy.record(skill, cls, result, actor, why)
             return outcome
 
     def _reviewed(self, skill: str, change_id: str | None) -> PendingChange:

@@ -1,9 +1,10 @@
 """Evidence bundles: `<home>/evidence/<skill>/<id>/evidence.json` and a readable EVIDENCE.md.
 
 evidence.json (schema_version 1) holds the champion and candidate revisions, what the change
-touches (description, body, other files), every measurement cell with its status ("measured"
-with its numbers and the inputs that produced them, or "not_measured" with why), the gate's
-verdict with every rule applied and each significance test as fields, the provenance (models and
+touches (description, body, other frontmatter, other files) and so its kind, every measurement
+with its status ("measured" with its numbers and the inputs that produced them, "not_measured"
+or "not_applicable" with why), the passport as it was when written (state, cells, every rule
+applied, each significance test as fields; approval recomputes it), the provenance (models and
 endpoints of every role, never keys; the task set's origin and hash), and cost with the run's
 ledger ("unknown" when it is). Nothing unmeasured gets a default value. The file's SHA-256 is
 its digest: a pending change records it, and approval refuses a bundle whose bytes changed
@@ -24,8 +25,8 @@ from typing import Any
 
 from ingot.errors import IngotError
 from ingot.fsutil import write_atomic
-from optimize.control.gate import Thresholds, Verdict, evaluate, p_clause
-from optimize.control.passport import passport
+from optimize.control.gate import Thresholds, p_clause
+from optimize.control.passport import Passport, passport
 
 SCHEMA_VERSION = 1
 
@@ -75,7 +76,7 @@ def write_bundle(
     changes: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
 ) -> Evidence:
-    """Compute the verdict, write evidence.json + EVIDENCE.md, return the stored bundle."""
+    """Compute the passport, write evidence.json + EVIDENCE.md, return the stored bundle."""
     created = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")
     bundle_id = f"{created.replace(':', '').replace('-', '')[:15]}-{secrets.token_hex(3)}"
     data: dict[str, Any] = {
@@ -92,19 +93,12 @@ def write_bundle(
         "provenance": dict(provenance) if provenance else {"status": "not recorded"},
         "cost": dict(cost) if cost else {"status": "unknown", "usd": None},
     }
-    verdict = evaluate(data, thresholds)
-    data["gate"] = {
-        "thresholds": thresholds.__dict__,
-        "verdict": verdict.status,
-        "reasons": list(verdict.reasons),
-        "warnings": list(verdict.warnings),
-        "statistics": [dict(s) for s in verdict.statistics],
-        "rules": list(verdict.rules),
-    }
+    verdict = passport(data, champion_revision, thresholds)
+    data["passport"] = {"thresholds": thresholds.__dict__, **verdict.as_json()}
     folder = runs_dir / "evidence" / skill / bundle_id
     folder.mkdir(parents=True, exist_ok=False)
     _write_atomic(folder / "evidence.json", json.dumps(data, indent=2, sort_keys=True).encode())
-    _write_atomic(folder / "EVIDENCE.md", render_markdown(data, verdict, thresholds).encode())
+    _write_atomic(folder / "EVIDENCE.md", render_markdown(data, verdict).encode())
     return load(folder / "evidence.json")
 
 
@@ -123,24 +117,32 @@ def load(path: Path) -> Evidence:
     return Evidence(str(data.get("id")), str(data.get("skill")), path, hashlib.sha256(raw).hexdigest(), data)
 
 
-def render_markdown(data: Mapping[str, Any], verdict: Verdict, thresholds: Thresholds) -> str:
-    """EVIDENCE.md: the passport, then the numbers the verdict rests on, for every kind of change.
-    The passport is judged against the champion the bundle was measured on (the review card
-    re-judges it against what is live now, where it can be stale)."""
+def render_markdown(data: Mapping[str, Any], verdict: Passport) -> str:
+    """EVIDENCE.md: the passport, then the numbers it rests on, for every kind of change. The
+    passport is judged against the champion the bundle was measured on (the review card re-judges
+    it against what is live now)."""
     lines = [
-        f"# Evidence for `{data['skill']}` ({data['kind']})",
+        f"# Evidence for `{data['skill']}` ({verdict.kind} change)",
         "",
         f"- champion: `{data.get('champion_revision') or 'none (new skill)'}`",
         f"- candidate: `{data['candidate_revision']}`",
         f"- source: {data.get('source')}; created {data['created']}",
         f"- changes: {_changes(data.get('changes', {}))}",
-        f"- verdict: **{verdict.status}**",
         "",
+        "## Passport",
+        "",
+        f"**{verdict.summary}**",
+        "",
+        "| cell | state | why |",
+        "|---|---|---|",
     ]
-    lines += [f"  - {r}" for r in verdict.reasons] + [f"  - warning: {w}" for w in verdict.warnings]
-    cells = passport(data, data.get("champion_revision"), thresholds)
-    lines += ["", "## Passport", "", f"**{cells.summary}**", "", "| cell | state | why |", "|---|---|---|"]
-    lines += [f"| {c.name} | {c.state} | {c.why.replace('|', '/')} |" for c in cells.cells]
+    lines += [
+        f"| {c.name} | {c.state} | {c.why.replace('|', '/')}"
+        + (f" (to measure: {c.measure.replace('|', '/')})" if c.measure else "")
+        + " |"
+        for c in verdict.cells
+    ]
+    lines += ["", *[f"- warning: {w}" for w in verdict.warnings]] if verdict.warnings else []
     if verdict.statistics:
         lines += ["", "## Significance", ""]
         lines += [
@@ -152,7 +154,7 @@ def render_markdown(data: Mapping[str, Any], verdict: Verdict, thresholds: Thres
     for name, block in data["measurements"].items():
         if not isinstance(block, Mapping) or block.get("status") != "measured":
             why = block.get("why", "no reason given") if isinstance(block, Mapping) else "malformed"
-            lines.append(f"- {name}: **not measured** ({why})")
+            lines.append(f"- {BLOCK_NAMES.get(name, name)}: nothing measured ({why})")
             continue
         lines += _cell(name, block)
     if verdict.rules:
@@ -171,10 +173,25 @@ def render_markdown(data: Mapping[str, Any], verdict: Verdict, thresholds: Thres
     return "\n".join(lines)
 
 
+# How a measurement block is named where people read it (the passport's cell names).
+BLOCK_NAMES = {
+    "ab": "held-out A/B",
+    "routing_impact": "routing impact",
+    "sandbox_checks": "sandbox checks",
+    "checks": "safety (admission checks)",
+    "replay": "replay",
+    "search": "search",
+    "selection": "description selection",
+}
+
+
 def _changes(changes: Mapping[str, Any]) -> str:
     if changes.get("status") == "unknown":
         return "not recorded"
+    if changes.get("removed"):
+        return "removes the skill"
     touched = [part for part in ("description", "body") if changes.get(part)]
+    touched += ["other frontmatter"] if changes.get("frontmatter") else []
     files = changes.get("files") or []
     return ", ".join(touched + ([f"files {', '.join(files)}"] if files else [])) or "nothing"
 

@@ -1,11 +1,14 @@
-"""A change's passport: its evidence summarised as cells a reviewer (and autonomy) reads at once.
+"""A change's passport: the one verdict a person, the CLI, the UI and autonomy all act on.
 
-Cells: held-out A/B, replay, routing impact, sandbox checks, safety, cost. Each is `pass`
-(measured and passing), `fail` (measured and failing, or a replay WARN that needs a person),
-`missing` (applies, not measured: says why), `stale` (measured on a champion that is no longer
-live) or `n/a` (does not apply to this kind of change: says why). Pure: evidence, the live
-revision and the thresholds in, a `Passport` out, so the review card, EVIDENCE.md and autonomy
-all read the same cells. "No evidence is missing" is true only when every cell is pass or n/a.
+Six cells (kinds.CELLS), each `pass`, `fail`, `missing` (could apply, was not measured: says why
+and what would measure it) or `n/a` (cannot apply to this kind of change: says why; which cells
+apply to which kind is kinds.APPLIES). A change is in exactly one state:
+- `ready`: every cell that applies passed;
+- `needs-acknowledgement`: nothing failed, some cells are missing: a person may approve it only
+  by naming them with a reason (`ingot approve --accept-missing`), which is audited; autonomy never;
+- `blocked`: a cell failed. A replay BLOCK alone may be overridden with an audited reason.
+Pure: evidence, the live revision and the thresholds in, a `Passport` out. Evidence measured on
+a champion that is no longer live fails every cell that applies: it describes another change.
 """
 
 from __future__ import annotations
@@ -14,176 +17,258 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from optimize.control.gate import Thresholds, cell_rules
+from optimize.control.gate import Judged, Thresholds, ab_cell, measured, routing_cell
+from optimize.control.kinds import APPLIES, IF_CODE_RUNS, kind_of, why_not_applicable
 from optimize.control.replay_rule import replay_rule
 
-CELLS = ("held-out A/B", "replay", "routing impact", "sandbox checks", "safety", "cost")
+PASS, FAIL, MISSING, NA = "pass", "fail", "missing", "n/a"
+READY, NEEDS_ACK, BLOCKED = "ready", "needs-acknowledgement", "blocked"
+STATES = (READY, NEEDS_ACK, BLOCKED)
 MAX_COST_INCREASE = 0.25  # serving cost may grow by this share before the cost cell fails
+
+# What would measure each cell, for a `missing` one (its own `why` says what was lacking).
+MEASURE = {
+    "held-out A/B": "a task set with a holdout (optimize/tasks/SKILL.yaml) and models (BASE_URL, "
+    "AGENT_MODEL, JUDGE_MODEL), then `ingot evaluate SKILL --change ID`",
+    "replay": "bless a good run of the skill (`ingot bless TRACE_ID`), then `ingot evaluate`",
+    "routing impact": "`routing:` cases in a task set (or recorded traffic), then `ingot evaluate`",
+    "sandbox checks": "a `check:` spec in the task set and a ready sandbox (`ingot status`), then "
+    "`ingot evaluate`",
+    "safety": "`ingot evaluate SKILL --change ID`",
+    "cost": "a price for the serving model in PRICES_FILE, then `ingot evaluate SKILL --change ID`",
+}
 
 
 @dataclass(frozen=True)
 class Cell:
     name: str
-    state: str  # "pass" | "fail" | "missing" | "stale" | "n/a"
+    state: str  # pass | fail | missing | n/a
     why: str
+    measure: str = ""  # missing: what would measure it
+    overridable: bool = False  # fail: a replay BLOCK, which an audited override may accept
+
+    def as_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"cell": self.name, "state": self.state, "why": self.why}
+        if self.measure:
+            data["measure"] = self.measure
+        if self.overridable:
+            data["overridable"] = True
+        return data
 
 
 @dataclass(frozen=True)
 class Passport:
+    kind: str
     cells: tuple[Cell, ...]
+    rules: tuple[str, ...] = ()  # every rule the measured cells were judged by
+    statistics: tuple[Mapping[str, Any], ...] = ()  # the A/B's significance tests
+    warnings: tuple[str, ...] = ()
 
     @property
-    def all_green(self) -> bool:
-        """Every cell passes or does not apply: what autonomy requires, and when a page may say
-        that no evidence is missing."""
-        return all(c.state in ("pass", "n/a") for c in self.cells)
+    def failed(self) -> tuple[Cell, ...]:
+        return tuple(c for c in self.cells if c.state == FAIL)
+
+    @property
+    def missing(self) -> tuple[Cell, ...]:
+        return tuple(c for c in self.cells if c.state == MISSING)
+
+    @property
+    def state(self) -> str:
+        if self.failed:
+            return BLOCKED
+        return NEEDS_ACK if self.missing else READY
+
+    @property
+    def ready(self) -> bool:
+        """Every cell that applies passed: what autonomy requires."""
+        return self.state == READY
+
+    @property
+    def overridable(self) -> bool:
+        """Blocked only by a replay BLOCK, which a person may override with an audited reason."""
+        return bool(self.failed) and all(c.overridable for c in self.failed)
+
+    def cell(self, name: str) -> Cell:
+        return next(c for c in self.cells if c.name == name)
 
     @property
     def summary(self) -> str:
-        if self.all_green:
-            return "No evidence is missing: every cell that applies passes."
-        open_cells = [f"{c.name} {c.state}" for c in self.cells if c.state not in ("pass", "n/a")]
-        return "Not green: " + ", ".join(open_cells) + "."
+        """One line: the state, then the cells that made it so."""
+        if self.state == READY:
+            return "ready: every cell that applies passed"
+        open_cells = self.failed or self.missing
+        shown = ", ".join(f"{c.name} {c.state}" for c in open_cells)
+        more = (
+            f"; also missing: {', '.join(c.name for c in self.missing)}"
+            if self.failed and self.missing
+            else ""
+        )
+        return f"{self.state}: {shown}{more}"
 
-    def as_json(self) -> list[dict[str, str]]:
-        return [{"cell": c.name, "state": c.state, "why": c.why} for c in self.cells]
-
-
-def change_class(kind: str, changes: Mapping[str, Any]) -> str:
-    """The autonomy class of a change: create, description (only the description moves) or body."""
-    if kind == "create":
-        return "create"
-    if kind == "description":
-        return "description"
-    return "body"
-
-
-def _block(evidence: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
-    block = evidence.get("measurements", {}).get(name)
-    return block if isinstance(block, Mapping) else None
-
-
-def _missing_or_na(block: Mapping[str, Any] | None, default_why: str) -> Cell | None:
-    """The cell when its block says not measured / not applicable (None when measured)."""
-    if block is None:
-        return Cell("", "missing", default_why)
-    status = block.get("status")
-    if status == "not_applicable":
-        return Cell("", "n/a", str(block.get("why", "")))
-    if status != "measured":
-        return Cell("", "missing", str(block.get("why") or default_why))
-    return None
-
-
-def _named(cell: Cell, name: str) -> Cell:
-    return Cell(name, cell.state, cell.why)
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "state": self.state,
+            "cells": [c.as_json() for c in self.cells],
+            "rules": list(self.rules),
+            "statistics": [dict(s) for s in self.statistics],
+            "warnings": list(self.warnings),
+        }
 
 
 def passport(evidence: Mapping[str, Any], live_revision: str | None, thresholds: Thresholds) -> Passport:
     """The cells for one evidence bundle, judged against what is live now."""
-    kind = str(evidence.get("kind"))
-    if evidence.get("champion_revision") != live_revision:
-        why = (
-            f"measured on {str(evidence.get('champion_revision') or 'no skill')[:12]}, live is "
-            f"{(live_revision or 'nothing')[:12]}: re-evaluate"
-        )
-        return Passport(tuple(Cell(name, "stale", why) for name in CELLS))
-    rules = cell_rules(evidence, thresholds)
-    return Passport(
-        (
-            _ab(evidence, kind, rules),
-            _replay(evidence, kind),
-            _impact(evidence, rules),
-            _sandbox(evidence, kind),
-            _safety(evidence, kind),
-            _cost(evidence, kind, rules),
-        )
+    kind = kind_of(evidence)
+    ab = _judged_ab(evidence, thresholds)
+    routing = _judged_routing(evidence, kind, thresholds)
+    cells = (
+        _ab(evidence, kind, ab),
+        _replay(evidence, kind),
+        _routing(evidence, kind, routing),
+        _sandbox(evidence, kind),
+        _safety(evidence, kind),
+        _cost(evidence, kind),
     )
+    judged = [j for j in (ab, routing) if j is not None]
+    extra = {
+        "rules": tuple(r for j in judged for r in j.rules),
+        "statistics": ab.statistics if ab else (),
+        "warnings": tuple(w for j in judged for w in j.warnings),
+    }
+    champion = evidence.get("champion_revision")
+    if champion != live_revision:
+        why = (
+            f"measured against {str(champion or 'no skill')[:12]}, but {(live_revision or 'nothing')[:12]} "
+            "is live now: the evidence describes another change; re-evaluate it (`ingot evaluate`)"
+        )
+        cells = tuple(c if c.state == NA else Cell(c.name, FAIL, why) for c in cells)
+    return Passport(kind, cells, **extra)
 
 
-def _ab(evidence: Mapping[str, Any], kind: str, rules: Mapping[str, list[str]]) -> Cell:
+def _judged_ab(evidence: Mapping[str, Any], t: Thresholds) -> Judged | None:
+    return ab_cell(evidence, t) if measured(evidence, "ab") else None
+
+
+def _judged_routing(evidence: Mapping[str, Any], kind: str, t: Thresholds) -> Judged | None:
+    return routing_cell(evidence, kind, t) if measured(evidence, "routing_impact") else None
+
+
+def _block(evidence: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    blocks = evidence.get("measurements")
+    block = blocks.get(name) if isinstance(blocks, Mapping) else None
+    return block if isinstance(block, Mapping) else None
+
+
+def _not_measured(name: str, kind: str, block: Mapping[str, Any] | None, default_why: str) -> Cell:
+    """A cell that applies and has no measurement: missing, saying why. A bundle that calls such a
+    cell not applicable contradicts the table, and is missing too."""
+    why = str((block or {}).get("why") or default_why)
+    if block is not None and block.get("status") == "not_applicable":
+        why = f"the bundle calls it not applicable ({why}), but it applies to a {kind} change"
+    return Cell(name, MISSING, why, MEASURE[name])
+
+
+def _from_judged(name: str, judged: Judged) -> Cell:
+    return Cell(name, judged.state, judged.why, MEASURE[name] if judged.state == MISSING else "")
+
+
+def _ab(evidence: Mapping[str, Any], kind: str, judged: Judged | None) -> Cell:
     name = "held-out A/B"
-    if kind == "description":
-        return Cell(name, "n/a", "a description change leaves the served body unchanged")
-    early = _missing_or_na(_block(evidence, "ab"), "no held-out A/B in the evidence: `ingot evaluate`")
-    if early:
-        return _named(early, name)
-    failed = rules.get("ab", [])
-    return Cell(name, "fail" if failed else "pass", "; ".join(failed) or "the held-out rules pass")
+    if why := why_not_applicable(kind, name):
+        return Cell(name, NA, why)
+    if judged is None:
+        return _not_measured(name, kind, _block(evidence, "ab"), "no held-out A/B in the evidence")
+    return _from_judged(name, judged)
 
 
 def _replay(evidence: Mapping[str, Any], kind: str) -> Cell:
     name = "replay"
-    if kind == "create":
-        return Cell(name, "n/a", "a new skill has no blessed runs to replay")
-    if kind == "description":
-        return Cell(name, "n/a", "a description change leaves the replayed body unchanged")
+    if why := why_not_applicable(kind, name):
+        return Cell(name, NA, why)
     requirement = replay_rule(evidence)
-    if requirement.verdict is None:
-        early = _missing_or_na(_block(evidence, "replay"), "no replay in the evidence")
-        assert early is not None
-        return _named(early, name)
     reasons = "; ".join(requirement.reasons)
+    if requirement.verdict is None:
+        return _not_measured(name, kind, _block(evidence, "replay"), "no replay in the evidence")
     if requirement.verdict == "PASS":
-        return Cell(name, "pass", reasons or "every blessed run still passes")
-    return Cell(name, "fail", f"{requirement.verdict}: {reasons}")
+        return Cell(name, PASS, reasons or "every blessed run still passes")
+    if requirement.verdict == "WARN":  # the replays could not decide: a person names why it is enough
+        return Cell(
+            name,
+            MISSING,
+            f"the replays could not decide (WARN): {reasons}",
+            "bless a run that exercises what changed, or accept it with a reason (--accept-missing)",
+        )
+    return Cell(name, FAIL, f"a blessed run regressed (BLOCK): {reasons}", overridable=True)
 
 
-def _impact(evidence: Mapping[str, Any], rules: Mapping[str, list[str]]) -> Cell:
+def _routing(evidence: Mapping[str, Any], kind: str, judged: Judged | None) -> Cell:
     name = "routing impact"
-    early = _missing_or_na(_block(evidence, "routing_impact"), "no routing impact in the evidence")
-    if early:
-        return _named(early, name)
-    failed = rules.get("routing_impact", [])
-    return Cell(name, "fail" if failed else "pass", "; ".join(failed) or "no route is taken or lost wrongly")
+    if judged is None:
+        return _not_measured(
+            name, kind, _block(evidence, "routing_impact"), "no routing impact in the evidence"
+        )
+    return _from_judged(name, judged)
 
 
 def _sandbox(evidence: Mapping[str, Any], kind: str) -> Cell:
     name = "sandbox checks"
-    if kind == "description":
-        return Cell(name, "n/a", "a description change runs no code")
+    if why := why_not_applicable(kind, name):
+        return Cell(name, NA, why)
     block = _block(evidence, "sandbox_checks")
+    if block is not None and block.get("status") == "not_applicable" and APPLIES[kind][name] == IF_CODE_RUNS:
+        return Cell(name, NA, str(block.get("why") or "no code runs in this skill"))
     if block is None or block.get("status") != "measured":
-        why = str((block or {}).get("why") or "no sandbox checks in the evidence")
-        scripts = bool((evidence.get("changes") or {}).get("files"))
-        if "no `check:` specs" in why and not scripts:
-            return Cell(name, "n/a", "the task set has no `check:` specs and the change touches no scripts")
-        return Cell(name, "missing", why)
+        return _not_measured(name, kind, block, "no sandbox checks in the evidence")
     challenger = block.get("challenger") or {}
+    if not isinstance(challenger, Mapping):
+        return Cell(name, FAIL, "the sandbox cell is malformed; re-measure it")
     bad = {k: v for k, v in challenger.items() if k != "passed"}
     if bad:
-        return Cell(name, "fail", ", ".join(f"{v} {k}" for k, v in sorted(bad.items())))
-    return Cell(name, "pass", f"{challenger.get('passed', 0)} check(s) passed")
+        return Cell(name, FAIL, ", ".join(f"{v} {k}" for k, v in sorted(bad.items())))
+    return Cell(name, PASS, f"{challenger.get('passed', 0)} check(s) passed")
 
 
 def _safety(evidence: Mapping[str, Any], kind: str) -> Cell:
     name = "safety"
-    early = _missing_or_na(_block(evidence, "checks"), "no admission checks in the evidence")
-    if early:
-        return _named(early, name)
-    results = (_block(evidence, "checks") or {}).get("results") or {}
+    if why := why_not_applicable(kind, name):
+        return Cell(name, NA, why)
+    block = _block(evidence, "checks")
+    if block is None or block.get("status") != "measured":
+        return _not_measured(name, kind, block, "no admission checks in the evidence")
+    results = block.get("results") or {}
     needed = ("validation", "injection", "collision")
-    missing = [n for n in needed if n not in results]
-    if missing:
-        return Cell(name, "missing", f"{', '.join(missing)} not checked")
-    failed = [f"{n}: {results[n].get('detail', 'failed')}" for n in needed if not results[n].get("passed")]
-    return Cell(
-        name, "fail" if failed else "pass", "; ".join(failed) or "valid, no injection phrase, no collision"
-    )
+    absent = [n for n in needed if not isinstance(results.get(n), Mapping)]
+    failed = [
+        f"{n}: {results[n].get('detail', 'failed')}"
+        for n in needed
+        if n not in absent and not results[n].get("passed")
+    ]
+    if failed:
+        return Cell(name, FAIL, "; ".join(failed))
+    if absent:
+        return Cell(name, MISSING, f"{', '.join(absent)} not checked", MEASURE[name])
+    return Cell(name, PASS, "valid, no injection phrase, no collision")
 
 
-def _cost(evidence: Mapping[str, Any], kind: str, rules: Mapping[str, list[str]]) -> Cell:
+def _cost(evidence: Mapping[str, Any], kind: str) -> Cell:
     name = "cost"
-    if kind != "rewrite":
-        return Cell(name, "n/a", "no champion serves the same requests to compare with")
+    if why := why_not_applicable(kind, name):
+        return Cell(name, NA, why)
     ab = _block(evidence, "ab")
     if ab is None or ab.get("status") != "measured":
-        return Cell(name, "missing", "the serving cost comes from the held-out A/B, which did not run")
+        return Cell(
+            name, MISSING, "the serving cost comes from the held-out A/B, which did not run", MEASURE[name]
+        )
     before, after = ab.get("champion_usd"), ab.get("challenger_usd")
     if not isinstance(before, int | float) or not isinstance(after, int | float):
-        return Cell(name, "missing", "the serving model has no price in PRICES_FILE, so the cost is unknown")
+        return Cell(
+            name,
+            MISSING,
+            "the serving model has no price in PRICES_FILE, so the cost is unknown",
+            MEASURE[name],
+        )
     if before <= 0:
-        return Cell(name, "pass", f"${after:.5f} over the holdout (the champion's was $0)")
+        return Cell(name, PASS, f"${after:.5f} over the holdout (the champion's was $0)")
     growth = (after - before) / before
-    state = "fail" if growth > MAX_COST_INCREASE else "pass"
+    state = FAIL if growth > MAX_COST_INCREASE else PASS
     return Cell(name, state, f"serving cost {growth:+.0%} over the holdout (limit +{MAX_COST_INCREASE:.0%})")

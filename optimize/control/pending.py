@@ -1,8 +1,10 @@
 """The quarantine: proposed changes waiting for a decision, one review slot per skill.
 
-`runs/pending/<skill>.json` (schema_version 1) holds a candidate's kind, source, champion
-revision, its files (inline), candidate revision, created time, and the evidence bundle it
-rests on (path + digest). Pending content is never served: nothing under `runs/` is a skills
+`runs/pending/<skill>.json` (schema_version 1) holds a candidate's kind (control/kinds.py),
+source, champion revision, its files (inline; none for a removal, whose candidate revision is
+`absent`), candidate revision, created time, the routing cases its author was shown (their
+hashes, so routing evidence leaves them out), and the evidence bundle it rests on (path +
+digest). Pending content is never served: nothing under `runs/` is a skills
 root. A newer candidate for the same skill moves the displaced one to
 `runs/pending/archive/<skill>/<id>.json` (never dropped) and says so; so do rejections and
 approvals, with their reason. Writes happen under the change-control lock.
@@ -23,10 +25,11 @@ from typing import Any
 
 from ingot.errors import IngotError
 from ingot.fsutil import check_relative, write_atomic
-from optimize.control.promote import check_skill_name, tree_revision
+from optimize.control.kinds import KINDS
+from optimize.control.promote import ABSENT, check_skill_name, tree_revision
 
 SCHEMA_VERSION = 1
-KINDS = ("create", "rewrite", "description")
+LEGACY_KINDS = ("rewrite",)  # recorded before changes were classified by what they change
 SOURCES = ("agent", "optimizer", "operator", "inbox", "direct-edit")  # and "git:<commit sha>"
 GIT_SOURCE = re.compile(r"^git:[0-9a-f]{40}$")
 
@@ -57,6 +60,11 @@ class PendingChange:
     created: str
     note: str | None = None
     evidence_history: tuple[Mapping[str, str], ...] = ()  # earlier bundles, oldest first (kept on disk)
+    seen: tuple[str, ...] = ()  # impact.case_key of each routing case its author was shown
+
+    @property
+    def removal(self) -> bool:
+        return self.candidate_revision == ABSENT
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +82,7 @@ class PendingChange:
             "evidence_history": [dict(e) for e in self.evidence_history],
             "created": self.created,
             "note": self.note,
+            "seen": list(self.seen),
         }
 
 
@@ -87,7 +96,9 @@ def new_change(
     evidence_digest: str | None,
     note: str | None = None,
     now: dt.datetime | None = None,
+    seen: tuple[str, ...] = (),
 ) -> PendingChange:
+    """A new pending change; `files` empty and `kind` "removal" for a skill to stop serving."""
     created = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")
     if kind not in KINDS or not known_source(source):
         raise PendingError(f"kind must be one of {KINDS} and source one of {SOURCES} or git:<sha>")
@@ -100,12 +111,13 @@ def new_change(
         kind,
         source,
         champion_revision,
-        tree_revision(files),
+        ABSENT if kind == "removal" else tree_revision(files),
         dict(files),
         evidence_path,
         evidence_digest,
         created,
         note,
+        seen=tuple(seen),
     )
 
 
@@ -137,12 +149,13 @@ def parse(data: Any, where: Path, slot_skill: str | None = None) -> PendingChang
                 {"path": str(e["path"]), "digest": str(e["digest"])}
                 for e in data.get("evidence_history") or []
             ),
+            seen=tuple(str(k) for k in data.get("seen") or ()),
         )
     except PendingError:
         raise
     except (AttributeError, KeyError, TypeError, ValueError, IngotError) as exc:
         raise PendingError(f"{where} is not a valid pending record: {exc}") from exc
-    if change.kind not in KINDS or not known_source(change.source):
+    if change.kind not in (*KINDS, *LEGACY_KINDS) or not known_source(change.source):
         raise PendingError(f"{where} has an unknown kind or source")
     if not ID_PATTERN.match(change.id):
         raise PendingError(f"{where} has a malformed change id {change.id[:40]!r}")

@@ -2,8 +2,11 @@
 
 Both run under the change lock and write the evidence bundle, the pending record and the audit
 line, in that order: a record the chain does not hold is withdrawn again (unaudited means
-unqueued). A candidate that does not pass its gate never displaces a waiting one that does.
-Whether a change may go live is decided at approval (changes.py, verify.py), never here.
+unqueued). The change's kind is classified here, from its bytes against the live skill
+(kinds.what_changes), whoever proposed it. A candidate whose passport is worse than the waiting
+one's (blocked behind ready or needs-acknowledgement, or needs-acknowledgement behind ready)
+never displaces it: it is archived as withheld. Whether a change may go live is decided at
+approval (changes.py, verify.py), never here.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from ingot.errors import IngotError, SkillChanged, WriteFailed, os_reason
 from optimize.control import evidence as evidence_mod
-from optimize.control.gate import evaluate
-from optimize.control.lock import change_lock
+from optimize.control.kinds import what_changes
+from optimize.control.lock import PromotionConflict, change_lock
+from optimize.control.passport import STATES, passport
 from optimize.control.pending import PendingChange, new_change
-from optimize.control.promote import tree_revision
-from optimize.control.verify import what_changes
+from optimize.control.promote import ABSENT, tree_revision
 
 if TYPE_CHECKING:
     from optimize.control.changes import ChangeControl
@@ -28,14 +31,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class ProposalWithheld(PromotionConflict):
+    """A candidate was archived as withheld instead of queued: a better change waits in its slot."""
+
+
 @dataclass(frozen=True)
 class Proposed:
     """What `propose` did: the change, where a candidate it displaced went, and, when it was
-    archived at once instead of queued (a passing change waits), why. Unpacks as (change, displaced)."""
+    archived at once instead of queued (a better change waits), why, the waiting change's id and
+    where the candidate was archived. Unpacks as (change, displaced)."""
 
     change: PendingChange
     displaced: Path | None = None
     withheld: str | None = None
+    waiting: str | None = None  # the change it was withheld behind
+    archived: Path | None = None  # where a withheld candidate was archived
 
     def __iter__(self):  # noqa: ANN204 - lets callers write `change, displaced = control.propose(...)`
         return iter((self.change, self.displaced))
@@ -47,19 +57,24 @@ class Proposed:
 def propose(
     control: ChangeControl,
     skill: str,
-    kind: str,
     source: str,
-    files: Mapping[str, bytes],
+    files: Mapping[str, bytes] | None,
     measurements: Mapping[str, Any],
     note: str | None = None,
     cost: Mapping[str, Any] | None = None,
     measured_against: str | None = None,
     provenance: Mapping[str, Any] | None = None,
+    new: bool | None = None,
+    seen: tuple[str, ...] = (),
 ) -> Proposed:
-    """Quarantine a candidate with its evidence; returns it and where a displaced one went.
+    """Quarantine a candidate (`files` None: the skill's removal) with its evidence; returns it
+    and where a displaced one went. Its kind is what the files change against the live skill.
 
+    `new` states the proposer's intent (True: a new skill, False: a change to a live one; None:
+    either) and is refused if the library says otherwise by the time the lock is held.
     `measured_against` is the champion revision the measurements were taken on: if the live
-    skill has changed since, the evidence describes something else and is refused."""
+    skill has changed since, the evidence describes something else and is refused. `seen`: the
+    routing cases the author was shown (routing evidence leaves them out as leakage)."""
     with change_lock(control.runs_dir, control.lock_wait_s):
         champion = control.live_revision(skill)
         if measured_against is not None and champion != measured_against:
@@ -67,32 +82,39 @@ def propose(
                 f"{skill!r} changed on disk during the run (measured {measured_against[:12]}, now "
                 f"{(champion or 'gone')[:12]}); re-run it against the current revision"
             )
-        if kind == "create" and champion is not None:
-            raise IngotError(f"skill {skill!r} already exists; propose a rewrite instead")
-        if kind != "create" and champion is None:
-            raise IngotError(f"skill {skill!r} does not exist; propose a create instead")
+        if new is True and champion is not None:
+            raise IngotError(f"skill {skill!r} already exists; propose a change to it instead")
+        if (new is False or files is None) and champion is None:
+            raise IngotError(f"skill {skill!r} is not live; propose it as a new skill instead")
+        if files is not None and tree_revision(files) == champion:
+            raise IngotError(
+                f"the candidate is {skill!r} exactly as it is live ({champion[:12]}): nothing to review"
+            )
+        changes = what_changes(control.champion_files(skill), files, skill)
+        candidate = ABSENT if files is None else tree_revision(files)
         bundle = evidence_mod.write_bundle(
             control.runs_dir,
             skill,
-            kind,
+            changes.kind,
             champion,
-            tree_revision(files),
+            candidate,
             measurements,
             control.thresholds,
             cost,
             source,
-            changes=what_changes(control.champion_files(skill), files, skill),
+            changes=changes.as_json(),
             provenance=provenance,
         )
         change = new_change(
             skill,
-            kind,
+            changes.kind,
             source,
             champion,
-            files,
+            files or {},
             str(bundle.path.relative_to(control.runs_dir)),
             bundle.digest,
             note,
+            seen=seen,
         )
         withheld = _withheld(control, skill, bundle)
         if withheld:
@@ -103,7 +125,7 @@ def propose(
             raise WriteFailed(
                 f"could not queue the change for {skill!r}: {os_reason(exc)}; nothing was queued"
             ) from exc
-        if control.prepare is not None:
+        if control.prepare is not None and files is not None:
             try:
                 control.prepare(skill, files)
             except Exception as exc:  # an optimisation only: never block a proposal on it
@@ -147,17 +169,18 @@ def attach_evidence(
                 f"{skill!r} is live at {(live or 'nothing')[:12]}, not the {made_against} this change "
                 "was made against; re-propose it against the current revision"
             )
+        changes = what_changes(control.champion_files(skill), None if change.removal else change.files, skill)
         bundle = evidence_mod.write_bundle(
             control.runs_dir,
             skill,
-            change.kind,
+            changes.kind,
             change.champion_revision,
             change.candidate_revision,
             measurements,
             control.thresholds,
             cost,
             change.source,
-            changes=what_changes(control.champion_files(skill), change.files, skill),
+            changes=changes.as_json(),
             provenance=provenance,
         )
         updated = control.queue.replace_evidence(
@@ -179,35 +202,42 @@ def attach_evidence(
         return updated, bundle
 
 
-def _withheld(control: ChangeControl, skill: str, bundle: evidence_mod.Evidence) -> str | None:
-    """Why a new candidate must not take the slot: a change that passes its gate waits there
-    and this one does not pass. Nothing passing is ever displaced by something that is not."""
+def _withheld(
+    control: ChangeControl, skill: str, bundle: evidence_mod.Evidence
+) -> tuple[str, PendingChange] | None:
+    """Why a new candidate must not take the slot, and the change that keeps it: the waiting
+    change's passport is better (ready over needs-acknowledgement over blocked). Nothing ready
+    is ever displaced by something that is not."""
     try:
         waiting = control.queue.get(skill)
     except IngotError:
         return None  # an unreadable record is displaced into the archive, as before
     if waiting is None:
         return None
-    new = evaluate(bundle.data, control.thresholds)
-    if new.approvable:
-        return None
+    live = control.live_revision(skill)
+    new = passport(bundle.data, live, control.thresholds)
     try:
-        old = evaluate(
-            evidence_mod.load(control.runs_dir / (waiting.evidence_path or "")).data, control.thresholds
-        )
+        data = evidence_mod.load(control.runs_dir / (waiting.evidence_path or "")).data
     except evidence_mod.EvidenceError:
         return None
-    if not old.approvable:
+    old = passport(data, live, control.thresholds)
+    if STATES.index(new.state) <= STATES.index(old.state):
         return None
     return (
-        f"{waiting.id} passes its gate ({old.status}) and waits for review; this candidate is "
-        f"{new.status} ({(new.reasons or ('',))[0]}), so it was archived instead of taking its slot"
+        f"{waiting.id} is {old.state} and waits for review; this candidate is {new.summary}, so it "
+        "was archived instead of taking its slot",
+        waiting,
     )
 
 
 def _propose_withheld(
-    control: ChangeControl, change: PendingChange, bundle: evidence_mod.Evidence, why: str, source: str
+    control: ChangeControl,
+    change: PendingChange,
+    bundle: evidence_mod.Evidence,
+    found: tuple[str, PendingChange],
+    source: str,
 ) -> Proposed:
+    why, waiting = found
     path = control.queue.archive_new(change, why)
     control.audit.append(
         action="propose",
@@ -220,4 +250,4 @@ def _propose_withheld(
         archive=str(path.relative_to(control.runs_dir)),
         reason=f"withheld: {why}",
     )
-    return Proposed(change, None, why)
+    return Proposed(change, None, why, waiting.id, path)

@@ -1,7 +1,8 @@
 """Admission into the quarantine: sanitise and check a proposed skill before it becomes pending.
 
-Agent-authored skills (`create_skill` over MCP) and operator proposals (`ingot propose`) pass
-the same checks, recorded as measured evidence: Agent Skills validation, an instruction-override
+Agent-authored skills (`create_skill` over MCP), operator proposals (`ingot propose`), candidate
+folders and branches (the inbox) and direct edits (the guard) pass the same checks, recorded as
+measured evidence: Agent Skills validation, an instruction-override
 / prompt-injection phrase scan, and an embedding collision check that refuses a description
 that would shadow an existing skill's route. A refused candidate is not queued; the reason is
 returned to the caller. An accepted one is only pending: it never serves until a human approves.
@@ -27,7 +28,6 @@ from mcp_server.registry import (
     read_skill_files,
 )
 from optimize.control.changes import ChangeControl
-from optimize.control.evidence import not_measured
 from optimize.control.proposals import Proposed
 from optimize.measure.checks import CheckResult, collision_check, injection_check
 
@@ -86,8 +86,11 @@ def admit(
     source: str,
     similarity: Similarity,
     note: str | None,
+    new: bool | None = None,
 ) -> Proposed:
-    """Run the checks on a complete candidate tree and queue it as a pending create or rewrite."""
+    """Run the checks on a complete candidate tree and queue it as a pending change, classified
+    by what it changes (kinds.py). `new`: the proposer meant a new skill (True) or a change to a
+    live one (False); None takes whichever the library says."""
     try:
         text = files["SKILL.md"].decode("utf-8")
         _, description, body, _ = parse_skill_md(text, name)
@@ -100,7 +103,6 @@ def admit(
     collision = collision_check(similarity.named, name, similarity.alone)
     if not collision.passed:
         raise CandidateRefused(collision.detail)
-    kind = "rewrite" if control.live_revision(name) is not None else "create"
     measurements: dict[str, object] = {
         "checks": {
             "status": "measured",
@@ -111,9 +113,15 @@ def admit(
             },
         }
     }
-    if kind == "rewrite":
-        measurements["ab"] = not_measured("no held-out A/B has been run yet: `ingot evaluate` measures one")
-    return control.propose(name, kind, source, files, measurements, note)
+    return control.propose(name, source, files, measurements, note, new=new)
+
+
+def propose_removal(control: ChangeControl, name: str, note: str | None) -> Proposed:
+    """`ingot propose SKILL --remove`: queue the live skill's removal (its evidence is where its
+    requests go without it; nothing is removed until a person approves it)."""
+    if control.live_revision(name) is None:
+        raise SkillNotFound(f"no skill named {name!r} is live, so there is nothing to remove")
+    return control.propose(name, "operator", None, {}, note, new=False)
 
 
 def read_candidate(
@@ -185,4 +193,4 @@ def agent_candidate(
         )
     cleaned = clean_description(description)
     files = {"SKILL.md": render_skill_md(slug, cleaned, clean_body(body), "agent")}
-    return admit(control, slug, files, "agent", similar_to(slug, cleaned), note)
+    return admit(control, slug, files, "agent", similar_to(slug, cleaned), note, new=True)

@@ -1,7 +1,8 @@
 """What the regression-replay cell asks of an approval, for every kind of change.
 
-Pure, like gate.py: from the evidence record alone. PASS (or not measured) asks nothing, WARN
-asks for a reason, BLOCK for an explicit override whose reason is audited. The verdict is
+Pure, like gate.py: from the evidence record alone. The passport (passport.py) reads it: PASS is a
+passing cell, WARN a missing one (a person names why it is enough), BLOCK a failing one that only
+an explicit override, whose reason is audited, can accept. The verdict is
 recomputed from the per-golden findings with measure/replay_verdict.py's rules, and the stricter
 of recomputed and recorded wins, so a forged PASS does not pass; a malformed cell is a BLOCK.
 """

@@ -4,11 +4,12 @@ Nothing a record says is trusted: the evidence bundle must still have the digest
 holds and be for this skill and kind; the keyed audit chain must hold the change's own
 `propose` (or re-evaluation `evidence`) line; the A/B's cached champion results must still be
 the sealed bytes it used; the live revision must be the evidence's champion; the candidate's
-files must hash to its revision and do what its kind says (a description change touches only
-the description); no injection phrase; no collision with the library as it is now; and the
-gate, recomputed under today's thresholds, must let a person approve it (and a replay WARN or
-BLOCK must come with the reason it needs: `replay_accepted`). Read-only: it raises
-`ApprovalRefused` naming the failed check, and writes nothing.
+files must hash to its revision and change what the evidence was measured for (its kind,
+classified again from the bytes); no injection phrase; no collision with the library as it is
+now; and the passport, recomputed under today's thresholds, must not be blocked (a replay
+BLOCK alone can be overridden). What a passport that is not ready asks of the approver (a
+reason naming the missing cells, an override of a replay BLOCK) is `accepted`. Read-only: it
+raises `ApprovalRefused` naming the failed check, and writes nothing.
 """
 
 from __future__ import annotations
@@ -24,16 +25,46 @@ from mcp_server.library import Similarity
 from mcp_server.registry import parse_skill_md
 from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditLog
-from optimize.control.gate import Thresholds, evaluate
-from optimize.control.pending import PendingChange
-from optimize.control.promote import Promoter, tree_revision
-from optimize.control.replay_rule import ReplayRequirement
+from optimize.control.gate import Thresholds
+from optimize.control.kinds import what_changes
+from optimize.control.passport import Passport, passport
+from optimize.control.pending import LEGACY_KINDS, PendingChange
+from optimize.control.promote import ABSENT, Promoter, tree_revision
 from optimize.measure.cache import SealedCache
 from optimize.measure.checks import collision_check, injection_check
 
 
 class ApprovalRefused(IngotError):
     """Approval re-verification failed; the reason names the check."""
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """What a person accepted in approving a change that was not ready, for its audit lines:
+    the missing cells named with a reason, and a replay BLOCK's override."""
+
+    state: str  # the passport's state at approval
+    missing: tuple[str, ...] = ()
+    reason: str | None = None
+    override: str | None = None
+
+    def audit_fields(self) -> dict[str, object]:
+        fields: dict[str, object] = {"passport": self.state}
+        if self.missing:
+            fields |= {"accepted_missing": list(self.missing), "acceptance_reason": self.reason}
+        if self.override:
+            fields["override_reason"] = self.override
+        return fields
+
+    @property
+    def sentence(self) -> str:
+        """The same, as the promotion line's human-readable reason adds it."""
+        parts = []
+        if self.missing:
+            parts.append(f"accepted missing {', '.join(self.missing)}: {self.reason}")
+        if self.override:
+            parts.append(f"replay BLOCK overridden: {self.override}")
+        return "".join(f"; {p}" for p in parts)
 
 
 class Neighbours(Protocol):
@@ -57,7 +88,7 @@ class Verifier:
     root_of: Callable[[str], Path | None]
     neighbours: Callable[[], Neighbours] | None = None
 
-    def verify(self, change: PendingChange) -> tuple[evidence_mod.Evidence, Path]:
+    def verify(self, change: PendingChange) -> tuple[evidence_mod.Evidence, Path, Passport]:
         if not change.evidence_path or not change.evidence_digest:
             raise ApprovalRefused("the pending record names no evidence bundle")
         path = (self.runs_dir / change.evidence_path).resolve()
@@ -72,8 +103,8 @@ class Verifier:
                 f"evidence.json changed after the change was recorded (digest "
                 f"{bundle.digest[:12]}, recorded {change.evidence_digest[:12]})"
             )
-        if bundle.data.get("skill") != change.skill or bundle.data.get("kind") != change.kind:
-            raise ApprovalRefused("the evidence is for a different skill or kind of change")
+        if bundle.data.get("skill") != change.skill:
+            raise ApprovalRefused("the evidence is for a different skill")
         self.check_proposed(change)
         self.check_caches(bundle.data)
         live = self.live_revision(change.skill)
@@ -83,18 +114,21 @@ class Verifier:
                 f"champion {(bundle.champion_revision or 'none')[:12]}, on disk {(live or 'none')[:12]}); "
                 f"re-measure it"
             )
-        self.check_kind(change, live)
-        actual = tree_revision(change.files)
+        actual = ABSENT if change.removal else tree_revision(change.files)
         if actual != bundle.candidate_revision or actual != change.candidate_revision:
             raise ApprovalRefused(
                 f"the candidate's files hash to {actual[:12]}, not the evidence's candidate "
                 f"{bundle.candidate_revision[:12]} (edited after the evidence)"
             )
-        verdict = evaluate(bundle.data, self.thresholds)
-        if not verdict.approvable:
-            raise ApprovalRefused(f"the gate does not pass ({verdict.status}): {'; '.join(verdict.reasons)}")
+        self.check_kind(change, live, bundle.data)
+        verdict = passport(bundle.data, live, self.thresholds)
+        hard = [c for c in verdict.failed if not c.overridable]
+        if hard:
+            raise ApprovalRefused(
+                f"{change.id} is blocked: " + "; ".join(f"{c.name} fail: {c.why}" for c in hard)
+            )
         root = self.root_of(change.skill) or self.roots[0]
-        return bundle, root
+        return bundle, root, verdict
 
     def check_proposed(self, change: PendingChange) -> None:
         """Only what Ingot itself queued is approvable: the change's latest `propose` (or
@@ -143,48 +177,42 @@ class Verifier:
                 f"the held-out A/B's champion results cannot be trusted: {problem}; re-evaluate it"
             )
 
-    def check_kind(self, change: PendingChange, live: str | None) -> None:
-        """The kind of change must match what the candidate actually does to the live tree."""
-        if (change.kind == "create") != (live is None):
+    def check_kind(self, change: PendingChange, live: str | None, evidence: Mapping[str, Any]) -> None:
+        """The candidate must change what its evidence was measured for: its kind is classified
+        again from the bytes against the live tree (a description change touches only the
+        description), and it must be a valid skill with no injection phrase."""
+        root = self.root_of(change.skill)
+        current = self.promoter.read_tree(root / change.skill, change.skill) if root and live else None
+        changes = what_changes(current, None if change.removal else change.files, change.skill)
+        block = evidence.get("changes")
+        recorded = block.get("kind") if isinstance(block, Mapping) else None
+        legacy = recorded is None and change.kind in LEGACY_KINDS  # before kinds were classified
+        if recorded is not None and change.kind != recorded:
             raise ApprovalRefused(
-                f"a {change.kind} record for {change.skill!r}, but the skill "
-                f"{'does not exist' if live is None else 'already exists'}; re-propose it"
+                f"the pending record calls {change.id} a {change.kind} change, but its evidence was "
+                f"measured for a {recorded} change (an edited record); reject it"
             )
+        if changes.kind != (recorded or change.kind) and not legacy:
+            raise ApprovalRefused(
+                f"the candidate is a {changes.kind} change of {change.skill!r} as it is live now, but its "
+                f"evidence was measured for a {recorded or change.kind} change; re-evaluate it"
+            )
+        if change.removal:
+            return
         try:
             text = change.files["SKILL.md"].decode("utf-8")
-            _, description, body, meta = parse_skill_md(text, change.skill)
+            _, description, body, _ = parse_skill_md(text, change.skill)
         except (KeyError, UnicodeDecodeError, IngotError) as exc:
             raise ApprovalRefused(f"the candidate is not a valid skill: {exc}") from exc
         scan = injection_check(f"{description}\n{body}")
         if not scan.passed:
             raise ApprovalRefused(scan.detail)
-        self.check_collisions(change, description, live)
-        if change.kind == "description":
-            root = self.root_of(change.skill)
-            assert root is not None
-            current = self.promoter.read_tree(root / change.skill, change.skill)
-            _, _, live_body, live_meta = parse_skill_md(current["SKILL.md"].decode("utf-8"), change.skill)
-            same_files = {k: v for k, v in change.files.items() if k != "SKILL.md"} == {
-                k: v for k, v in current.items() if k != "SKILL.md"
-            }
-            same_meta = {k: v for k, v in meta.items() if k != "description"} == {
-                k: v for k, v in live_meta.items() if k != "description"
-            }
-            if not (same_files and same_meta and body == live_body):
-                raise ApprovalRefused(
-                    "a description change may change only the frontmatter description; "
-                    "this candidate changes more"
-                )
+        if changes.description:
+            self.check_collisions(change, description)
 
-    def check_collisions(self, change: PendingChange, description: str, live: str | None) -> None:
+    def check_collisions(self, change: PendingChange, description: str) -> None:
         """A description must not shadow any skill served *now*: two candidates that each passed
         admission alone may collide once the first is live."""
-        if change.kind == "rewrite" and live is not None:
-            root = self.root_of(change.skill)
-            assert root is not None
-            current = self.promoter.read_tree(root / change.skill, change.skill)
-            if parse_skill_md(current["SKILL.md"].decode("utf-8"), change.skill)[1] == description:
-                return  # a body-only rewrite does not move the skill's routes
         if self.neighbours is None:
             raise ApprovalRefused(
                 "approval re-checks the description against the served library, and this process has "
@@ -196,59 +224,24 @@ class Verifier:
             raise ApprovalRefused(f"collision with the library as it is now: {collision.detail}")
 
 
-def what_changes(
-    champion: Mapping[str, bytes] | None, candidate: Mapping[str, bytes], skill: str
-) -> dict[str, Any]:
-    """What a candidate changes relative to the live files: its description, its body, which
-    other files (added, removed or edited). A new skill changes everything."""
-    if champion is None:
-        return {
-            "description": True,
-            "body": True,
-            "files": sorted(p for p in candidate if p != "SKILL.md"),
-            "new": True,
-        }
-
-    def parts(files: Mapping[str, bytes]) -> tuple[str, str] | None:
-        try:
-            _, description, body, _ = parse_skill_md(files["SKILL.md"].decode("utf-8"), skill)
-        except (KeyError, UnicodeDecodeError, IngotError):
-            return None
-        return description, body
-
-    before, after = parts(champion), parts(candidate)
-    others = sorted(
-        path
-        for path in set(champion) | set(candidate)
-        if path != "SKILL.md" and champion.get(path) != candidate.get(path)
-    )
-    return {
-        "description": before is None or after is None or before[0] != after[0],
-        "body": before is None or after is None or before[1] != after[1],
-        "files": others,
-        "new": False,
-    }
-
-
-def replay_accepted(rule: ReplayRequirement, reason: str | None, override: str | None) -> str:
-    """What the audit line adds for the replay verdict; `ApprovalRefused` when its requirement
-    is not met (a BLOCK without an override reason, a WARN without any reason)."""
-    reason, override = (reason or "").strip(), (override or "").strip()
-    if rule.needs == "override":
-        if not override:
-            raise ApprovalRefused(
-                "the regression replay BLOCKs this change ("
-                + "; ".join(rule.reasons)
-                + "); approve only with an explicit override and its reason (--override-reason), "
-                "which is audited"
-            )
-        return f"; replay BLOCK overridden: {override[:2000]}"
-    if rule.needs == "reason":
-        if not (reason or override):
-            raise ApprovalRefused(
-                "the regression replay WARNs ("
-                + "; ".join(rule.reasons)
-                + "); say why you approve it anyway (--reason)"
-            )
-        return f"; replay WARN accepted: {(reason or override)[:2000]}"
-    return ""
+def accepted(
+    change: PendingChange, verdict: Passport, accept_missing: str | None, override: str | None
+) -> Acceptance:
+    """What approving `change` with this passport takes: nothing when it is ready; a reason naming
+    its missing cells (`accept_missing`) when some are missing; an override reason when a replay
+    BLOCK fails it. `ApprovalRefused` says what is lacking; autonomy never passes either."""
+    reason, override = (accept_missing or "").strip()[:2000], (override or "").strip()[:2000]
+    if verdict.failed and not override:
+        raise ApprovalRefused(
+            f"{change.id} is blocked by the regression replay ("
+            + "; ".join(c.why for c in verdict.failed)
+            + "); approve only with an explicit override and its reason (--override-reason), which is audited"
+        )
+    missing = tuple(c.name for c in verdict.missing)
+    if missing and not reason:
+        listed = "; ".join(f"{c.name} ({c.why})" for c in verdict.missing)
+        raise ApprovalRefused(
+            f"{change.id} needs acknowledgement: {len(missing)} cell(s) missing: {listed}. Approve it only "
+            'by naming why that is enough: --accept-missing "REASON" (audited with the cells)'
+        )
+    return Acceptance(verdict.state, missing, reason or None, override or None)

@@ -5,12 +5,13 @@ proposal) land here with the change's files and the live champion's. Cells:
 - `checks`: Agent Skills validation, injection phrases, collision (with names, and as text alone);
 - `routing_impact`: the whole library's routing cases and recent traffic, with and without it;
 - `ab`: held-out A/B when the skill has a task set (a new skill against *no skill at all*);
-  not applicable to a description change (the body is unchanged);
-- `sandbox_checks`: what the task set's `check:` specs found, per arm;
+  not applicable to a description change (the body is unchanged) or a removal;
+- `sandbox_checks`: what the task set's `check:` specs found, per arm; not applicable where no
+  code runs (no scripts on either side, no `check:` specs);
 - `replay` (given by the caller, measure/regress.py): the skill's blessed runs replayed with the
   candidate's bytes. A cell that cannot run says why, never a default.
-Measures and never decides: the verdict is the gate's (control/gate.py) when control attaches the
-bundle. Imports no control or search (tests/test_layout.py).
+Measures and never decides: the verdict is the passport's (control/passport.py) when control
+attaches the bundle. Imports no control or search (tests/test_layout.py).
 """
 
 from __future__ import annotations
@@ -41,14 +42,16 @@ def not_applicable(why: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Candidate:
-    """The change under test: the skill, its kind, and both sides' files (no champion: a create)."""
+    """The change under test: the skill, its kind (control/kinds.py), and both sides' files (no
+    champion: a create; no candidate files: a removal)."""
 
     skill: str
-    kind: str  # "create" | "rewrite" | "description"
-    candidate_revision: str
-    candidate_files: Mapping[str, bytes] = field(repr=False)
+    kind: str  # "create" | "body" | "description" | "both" | "removal"
+    candidate_revision: str | None
+    candidate_files: Mapping[str, bytes] | None = field(repr=False)
     champion_revision: str | None = None
     champion_files: Mapping[str, bytes] | None = field(default=None, repr=False)
+    seen: frozenset[str] = frozenset()  # routing cases its author was shown (impact.case_key)
 
 
 @dataclass
@@ -78,6 +81,8 @@ def as_skill(name: str, files: Mapping[str, bytes], revision: str = "candidate")
 
 
 def checks_cell(change: Candidate, library: Library) -> dict[str, Any]:
+    if change.candidate_files is None:
+        return not_applicable("a removal adds no text to serve")
     try:
         description, body, _ = _parse(change.skill, change.candidate_files)
         validation = CheckResult(True, "Agent Skills frontmatter, name, description and body are valid")
@@ -114,10 +119,15 @@ def impact_cell(change: Candidate, inputs: Inputs) -> dict[str, Any]:
         return not_measured(
             "no routing cases in any task set and no recorded traffic: add `routing:` cases to a task set"
         )
-    candidate = as_skill(change.skill, change.candidate_files)
     champion_router = inputs.library.router_with({})
-    candidate_router = inputs.library.router_with({change.skill: candidate})
-    collision = checks_cell(change, inputs.library)["results"].get("collision", {})
+    if change.candidate_files is None:
+        candidate_router, text, collisions = inputs.library.router_with({change.skill: None}), "", []
+    else:
+        candidate = as_skill(change.skill, change.candidate_files)
+        candidate_router = inputs.library.router_with({change.skill: candidate})
+        text = f"{candidate.description}\n{candidate.body}"
+        collision = checks_cell(change, inputs.library)["results"].get("collision", {})
+        collisions = [] if collision.get("passed", True) else [collision.get("detail", "collision")]
     cell = routing_impact(
         change.skill,
         champion_router,
@@ -125,14 +135,18 @@ def impact_cell(change: Candidate, inputs: Inputs) -> dict[str, Any]:
         cases,
         inputs.traffic,
         {"unreadable_task_sets": problems, "embedding_model": inputs.library.model_digest()},
+        seen=change.seen,
+        candidate_text=text,
     )
-    cell["collisions"] = [] if collision.get("passed", True) else [collision.get("detail", "collision")]
+    cell["collisions"] = collisions
     return cell
 
 
 def ab_cell(change: Candidate, inputs: Inputs) -> dict[str, Any]:
     if change.kind == "description":
         return not_applicable("a description change leaves the body unchanged: routing impact measures it")
+    if change.candidate_files is None:
+        return not_applicable("a removal serves nothing in its place to measure")
     if inputs.runner is None:
         return not_measured(inputs.no_models)
     try:
@@ -158,30 +172,57 @@ def ab_cell(change: Candidate, inputs: Inputs) -> dict[str, Any]:
     return cell
 
 
-def sandbox_cell(ab: Mapping[str, Any]) -> dict[str, Any]:
-    """What the task set's `check:` specs found when the A/B ran the answers' code."""
+def runs_code(files: Mapping[str, bytes] | None) -> bool:
+    """Whether a skill's files include scripts (which the agent may run in the sandbox)."""
+    return any(path.startswith("scripts/") for path in files or {})
+
+
+def sandbox_cell(change: Candidate, ab: Mapping[str, Any], tasks_dir: Path) -> dict[str, Any]:
+    """What the task set's `check:` specs found when the A/B ran the answers' code; not
+    applicable where no code runs (no scripts on either side, no `check:` specs)."""
+    if change.kind in ("description", "removal"):
+        return not_applicable(f"a {change.kind} change runs no code")
+    scripts = runs_code(change.candidate_files) or runs_code(change.champion_files)
+    specs = False
+    if (tasks_dir / f"{change.skill}.yaml").exists():
+        try:
+            specs = any(t.check is not None for t in load_task_set(tasks_dir, change.skill).holdout)
+        except TaskSetError as exc:
+            return not_measured(f"whether `check:` specs exist is unknown: {first_line(exc)}")
+    if not scripts and not specs:
+        return not_applicable(
+            "nothing in this skill runs code: no scripts on either side and no `check:` specs in its task set"
+        )
+    if not specs:
+        return not_measured(
+            "the skill has scripts and no `check:` spec in its task set runs them: add one (a fixture and an "
+            "assert script)"
+        )
     if ab.get("status") != "measured":
         return not_measured("the held-out A/B did not run, so no `check:` spec ran")
-    found = {"champion": {}, "challenger": {}}
+    found: dict[str, dict[str, int]] = {"champion": {}, "challenger": {}}
     for case in ab.get("cases", []):
         for side in found:
             check = case.get(f"{side}_check")
             if check:
                 found[side][check["status"]] = found[side].get(check["status"], 0) + 1
-    if not any(found.values()):
-        return not_measured("the task set has no `check:` specs (a fixture and an assert script)")
+    if not found["challenger"]:
+        return not_measured("the task set's `check:` specs gave no result for the candidate's answers")
     return {"status": "measured", **found}
 
 
-def evaluate(change: Candidate, inputs: Inputs) -> dict[str, dict[str, Any]]:
-    """The measurements for an evidence bundle: every cell, measured or saying why not."""
+def evaluate(
+    change: Candidate, inputs: Inputs, ab: Mapping[str, Any] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The measurements for an evidence bundle: every cell, measured or saying why not. `ab`: an
+    A/B the caller already ran on these files (the optimizer's), used instead of running one."""
     cells: dict[str, dict[str, Any]] = {"checks": checks_cell(change, inputs.library)}
     try:
         cells["routing_impact"] = impact_cell(change, inputs)
     except (IngotError, KeyError, UnicodeDecodeError) as exc:
         cells["routing_impact"] = not_measured(f"the candidate could not be routed: {exc}")
-    cells["ab"] = ab_cell(change, inputs)
-    cells["sandbox_checks"] = sandbox_cell(cells["ab"])
+    cells["ab"] = dict(ab) if ab is not None else ab_cell(change, inputs)
+    cells["sandbox_checks"] = sandbox_cell(change, cells["ab"], inputs.tasks_dir)
     for name, cell in inputs.extra_cells.items():
         cells[name] = cell(change)
     return cells

@@ -11,7 +11,7 @@ rationale by the strongest tier used, the noise floor, per-tier tokens and cost 
 to the ledger's), the all-strongest counterfactual, and every input needed to recompute it.
 This module runs the replays and judges them; replay_cache.py keeps the controls and
 replay_report.py writes the findings, costs and counterfactual. It measures; whether a change
-may be approved is gate.py's call.
+may be approved is the passport's call (control/passport.py).
 """
 
 from __future__ import annotations

@@ -127,7 +127,8 @@ class CandidateSearch:
             best,
             tuple(candidates),
             tuple(diagnosis.issues),
-            f"{best.id} ({best.angle.split(':')[0]}) {best.mean:.3f} vs seed {baseline:.3f}",
+            f"{best.id} won the train race {best.mean:.3f} vs seed {baseline:.3f} "
+            f"(asked for: {best.angle.split(':')[0]})",
         )
 
     def _seed_rollout(

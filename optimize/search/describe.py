@@ -5,10 +5,12 @@ model calls). Each candidate is scored by the live router over the whole library
 skill's description replaced in memory: top-1 and recall@3 on cases that expect a skill, and
 no-route precision (the skill does not take cases meant for nothing or for others). The skill's
 routing cases are split by a hash of their text and candidates are *selected* on one half only.
-The evidence for the chosen one is the routing-impact cell (measure/impact.py) over *every*
-routing case of every task set, the select half included, and recent traffic: no metric may
-regress (each on enough cases), one must improve, and no other skill's case may be taken. A
-candidate whose description would shadow or copy another skill's is never chosen.
+The evidence for the chosen one is the routing-impact cell (measure/impact.py) over every
+routing case of every task set and recent traffic, with the select half (the cases the teacher
+was shown, recorded with the change) and any case pasted into the candidate left out of the
+metrics as leakage: no metric may regress (each on enough held-out cases), one must improve,
+and no other skill's case may be taken. A candidate whose description would shadow or copy
+another skill's is never chosen.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from mcp_server.library import Library
 from mcp_server.router import Router
 from mcp_server.skillfiles import read_served_files
 from optimize.measure.checks import collision_check
-from optimize.measure.evaluate import Candidate, Inputs, checks_cell, impact_cell, not_applicable
+from optimize.measure.evaluate import Candidate, Inputs
+from optimize.measure.evaluate import evaluate as measure_cells
+from optimize.measure.impact import case_key
 from optimize.measure.taskset import RoutingCase
 from optimize.models.llm import LLMClient
 from optimize.models.prompting import render
@@ -43,6 +47,7 @@ class DescriptionOutcome:
     chosen: str | None
     measurements: dict | None
     reason: str
+    seen: tuple[str, ...] = ()  # case_key of every case the teacher was shown (the select half)
 
 
 def split(cases: Sequence[RoutingCase]) -> tuple[list[RoutingCase], list[RoutingCase]]:
@@ -140,14 +145,15 @@ def optimize_description(
             "status": "measured",
             "champion": before,
             "challenger": after,
-            "collisions": [],  # clashing candidates were refused above; the gate re-checks this
+            "collisions": [],  # clashing candidates were refused above; the passport re-checks this
             "select_cases": len(select),
-            "gate_cases": len(gate),
+            "held_out_cases": len(gate),
             "refused": refused,
             "research": brief.evidence(),
         }
     }
-    return DescriptionOutcome(chosen, measurements, f"gate split: {before} -> {after}")
+    seen = tuple(sorted(case_key(c.task) for c in select))
+    return DescriptionOutcome(chosen, measurements, f"held-out half: {before} -> {after}", seen)
 
 
 def description_files(library: Library, skill: str, description: str) -> Mapping[str, bytes]:
@@ -163,18 +169,15 @@ def description_evidence(
     tasks_dir: Path,
     traffic: Sequence[str],
     selection: dict,
+    seen: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """The cells a description change rests on: admission checks and routing impact over every
-    routing case and recent traffic; the A/B does not apply (the body is unchanged)."""
+    """The cells a description change rests on, measured as for any change (measure/evaluate.py):
+    admission checks and routing impact over every routing case and recent traffic, the cases
+    the teacher was shown (`seen`) left out as leakage; plus how the candidate was selected."""
     champion = library.get(skill)
-    candidate = Candidate(skill, "description", "candidate", files, champion.revision, None)
-    inputs = Inputs(library, tasks_dir, traffic)
-    return {
-        "checks": checks_cell(candidate, library),
-        "routing_impact": impact_cell(candidate, inputs),
-        "ab": not_applicable("a description change leaves the body unchanged: routing impact measures it"),
-        "selection": {"status": "measured", **selection},
-    }
+    candidate = Candidate(skill, "description", "candidate", files, champion.revision, None, frozenset(seen))
+    cells = measure_cells(candidate, Inputs(library, tasks_dir, traffic))
+    return {**cells, "selection": {"status": "measured", **selection}}
 
 
 def propose_description(
@@ -202,10 +205,18 @@ def propose_description(
         tasks_dir or Path("optimize/tasks"),
         traffic,
         dict(found.measurements["routing"]),
+        found.seen,
     )
     cost = llm.ledger.totals()["total"] if llm.ledger else None
     proposed = control.propose(
-        skill, "description", "optimizer", files, measurements, cost=cost, measured_against=champion.revision
+        skill,
+        "optimizer",
+        files,
+        measurements,
+        cost=cost,
+        measured_against=champion.revision,
+        new=False,
+        seen=found.seen,
     )
     if proposed.withheld:
         return None, f"{found.reason}; not queued: {proposed.withheld}"

@@ -5,10 +5,11 @@ whose mean score is under LOOP_HEALTH_THRESHOLD gets the passes in LOOP_PASSES (
 description). Everything it produces is quarantined for a human: the loop never promotes.
 Skills with no scored traffic are reported and left alone (no evidence of a problem).
 
-The two passes never displace each other. When the body pass queued a change that passes its
-gate, the description pass *composes*: its description on that change's files, measured anew as
-one rewrite (checks, routing impact, A/B). Passing, it replaces the body change (archived as
-displaced, still visible); not passing, it is archived and the body change keeps its slot.
+The two passes never displace each other. When the body pass queued a change whose passport is
+not blocked, the description pass *composes*: its description on that change's files, measured
+anew as one change to both (checks, routing impact, A/B). If its passport is at least as good,
+it replaces the body change (archived as displaced, still visible); if worse, it is archived as
+withheld and the body change keeps its slot.
 """
 
 from __future__ import annotations
@@ -94,7 +95,17 @@ def run_loop(
             if "body" in passes:
                 progress(f"body pass for {skill}")
                 outcome = optimize_body(
-                    skill, control, library, llm, judge, tasks_dir, candidates, sandbox, research, replay
+                    skill,
+                    control,
+                    library,
+                    llm,
+                    judge,
+                    tasks_dir,
+                    candidates,
+                    sandbox=sandbox,
+                    research=research,
+                    replay=replay,
+                    traffic=_traffic(store),
                 )
                 details.append(f"body: {outcome.proposed or outcome.reason}")
             if "description" in passes:
@@ -111,13 +122,19 @@ def run_loop(
     return entries
 
 
+def _traffic(store: TraceStore) -> list[str]:
+    """Recent routed tasks, for routing impact."""
+    return [r.task for r in store.read().records if r.route in ("match", "related") and r.task]
+
+
 def _passing_body_change(control: ChangeControl, skill: str) -> Any:
-    """The skill's pending change if the loop's body pass queued it and it passes its gate."""
+    """The skill's pending change if the loop's body pass queued it and nothing in its passport
+    failed (ready, or waiting for acknowledgement of what is missing)."""
     change = control.queue.get(skill)
-    if change is None or change.source != "optimizer" or change.kind != "rewrite":
+    if change is None or change.source != "optimizer" or change.kind != "body":
         return None
-    verdict = control.verdict(change)
-    return change if verdict is not None and verdict.approvable else None
+    verdict = control.passport(change)
+    return change if verdict is not None and verdict.state != "blocked" else None
 
 
 def _description_pass(
@@ -134,7 +151,7 @@ def _description_pass(
 ) -> str:
     """Queue the description pass's result, composed with a passing body change when there is one."""
     cases = load_task_set(tasks_dir, skill).routing
-    traffic = [r.task for r in store.read().records if r.route in ("match", "related") and r.task]
+    traffic = _traffic(store)
     body_change = _passing_body_change(control, skill)
     if body_change is None:
         change_id, reason = propose_description(
@@ -157,18 +174,25 @@ def _description_pass(
         min_samples=control.thresholds.min_samples,
     )
     composed = Candidate(
-        skill, "rewrite", "composed", files, body_change.champion_revision, control.champion_files(skill)
+        skill,
+        "both",
+        "composed",
+        files,
+        body_change.champion_revision,
+        control.champion_files(skill),
+        frozenset(found.seen),
     )
     measurements = measure(composed, Inputs(library, tasks_dir, traffic, runner))
     proposed = control.propose(
         skill,
-        "rewrite",
         "optimizer",
         files,
         measurements,
         note=f"composed: the body of {body_change.id} with the description pass's winner",
         cost=llm.ledger.totals()["total"] if llm.ledger else None,
         measured_against=body_change.champion_revision,
+        new=False,
+        seen=found.seen,
     )
     if proposed.withheld:
         return f"composed with {body_change.id} but not queued: {proposed.withheld}"

@@ -1,14 +1,16 @@
 """`ingot optimize SKILL`: the body pass, from task set to a quarantined, evidenced rewrite.
 
 Load the skill's task set (refusing a leaky one), search for a better body on the train tasks
-(bestofn.py), measure the winner against the live champion on the sealed holdout (ab.py) and
-replay the skill's blessed goldens with it (regress.py: the "replay" cell), and hand the result
-to change control as a pending rewrite with its evidence and cost. It proposes; it never
-activates: nothing here writes a skills root.
+(bestofn.py), measure the winner against the live champion on the sealed holdout (ab.py), replay
+the skill's blessed goldens with it (regress.py: the "replay" cell), measure every other cell a
+body change has (admission checks, routing impact, sandbox checks: measure/evaluate.py, as for
+any change), and hand the result to change control as a pending change with its evidence and
+cost. It proposes; it never activates: nothing here writes a skills root.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from mcp_server.skillfiles import read_served_files
 from optimize.control.changes import ChangeControl
 from optimize.measure.ab import ABRefused, ABRunner, Arm
 from optimize.measure.cache import SealedCache
+from optimize.measure.evaluate import Candidate, Inputs
+from optimize.measure.evaluate import evaluate as measure_cells
 from optimize.measure.execcheck import Sandbox
 from optimize.measure.judge import Judge
 from optimize.measure.regress import ReplayContext
@@ -32,7 +36,7 @@ from optimize.search.research import OFF, Researcher
 class Outcome:
     skill: str
     proposed: str | None  # pending change id, or None
-    verdict: str | None
+    verdict: str | None  # the passport's state (ready, needs-acknowledgement, blocked)
     reason: str
     ab: dict | None = None
 
@@ -55,6 +59,7 @@ def optimize_body(
     research: Researcher | None = None,
     provenance: dict | None = None,
     replay: ReplayContext | None = None,
+    traffic: Sequence[str] = (),
 ) -> Outcome:
     tasks = load_task_set(tasks_dir, skill)
     if tasks.leakage:
@@ -88,27 +93,28 @@ def optimize_body(
         Arm(skill, search.winner.id, search.winner.body, files),
         tasks,
     )
-    measurements = {
-        "ab": ab,
-        "replay": replay.cell(skill, champion_files, files, llm, sandbox)
+    ab["task_set"] = origin(tasks_dir, skill)
+    candidate = Candidate(skill, "body", search.winner.id, files, champion.revision, champion_files)
+    measurements = measure_cells(candidate, Inputs(library, tasks_dir, traffic), ab=ab)
+    measurements["replay"] = (
+        replay.cell(skill, champion_files, files, llm, sandbox)
         if replay is not None
-        else {"status": "not_measured", "why": "regression replay was not configured for this run"},
-        "search": {
-            "status": "measured",
-            "seed_train_mean": round(search.seed_mean, 6),
-            "winner": search.winner.id,
-            "winner_train_mean": round(search.winner.mean, 6),
-            "candidates": len(search.candidates),
-            "diagnosis": list(search.diagnosis),
-            "summary": search.reason,
-            "research": brief.evidence(),
-        },
+        else {"status": "not_measured", "why": "regression replay was not configured for this run"}
+    )
+    measurements["search"] = {
+        "status": "measured",
+        "seed_train_mean": round(search.seed_mean, 6),
+        "winner": search.winner.id,
+        "asked_for": search.winner.angle,
+        "winner_train_mean": round(search.winner.mean, 6),
+        "candidates": len(search.candidates),
+        "diagnosis": list(search.diagnosis),
+        "summary": search.reason,
+        "research": brief.evidence(),
     }
     cost = llm.ledger.totals()["total"] if llm.ledger else None
-    ab["task_set"] = origin(tasks_dir, skill)
     proposed = control.propose(
         skill,
-        "rewrite",
         "optimizer",
         files,
         measurements,
@@ -116,6 +122,7 @@ def optimize_body(
         cost=cost,
         measured_against=champion.revision,
         provenance={**(provenance or {}), "task_set": ab["task_set"]},
+        new=False,
     )
     verdict = _verdict(control, proposed.change.evidence_path)
     if proposed.withheld:
@@ -128,4 +135,4 @@ def _verdict(control: ChangeControl, evidence_path: str | None) -> str | None:
 
     if evidence_path is None:
         return None
-    return evidence.load(control.runs_dir / evidence_path).data["gate"]["verdict"]
+    return evidence.load(control.runs_dir / evidence_path).data["passport"]["state"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -104,21 +105,31 @@ def test_an_operators_rewrite_is_measured_and_can_be_approved(library, tmp_path)
             **models(server, tasks),
         )
     assert done.returncode == 0, done.stderr
-    assert (
-        "gate pass" in done.stdout
-        and "ab: measured" in done.stdout
-        and "routing_impact: measured" in done.stdout
-    )
+    out = done.stdout
+    assert "body change of release-notes" in out and "+2 / -0 lines" in out
+    assert "needs-acknowledgement (body change)" in out  # no blessed runs, no prices: two cells missing
+    for cell, state in (("held-out A/B", "pass"), ("routing impact", "pass"), ("replay", "missing")):
+        assert re.search(rf"^  {re.escape(cell)} +{state} ", out, re.M), (cell, out)
+    assert "gate" not in out.lower()
     data, change_id = bundle(root)
     ab = data["measurements"]["ab"]
     assert ab["samples"] == 5 and ab["pairwise"]["wins"] == 5 and ab["challenger_mean"] > ab["champion_mean"]
     assert data["provenance"]["models"]["judge"]["model"] == "judge-model" and "key" not in json.dumps(
         data["provenance"]
     )
-    assert data["provenance"]["task_set"]["origin"] == "human" and data["gate"]["statistics"]
-    approved = ingot("approve", "release-notes", "--change", change_id, "--skills", str(root), cwd=tmp_path)
+    assert data["provenance"]["task_set"]["origin"] == "human" and data["passport"]["statistics"]
+    assert data["passport"]["state"] == "needs-acknowledgement" and data["kind"] == "body"
+    refused = ingot("approve", "release-notes", "--change", change_id, "--skills", str(root), cwd=tmp_path)
+    assert refused.returncode == 1 and "needs acknowledgement" in refused.stderr
+    assert "replay" in refused.stderr and "cost" in refused.stderr and "--accept-missing" in refused.stderr
+    why = ("--accept-missing", "no blessed runs yet; prices unknown")
+    approved = ingot(
+        "approve", "release-notes", "--change", change_id, *why, "--skills", str(root), cwd=tmp_path
+    )
     assert approved.returncode == 0, approved.stderr
     assert "NEW-MARK" in (root / "release-notes" / "SKILL.md").read_text()
+    history = ingot("history", "release-notes", "--skills", str(root), cwd=tmp_path).stdout
+    assert "accepted missing replay, cost: no blessed runs yet; prices unknown" in history
 
 
 def test_a_description_that_steals_another_skills_routes_is_blocked_with_the_tasks_named(library, tmp_path):
@@ -146,7 +157,10 @@ def test_a_description_that_steals_another_skills_routes_is_blocked_with_the_tas
     impact = data["measurements"]["routing_impact"]
     stolen = {s["task"] for s in impact["shadowed"]}
     assert "Write a commit message for this fix" in stolen, impact
-    assert data["gate"]["verdict"] == "blocked" and "git-commit-messages" in " ".join(data["gate"]["reasons"])
+    assert data["kind"] == "description"  # an operator's description-only edit: routing evidence decides
+    cells = {c["cell"]: c for c in data["passport"]["cells"]}
+    assert data["passport"]["state"] == "blocked" and cells["routing impact"]["state"] == "fail"
+    assert "git-commit-messages" in cells["routing impact"]["why"] and cells["held-out A/B"]["state"] == "n/a"
     refused = ingot("approve", "release-notes", "--change", change_id, "--skills", str(root), cwd=tmp_path)
     assert refused.returncode == 1 and "shadows" in refused.stderr
     markdown = (
@@ -166,13 +180,16 @@ def test_a_tampered_champion_cache_entry_is_refused_at_approval(library, tmp_pat
             tmp_path,
             **models(server, tasks),
         )
-    assert done.returncode == 0 and "gate pass" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "needs-acknowledgement" in done.stdout, done.stdout + done.stderr
     data, change_id = bundle(root)
     entry = establish((root,)).path / "cache" / "ab" / data["measurements"]["ab"]["champion_cache"]["file"]
     edited = json.loads(entry.read_text())
     edited["results"][0]["score"] = 0.0
     entry.write_text(json.dumps(edited))
-    refused = ingot("approve", "release-notes", "--change", change_id, "--skills", str(root), cwd=tmp_path)
+    why = ("--accept-missing", "no runs blessed yet")
+    refused = ingot(
+        "approve", "release-notes", "--change", change_id, *why, "--skills", str(root), cwd=tmp_path
+    )
     assert refused.returncode == 1 and "champion results cannot be trusted" in refused.stderr
     assert "NEW-MARK" not in (root / "release-notes" / "SKILL.md").read_text()
 
@@ -285,7 +302,9 @@ def test_an_agents_new_skill_is_evaluated_in_the_background_when_models_are_conf
     data = evidence.load(home.path / change.evidence_path).data
     assert data["measurements"]["routing_impact"]["status"] == "measured"
     assert "no task set for 'kiln-firing'" in data["measurements"]["ab"]["why"]
-    assert data["gate"]["verdict"] == "admissible"
+    assert data["kind"] == "create" and data["passport"]["state"] == "needs-acknowledgement"
+    cells = {c["cell"]: c["state"] for c in data["passport"]["cells"]}
+    assert cells["held-out A/B"] == "missing" and cells["replay"] == "n/a" and cells["safety"] == "pass"
 
 
 def test_ingot_evaluate_replays_the_skills_blessed_runs_with_the_candidate(

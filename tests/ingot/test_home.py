@@ -16,7 +16,7 @@ from ingot.home import claim_path, default_home, establish, locate
 from optimize.control.changes import ChangeControl
 from tests.conftest import BUNDLED_SKILLS
 from tests.ingot.cli.test_main import ingot
-from tests.optimize.conftest import ab, body_rewrite
+from tests.optimize.conftest import body_rewrite, ready_body
 
 
 @pytest.fixture
@@ -30,9 +30,7 @@ def proposed(root) -> tuple[ChangeControl, str]:
     home = establish((root,))
     control = ChangeControl(home.path, home.roots)
     files = body_rewrite(root, "release-notes")
-    change, _ = control.propose(
-        "release-notes", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1, 0.2], [0.9, 0.8, 0.9, 0.8])
-    )
+    change, _ = control.propose("release-notes", "optimizer", files, ready_body())
     return control, change.id
 
 

@@ -61,6 +61,56 @@ def ab(champion: list[float], challenger: list[float], fail_case: int | None = N
     return {"ab": {"status": "measured", "samples": len(cases), "cases": cases, "pairwise": pairwise}}
 
 
+ROUTING_BASE = {"top1": 0.8, "recall_at_3": 0.9, "no_route_precision": 0.9, "others_top1": 0.8}
+
+
+def routing(after: dict | None = None, n: int = 8) -> dict:
+    """A measured routing-impact cell: nothing shadowed, the metrics `after` (default unchanged)."""
+    return {
+        "routing_impact": {
+            "status": "measured",
+            "metrics": {
+                "champion": ROUTING_BASE,
+                "challenger": {**ROUTING_BASE, **(after or {})},
+                "n": dict.fromkeys(ROUTING_BASE, n),
+            },
+            "shadowed": [],
+            "collisions": [],
+        }
+    }
+
+
+def replay_passed() -> dict:
+    golden = {"id": "g-1", "verdict_found": "pass", "evidence": "", "signature": [], "controls": []}
+    return {"replay": {"status": "measured", "verdict": "PASS", "goldens": [golden]}}
+
+
+def replay_blocked() -> dict:
+    """A replay cell whose one golden regressed with L0 evidence: a BLOCK."""
+    golden = {"id": "g-1", "verdict_found": "regressed", "evidence": "L0", "signature": ["x"], "controls": []}
+    return {"replay": {"status": "measured", "verdict": "BLOCK", "goldens": [golden]}}
+
+
+NO_CODE = {"sandbox_checks": {"status": "not_applicable", "why": "nothing in this skill runs code"}}
+
+
+def ready_body(champion: list[float] | None = None, challenger: list[float] | None = None) -> dict:
+    """Every cell a body change has, each passing: a ready passport (priced, replayed, routed)."""
+    measured = ab(champion or [0.2, 0.3, 0.1, 0.4], challenger or [0.9, 0.8, 0.7, 0.9])
+    measured["ab"] |= {"champion_usd": 0.010, "challenger_usd": 0.011}
+    return {**checks(), **routing(), **measured, **replay_passed(), **NO_CODE}
+
+
+def ready_create() -> dict:
+    """Every cell a new skill has, each passing (its A/B against no skill, its routes)."""
+    return {**checks(), **routing(), **ab([0.1, 0.2, 0.1, 0.2], [0.9, 0.9, 0.8, 0.9]), **NO_CODE}
+
+
+def ready_description() -> dict:
+    """A description change's cells, each passing (routing improves on held-out cases)."""
+    return {**checks(), **routing({"top1": 0.9})}
+
+
 @pytest.fixture
 def control(tmp_path, library_factory) -> ChangeControl:
     root = tmp_path / "skills"

@@ -16,10 +16,10 @@ from mcp_server.library import Library
 from optimize.control.changes import ChangeControl
 from optimize.control.pending import PendingChange
 from tests.conftest import BUNDLED_SKILLS, running_asgi, running_mcp
-from tests.optimize.conftest import ab
+from tests.optimize.conftest import NO_CODE, ab, checks, replay_passed, routing
 
 CHROMIUM = Path("/usr/bin/chromium")
-GOOD = "release-notes"  # queued with evidence that passes the gate
+GOOD = "release-notes"  # queued with every cell passing: ready
 BLOCKED = "incident-postmortem"  # queued with a held-out regression: blocked
 
 
@@ -62,10 +62,11 @@ def queue_changes(control: ChangeControl, root: Path) -> None:
         case |= {"task": f"Release notes for 1.{i}", "champion_tokens": 400 + i, "challenger_tokens": 380 + i}
         case["delta"] = case["challenger"] - case["champion"]
     cost = {"calls": 66, "tokens_in": 41000, "tokens_out": 9000, "usd": 0.0412, "unknown_cost_calls": 0}
-    control.propose(GOOD, "rewrite", "optimizer", rewrite(root, GOOD, "NEW-RULE"), good, "best of 5", cost)
+    ready = {**checks(), **routing(), **good, **replay_passed(), **NO_CODE}
+    control.propose(GOOD, "optimizer", rewrite(root, GOOD, "NEW-RULE"), ready, "best of 5", cost)
     blocked = ab([0.8, 0.7, 0.8], [0.9, 0.2, 0.95])
     blocked["ab"]["cases"][1]["challenger_pass"] = False
-    control.propose(BLOCKED, "rewrite", "optimizer", rewrite(root, BLOCKED, "RISKY-RULE"), blocked)
+    control.propose(BLOCKED, "optimizer", rewrite(root, BLOCKED, "RISKY-RULE"), {**checks(), **blocked})
 
 
 @pytest.fixture

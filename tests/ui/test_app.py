@@ -14,7 +14,7 @@ import pytest
 from ingot.cli.serve import UIOptions, serve, ui_app
 from ingot.errors import ConfigError
 from tests.conftest import running_asgi
-from tests.optimize.conftest import ab
+from tests.optimize.conftest import ready_body
 from tests.ui.conftest import BLOCKED, GOOD, rewrite
 
 TOKEN = "a-long-enough-test-token-0123456789"
@@ -97,8 +97,7 @@ def test_approve_or_rollback_while_another_process_is_mid_change_gets_409(world)
 
 def test_approving_a_change_that_was_displaced_is_a_conflict(world):
     old = world.change(GOOD)
-    passing = ab([0.2, 0.3, 0.25, 0.29], [0.9, 0.85, 0.95, 0.9])  # a passing change may displace one
-    world.control.propose(GOOD, "rewrite", "optimizer", rewrite(world.root, GOOD, "NEWER"), passing)
+    world.control.propose(GOOD, "optimizer", rewrite(world.root, GOOD, "NEWER"), ready_body())  # as good
     response = post(world, f"/changes/{GOOD}/approve", {"change_id": old.id})
     assert response.status_code == 409 and "review the new one" in response.text
     response = post(world, f"/changes/{GOOD}/reject", {"change_id": old.id, "reason": "stale"})
@@ -125,12 +124,14 @@ def test_a_change_gone_stale_shows_why_and_approval_is_refused(world):
 
 def test_evidence_that_was_not_measured_is_shown_as_missing(world):
     bare = "git-commit-messages"
-    world.control.propose(bare, "rewrite", "operator", rewrite(world.root, bare, "BARE"), {})
+    world.control.propose(bare, "operator", rewrite(world.root, bare, "BARE"), {})
     html = httpx.get(f"{world.ui}/review").text
     card = html.split(f'data-skill="{bare}"')[1].split("</article>")[0]
-    assert "held-out A/B not measured" in card
-    assert card.count('class="missing"') >= 5  # A/B, both means, tokens, samples, retention, cost
-    assert "0.000" not in card
+    assert (
+        'data-cell="held-out A/B" data-state="missing"' in card and "no held-out A/B in the evidence" in card
+    )
+    assert card.count('data-state="missing"') == 6  # nothing was measured: every cell that applies
+    assert "no score measured" in card and "0.000" not in card
 
 
 def test_the_header_reports_a_broken_audit_chain_with_its_line(world):
@@ -242,7 +243,7 @@ def test_a_rollback_pins_the_live_revision_the_page_showed(world):
     change = world.change(GOOD)
     world.control.approve(GOOD, "tester", change.id)  # live: candidate; snapshot: champion
     seen = world.control.live_revision(GOOD)
-    newer = world.control.propose(GOOD, "rewrite", "optimizer", rewrite(world.root, GOOD, "NEWER"), {}).change
+    newer = world.control.propose(GOOD, "optimizer", rewrite(world.root, GOOD, "NEWER"), {}).change
     world.control.promoter.switch(  # someone else puts another revision live meanwhile
         GOOD, world.root, newer.files, expected_from=seen, action="promote", actor="other"
     )
@@ -301,19 +302,19 @@ def test_evaluate_on_a_card_measures_the_change_again_and_the_card_shows_the_new
     assert after.id == change.id and after.evidence_path != before
     assert [e["path"] for e in after.evidence_history] == [before]  # the old bundle is kept and listed
     card = httpx.get(f"{world.ui}/review").text.split(f'data-skill="{GOOD}"')[1].split("</article>")[0]
-    assert "routing_impact" in card and after.evidence_path.split("/")[-2] in card
+    assert "routing impact" in card and after.evidence_path.split("/")[-2] in card
 
 
 def test_a_withheld_candidate_is_listed_as_set_aside_not_dropped(world):
     waiting = world.change(GOOD)
-    proposed = world.control.propose(GOOD, "rewrite", "optimizer", rewrite(world.root, GOOD, "WORSE"), {})
+    proposed = world.control.propose(GOOD, "optimizer", rewrite(world.root, GOOD, "WORSE"), {})
     assert proposed.withheld and world.control.queue.get(GOOD).id == waiting.id
     page = httpx.get(f"{world.ui}/review").text
     aside = page.split('data-testid="set-aside"')[1]
     assert proposed.change.id in aside and "withheld" in aside and waiting.id in aside
 
 
-def test_a_new_skill_whose_quality_was_not_measured_shows_amber_admissible(world):
+def test_a_new_skill_whose_quality_was_not_measured_needs_acknowledgement_and_can_be_approved(world):
     from tests.optimize.conftest import checks, skill_md
 
     files = {
@@ -321,10 +322,13 @@ def test_a_new_skill_whose_quality_was_not_measured_shows_amber_admissible(world
             "kiln-firing", "Plans glaze firings for an electric ceramic kiln.", "Ramp slowly."
         )
     }
-    world.control.propose("kiln-firing", "create", "agent", files, checks())
+    world.control.propose("kiln-firing", "agent", files, checks())
     card = httpx.get(f"{world.ui}/review").text.split('data-skill="kiln-firing"')[1].split("</article>")[0]
-    assert 'class="verdict admissible"' in card and "quality not measured" in card
-    assert 'data-testid="approve" disabled' not in card  # a person may approve it
+    assert (
+        'class="state needs-acknowledgement"' in card
+        and 'data-cell="held-out A/B" data-state="missing"' in card
+    )
+    assert 'data-testid="approve" disabled' not in card  # a person may approve it, naming why
 
 
 def test_a_new_skill_approved_in_the_ui_is_removed_from_its_history_page_and_can_come_back(world):
@@ -335,8 +339,9 @@ def test_a_new_skill_approved_in_the_ui_is_removed_from_its_history_page_and_can
             "kiln-firing", "Plans glaze firings for an electric ceramic kiln.", "Ramp slowly."
         )
     }
-    change = world.control.propose("kiln-firing", "create", "agent", files, checks()).change
-    assert post(world, "/changes/kiln-firing/approve", {"change_id": change.id}).status_code == 303
+    change = world.control.propose("kiln-firing", "agent", files, checks()).change
+    why = {"change_id": change.id, "accept_missing": "a first draft"}
+    assert post(world, "/changes/kiln-firing/approve", why).status_code == 303
     assert "kiln-firing" in world.library.skills()
     page = httpx.get(f"{world.ui}/history/kiln-firing").text
     row = page.split('data-revision="absent"')[1].split("</tr>")[0]

@@ -31,7 +31,7 @@ def test_a_supervised_change_counts_down_to_its_window_end_and_a_manual_one_does
         world.control.autonomy.allow(SKILL, "description", "supervised", "operator")
         for _ in range(3):
             world.control.autonomy.record(SKILL, "description", "clean", "test", "earned")
-    world.control.propose(SKILL, "description", "optimizer", new_description(world), green())
+    world.control.propose(SKILL, "optimizer", new_description(world), green())
     page.goto(f"{world.ui}/review")
     countdown = card(page, SKILL).get_by_test_id("countdown")
     deadline = dt.datetime.fromisoformat(countdown.get_attribute("data-deadline"))

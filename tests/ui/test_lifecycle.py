@@ -25,7 +25,7 @@ def test_an_approved_then_rolled_back_change_lights_every_stage_and_says_how_its
     live = stages(html, change.id)
     assert all(lit for lit, _ in live.values()), live
     assert "live now" in live["watched"][1] and "approved by reviewer" in live["decided"][1]
-    assert "pass" in live["gated"][1]
+    assert "ready when approved" in live["judged"][1]
     world.control.rollback(
         GOOD, change.champion_revision, "reviewer", "too chatty", expected_live=change.candidate_revision
     )
@@ -38,17 +38,17 @@ def test_a_rejected_change_is_decided_but_never_promoted_or_watched(world):
     world.control.reject(BLOCKED, "regresses case 2", "reviewer", change.id)
     life = stages(httpx.get(f"{world.ui}/history/{BLOCKED}").text, change.id)
     assert life["proposed"][0] and life["evidenced"][0] and life["decided"][0]
-    assert "blocked" in life["gated"][1] and "rejected by reviewer" in life["decided"][1]
+    assert "blocked" in life["judged"][1] and "rejected by reviewer" in life["decided"][1]
     assert not life["promoted"][0] and not life["watched"][0]
 
 
 def test_a_waiting_change_is_dark_from_decided_on(world):
     change = world.change(GOOD)
     life = stages(httpx.get(f"{world.ui}/history/{GOOD}").text, change.id)
-    assert [name for name, (lit, _) in life.items() if lit] == ["proposed", "evidenced", "gated"]
+    assert [name for name, (lit, _) in life.items() if lit] == ["proposed", "evidenced", "judged"]
 
 
-def test_without_its_bundle_the_gated_stage_is_dark_not_guessed(world):
+def test_without_its_bundle_the_judged_stage_is_lit_only_by_the_approval_s_audit_line(world):
     change = world.change(GOOD)
     world.control.approve(GOOD, "reviewer", change.id)
     lives = lifecycle.for_skill(
@@ -56,5 +56,11 @@ def test_without_its_bundle_the_gated_stage_is_dark_not_guessed(world):
     )
     (life,) = [x for x in lives if x.change_id == change.id]
     by_name = {s.name: s for s in life.stages}
-    assert not by_name["gated"].lit and "not on this machine" in by_name["gated"].detail
+    assert by_name["judged"].lit and by_name["judged"].detail == "ready when approved"  # the intent line
     assert not by_name["evidenced"].lit and by_name["promoted"].lit and life.decision == "approved"
+    rejected = world.change(BLOCKED)
+    world.control.reject(BLOCKED, "no", "reviewer", rejected.id)
+    lives = lifecycle.for_skill(world.control.history(BLOCKED), {}, world.control.thresholds, None)
+    (life,) = [x for x in lives if x.change_id == rejected.id]
+    judged = next(s for s in life.stages if s.name == "judged")
+    assert not judged.lit and "not on this machine" in judged.detail  # nothing on disk says: dark

@@ -19,7 +19,7 @@ from optimize.measure.regress import ReplaySettings, replay_cell
 from optimize.models.ledger import UsageLedger
 from scripts.bench_regress import PRICES
 from tests.conftest import running_asgi
-from tests.optimize.conftest import ab
+from tests.optimize.conftest import ready_body
 from tests.regress_sim import NO_FEES_STEP, TIERS, edited, regress_world
 
 
@@ -56,8 +56,8 @@ def blocked_change(w):
         JudgeTiers(TIERS["L1"], TIERS["L2"], TIERS["L3"]),
         settings=ReplaySettings(side_effects=SIDE_EFFECT_TOOLS | {"send_quote"}),
     )
-    measurements = {**ab([0.2, 0.3, 0.1, 0.2], [0.9, 0.8, 0.9, 0.8]), "replay": replay}
-    return w.control.propose("fx-quote", "rewrite", "optimizer", candidate, measurements)[0]
+    measurements = {**ready_body(), "replay": replay}
+    return w.control.propose("fx-quote", "optimizer", candidate, measurements)[0]
 
 
 def test_bless_a_run_review_the_teachers_criteria_and_approve_them_in_the_browser(
@@ -94,8 +94,14 @@ def test_a_blocked_change_shows_its_replay_cell_and_needs_an_audited_override(ui
     w.bless(w.record(), ['keeps "no fees"'], [{"step": 1, "label": "EUR/USD rate", "value": "1.0842"}])
     change = blocked_change(w)
     page.goto(f"{ui_world.ui}/review")
+    page.get_by_test_id("details").locator("summary").first.click()  # a blocked card folds its evidence
     cell = page.get_by_test_id("replay")
     assert cell.get_by_test_id("replay-verdict").inner_text() == "BLOCK"
+    state = page.locator("[data-testid=review-card][data-skill=fx-quote]").get_attribute("data-state")
+    replay_cell_state = page.locator("[data-testid=passport-cell][data-cell=replay]").get_attribute(
+        "data-state"
+    )
+    assert (state, replay_cell_state) == ("blocked", "fail")
     row = cell.get_by_test_id("replay-golden")
     assert row.get_attribute("data-tier") == "L3" and "no fees" in row.inner_text()
     assert "passes its own goldens in 100% of 2 controls" in cell.get_by_test_id("noise-floor").inner_text()
@@ -108,7 +114,7 @@ def test_a_blocked_change_shows_its_replay_cell_and_needs_an_audited_override(ui
         data={"change_id": change.id},
         headers={"Origin": ui_world.ui},
     )
-    assert forced.status_code == 422 and "BLOCKs this change" in forced.text
+    assert forced.status_code == 422 and "blocked by the regression replay" in forced.text
     page.get_by_test_id("approve").click()
     page.get_by_test_id("override-reason").fill("fees are printed on the invoice now")
     page.get_by_test_id("confirm-approve").click()

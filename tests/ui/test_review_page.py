@@ -1,8 +1,8 @@
 """The review page decides at a glance, in headless Chromium against the real UI and MCP servers:
-the queue on top (passing changes first), champion and challenger score cards with their n, one
-gate banner, a change-risk summary from the diff for every change, compact blocked cards, a chart
-with its axis and values, EVIDENCE.md inline, and an approval that restates what will be served
-before it serves it, then returns to the queue."""
+the queue on top (ready changes first), champion and challenger score cards with their n, one
+passport whose state is the only verdict, a change-risk summary from the diff for every change,
+compact blocked cards, a chart with its axis and values, EVIDENCE.md inline, and an approval that
+restates what will be served (and what missing evidence it accepts) before it serves it."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ NEW = "kiln-firing"
 
 
 def propose_new_skill(world) -> None:
-    """An agent's new skill with admission checks only: admissible, its quality unmeasured."""
+    """An agent's new skill with admission checks only: its quality and routing unmeasured."""
     files = {"SKILL.md": skill_md(NEW, "Plans glaze firings for an electric ceramic kiln.", "Ramp slowly.")}
-    world.control.propose(NEW, "create", "agent", files, checks())
+    world.control.propose(NEW, "agent", files, checks())
 
 
-def test_the_queue_lists_every_waiting_change_passing_first(world, page):
+def test_the_queue_lists_every_waiting_change_ready_first(world, page):
     propose_new_skill(world)
     page.goto(f"{world.ui}/review")
     rows = page.get_by_test_id("queue-row")
@@ -35,11 +35,12 @@ def test_the_queue_lists_every_waiting_change_passing_first(world, page):
         NEW,
         BLOCKED,
     ]
-    assert [rows.nth(i).get_attribute("data-verdict") for i in range(3)] == ["pass", "admissible", "blocked"]
+    states = [rows.nth(i).get_attribute("data-state") for i in range(3)]
+    assert states == ["ready", "needs-acknowledgement", "blocked"]
     first = rows.first.inner_text()
-    assert "rewrite" in first and "optimizer" in first and "just now" in first and "yes" in first
-    assert "create" in rows.nth(1).inner_text() and "agent" in rows.nth(1).inner_text()
-    assert rows.nth(2).inner_text().rstrip().endswith("no")
+    assert "body" in first and "optimizer" in first and "just now" in first and "a click" in first
+    assert "create" in rows.nth(1).inner_text() and "a reason" in rows.nth(1).inner_text()
+    assert rows.nth(2).inner_text().rstrip().endswith("cannot be approved")
     cards = page.get_by_test_id("review-card")
     assert [cards.nth(i).get_attribute("data-skill") for i in range(3)] == [GOOD, NEW, BLOCKED]
     rows.nth(2).get_by_role("link", name=BLOCKED).click()
@@ -74,13 +75,32 @@ def test_score_cards_show_champion_and_challenger_with_their_n(world, page):
     assert "no score measured" in card(page, NEW).get_by_test_id("scorecards").inner_text()
 
 
-def test_one_gate_banner_with_p_values_people_read(world, page):
+def test_one_passport_is_the_verdict_in_one_vocabulary_with_p_values_people_read(world, page):
+    propose_new_skill(world)
     page.goto(f"{world.ui}/review")
     good = card(page, GOOD)
-    assert good.get_by_test_id("gate-banner").count() == 1
-    banner = good.get_by_test_id("gate-banner").inner_text()
-    assert banner.startswith("Gate: pass") and "p < 0.001" in banner and "p = 0.062" in banner
-    assert "0.000" not in good.inner_text() and "p=" not in good.inner_text()
+    assert good.get_by_test_id("passport").count() == 1 and good.get_attribute("data-state") == "ready"
+    assert good.get_by_test_id("state").inner_text() == "ready"
+    assert good.get_by_test_id("passport-summary").inner_text().startswith("Passport: ready")
+    cells = good.get_by_test_id("passport-cell")
+    assert cells.count() == 6 and {c.get_attribute("data-state") for c in cells.all()} <= {"pass", "n/a"}
+    statistics = " ".join(s.inner_text() for s in good.get_by_test_id("statistic").all())
+    assert "p < 0.001" in statistics and "p = 0.062" in statistics
+    text = page.locator("main").inner_text()
+    assert "p = 0.000" not in text and "p=" not in text
+    assert "gate" not in text.lower()  # the passport is the only verdict on the page
+    for raw in ("routing_impact", "no_route_precision", "recall_at_3", "top1", "sandbox_checks", " ab "):
+        assert raw not in text, raw  # cells and metrics are named as people read them
+    new = card(page, NEW)
+    assert new.get_attribute("data-state") == "needs-acknowledgement"
+    missing = new.locator("[data-testid=passport-cell][data-state=missing]")
+    assert {m.get_attribute("data-cell") for m in missing.all()} == {
+        "held-out A/B",
+        "routing impact",
+        "sandbox checks",
+    }
+    assert "to measure:" in missing.first.inner_text()
+    assert new.locator("[data-testid=passport-cell][data-cell=replay]").get_attribute("data-state") == "n/a"
 
 
 def test_the_risk_summary_is_computed_from_the_diff_for_every_change_whatever_its_source(world, page):
@@ -90,7 +110,7 @@ def test_the_risk_summary_is_computed_from_the_diff_for_every_change_whatever_it
     files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     head, _, _ = files["SKILL.md"].decode().partition("\n---\n")
     files["SKILL.md"] = f"{head}\n---\n# Git commit messages\n\nWrite one line.\n".encode()
-    world.control.propose("git-commit-messages", "rewrite", "operator", files, {})
+    world.control.propose("git-commit-messages", "operator", files, {})
     page.goto(f"{world.ui}/review")
     good = card(page, GOOD).get_by_test_id("risk").inner_text()
     assert "+2 / −0 lines in 1 file" in good and "keeps 100% of its lines" in good
@@ -103,27 +123,32 @@ def test_the_risk_summary_is_computed_from_the_diff_for_every_change_whatever_it
     assert "below RETENTION_WARN 50%" in operator.get_by_test_id("retention-warning").inner_text()
 
 
-def test_a_blocked_card_is_compact_reason_once_and_missing_cells_folded(world, page):
+def test_a_blocked_card_is_compact_says_its_reason_once_and_no_element_calls_it_passing(world, page):
     page.goto(f"{world.ui}/review")
     blocked = card(page, BLOCKED)
     visible = blocked.inner_text()
     reason = "regresses held-out task(s) the champion passed: h1"
-    assert visible.count(reason) == 1  # in the banner only: the details are folded
-    assert "Cannot be approved" not in visible  # the refusal would only repeat the gate's reasons
+    assert visible.count(reason) == 1  # in the A/B cell only: the details are folded
+    assert "Cannot be approved" not in visible  # the refusal would only repeat the failed cell
+    assert blocked.get_attribute("data-state") == "blocked"
+    assert blocked.get_by_test_id("state").inner_text() == "blocked"
+    assert blocked.get_by_test_id("passport-summary").inner_text().startswith("Passport: blocked")
     details = blocked.get_by_test_id("details")
     assert details.get_attribute("open") is None and not blocked.get_by_test_id("diffs").is_visible()
     assert blocked.get_by_test_id("approve").get_attribute("title") == (
-        "cannot be approved: see the gate banner above"
+        "cannot be approved: see the passport above"
     )
-    details.locator("summary").first.click()
-    folded = blocked.get_by_test_id("folded-cells")
-    assert "5 cells not measured or not applicable" in folded.locator("summary").inner_text()
-    assert not folded.locator("[data-state=missing]").first.is_visible()
-    # Only measured cells are in view: every missing one is behind the fold.
-    assert blocked.locator("[data-testid=passport-cell][data-state=missing]:visible").count() == 0
-    assert blocked.locator("[data-testid=passport-cell][data-state=fail]").first.is_visible()
-    # A passing card keeps its evidence open.
-    assert card(page, GOOD).get_by_test_id("details").count() == 0
+    ab_cell = blocked.locator("[data-testid=passport-cell][data-cell='held-out A/B']")
+    assert ab_cell.get_attribute("data-state") == "fail"
+    # "pass" appears only as the state of a cell that passed, never as the change's verdict.
+    elsewhere = blocked.evaluate(
+        """card => [...card.querySelectorAll('*')].filter(e => /^\\s*pass(ed)?\\s*$/i.test(e.textContent)
+             && !e.closest('[data-testid=passport-cell]')).map(e => e.outerHTML)"""
+    )
+    assert elsewhere == []
+    passing = [c.get_attribute("data-cell") for c in blocked.locator("[data-state=pass]").all()]
+    assert passing == ["safety"]
+    assert card(page, GOOD).get_by_test_id("details").count() == 0  # a ready card keeps its evidence open
 
 
 def test_the_delta_chart_has_an_axis_ticks_and_a_value_per_case(world, page):
@@ -141,7 +166,7 @@ def test_evidence_md_is_rendered_inline(world, page):
     card(page, GOOD).get_by_test_id("evidence-link").click()
     page.wait_for_url("**/evidence/release-notes/*")
     rendered = page.get_by_test_id("evidence-md")
-    assert rendered.locator("h1").inner_text().startswith("Evidence for release-notes (rewrite)")
+    assert rendered.locator("h1").inner_text().startswith("Evidence for release-notes (body change)")
     assert rendered.locator("h2", has_text="Significance").count() == 1
     assert "p < 0.001" in rendered.inner_text()
     assert not page.get_by_test_id("evidence-json").locator("pre").is_visible()  # folded, one click away
@@ -172,7 +197,8 @@ def test_approve_asks_for_a_confirmation_that_restates_what_will_be_served_then_
     assert [r.get_attribute("data-queue-skill") for r in page.get_by_test_id("queue-row").all()] == [BLOCKED]
     page.get_by_test_id("decided").get_by_role("link").click()
     page.wait_for_url(f"**/history/{GOOD}")
-    assert page.get_by_test_id("timeline-entry").first.get_attribute("data-action") == "promote"
+    actions = [e.get_attribute("data-action") for e in page.get_by_test_id("timeline-entry").all()]
+    assert [a for a in actions if a != "autonomy"][0] == "promote"
 
 
 def test_a_confirmation_for_a_change_that_is_no_longer_waiting_is_a_conflict(world):
@@ -183,3 +209,45 @@ def test_a_confirmation_for_a_change_that_is_no_longer_waiting_is_a_conflict(wor
     blocked = world.change(BLOCKED)
     page = httpx.get(f"{world.ui}/changes/{BLOCKED}/confirm", params={"change_id": blocked.id}).text
     assert 'data-testid="confirm-approve" disabled' in page
+
+
+def test_approving_a_change_that_needs_acknowledgement_asks_which_cells_it_accepts_and_why(world, page):
+    propose_new_skill(world)
+    change = world.change(NEW)
+    page.goto(f"{world.ui}/review")
+    card(page, NEW).get_by_test_id("approve").click()
+    page.wait_for_url(f"**/changes/{NEW}/confirm?change_id={change.id}")
+    assert page.get_by_test_id("confirm-state").inner_text() == "needs-acknowledgement"
+    accepted = [c.get_attribute("data-cell") for c in page.get_by_test_id("accepted-cell").all()]
+    assert accepted == ["held-out A/B", "routing impact", "sandbox checks"]
+    reason = page.get_by_test_id("accept-missing")
+    assert reason.get_attribute("required") is not None
+    page.get_by_test_id("confirm-approve").click()  # the browser refuses an empty reason
+    assert page.url.endswith(f"confirm?change_id={change.id}") and world.control.live_revision(NEW) is None
+    reason.fill("a first draft from the agent; we watch its traffic")
+    page.get_by_test_id("confirm-approve").click()
+    page.wait_for_url(f"**/review?done=approved&skill={NEW}")
+    wait_for(lambda: served_revision(world, NEW) == change.candidate_revision)
+    page.goto(f"{world.ui}/history/{NEW}")
+    row = page.locator(f"[data-testid=change-life][data-change='{change.id}']")
+    note = row.get_by_test_id("accepted-missing").inner_text()
+    assert "accepting missing held-out A/B, routing impact, sandbox checks" in note
+    assert "we watch its traffic" in note
+    assert "needs-acknowledgement" in row.inner_text()
+    timeline = page.get_by_test_id("timeline").inner_text()
+    assert "accepted missing held-out A/B, routing impact, sandbox checks: a first draft" in timeline
+
+
+def test_a_forged_approval_without_a_reason_is_refused_and_audited(world):
+    propose_new_skill(world)
+    change = world.change(NEW)
+    response = httpx.post(
+        f"{world.ui}/changes/{NEW}/approve",
+        data={"change_id": change.id},
+        headers={"Origin": world.ui},
+        follow_redirects=False,
+    )
+    assert response.status_code == 422 and "needs acknowledgement" in response.text
+    assert world.control.live_revision(NEW) is None
+    refused = [e for e in world.control.history(NEW) if e.get("action") == "approve-refused"]
+    assert refused and "held-out A/B" in refused[-1].get("reason")

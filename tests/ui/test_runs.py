@@ -125,11 +125,13 @@ def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_
             assert page.get_by_test_id("run-status").inner_text() in ("running", "succeeded")
             page.wait_for_selector("[data-testid=run][data-status=succeeded]", timeout=120_000)
             log = page.get_by_test_id("run-log").inner_text()
-            assert "queued chg-" in log and "gate: pass" in log
+            assert "queued chg-" in log and "(needs-acknowledgement)" in log
             assert "/" in page.get_by_test_id("run-progress-label").inner_text()  # the last bar drawn
             page.goto(f"{ui}/review")
             card = page.locator(f"[data-testid=review-card][data-skill='{skill}']")
-            assert card.get_by_test_id("verdict").inner_text() == "pass"
+            assert card.get_by_test_id("state").inner_text() == "needs-acknowledgement"
+            assert card.locator("[data-cell='held-out A/B']").get_attribute("data-state") == "pass"
+            assert "asked for: a minimal additive edit" in card.get_by_test_id("asked-for").inner_text()
             assert "NEW-MARK" in card.get_by_test_id("diffs").inner_text()
 
 

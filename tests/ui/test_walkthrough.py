@@ -1,6 +1,7 @@
 """The README's "first ten minutes", step by step, in headless Chromium: the real CLI proposes an
 edit, Evaluate measures it with the demo's scripted model server (scripts/demo.py, no key), the
-review page shows it passing, Approve confirms and serves it over MCP, History rolls it back.
+review page shows what passed and what is missing (no run is blessed: the replay), Approve names
+why that is acceptable and serves it over MCP, History shows what was accepted and rolls it back.
 Its screenshots are the README's (`make screenshots`)."""
 
 from __future__ import annotations
@@ -67,27 +68,47 @@ def test_the_first_ten_minutes_propose_evaluate_review_approve_and_roll_back(
             running_asgi(ui_app(library, control, mcp, (), options), lifespan="off") as ui,
         ):
             world = Demo(mcp)
-            # 2. Review: nothing measured yet, so the card cannot be approved; Evaluate measures it.
+            # 2. Review: only the admission checks are measured; Evaluate measures the rest.
             page.goto(f"{ui}/review")
-            assert card(page, SKILL).get_by_test_id("approve").is_disabled()
-            card(page, SKILL).get_by_test_id("evaluate").click()
+            waiting = card(page, SKILL)
+            assert waiting.get_attribute("data-state") == "needs-acknowledgement"
+            missing = waiting.locator("[data-testid=passport-cell][data-state=missing]").count()
+            assert missing == 5  # A/B, replay, routing impact, sandbox checks, cost
+            waiting.get_by_test_id("evaluate").click()
             page.wait_for_url("**/runs/run-*")
             page.wait_for_selector("[data-testid=run][data-status=succeeded]", timeout=120_000)
-            assert "gate pass" in page.get_by_test_id("run-log").inner_text()
+            log = page.get_by_test_id("run-log").inner_text()
+            assert "needs-acknowledgement (body change)" in log and "gate" not in log.lower()
             page.screenshot(path=str(screenshots / "walkthrough-evaluate.png"), full_page=True)
-            # 3. The card now passes, with its score cards and risk summary.
+            # 3. The card now shows every cell measured but the replay (no blessed run yet).
             page.goto(f"{ui}/review")
             good = card(page, SKILL)
-            assert good.get_by_test_id("verdict").inner_text() == "pass"
+            assert good.get_by_test_id("state").inner_text() == "needs-acknowledgement"
+            states = {
+                c.get_attribute("data-cell"): c.get_attribute("data-state")
+                for c in good.get_by_test_id("passport-cell").all()
+            }
+            assert states == {
+                "held-out A/B": "pass",
+                "replay": "missing",
+                "routing impact": "pass",
+                "sandbox checks": "n/a",
+                "safety": "pass",
+                "cost": "pass",
+            }
             assert (
                 good.locator("[data-arm=challenger]").get_by_test_id("scorecard-value").inner_text()
                 == "0.900"
             )
             assert "+2 / −0 lines" in good.get_by_test_id("risk").inner_text()
             page.screenshot(path=str(screenshots / "walkthrough-review.png"), full_page=True)
-            # 4. Approve: the confirmation says what will be served; serving it returns to the queue.
+            # 4. Approve: the confirmation says what will be served and which missing cell it accepts.
             good.get_by_test_id("approve").click()
             assert change.candidate_revision[:12] in page.get_by_test_id("confirm-summary").inner_text()
+            assert [c.get_attribute("data-cell") for c in page.get_by_test_id("accepted-cell").all()] == [
+                "replay"
+            ]
+            page.get_by_test_id("accept-missing").fill("no run of it is blessed yet; I read the diff")
             page.screenshot(path=str(screenshots / "walkthrough-confirm.png"), full_page=True)
             page.get_by_test_id("confirm-approve").click()
             page.wait_for_url(f"**/review?done=approved&skill={SKILL}")
@@ -99,4 +120,6 @@ def test_the_first_ten_minutes_propose_evaluate_review_approve_and_roll_back(
             page.get_by_test_id("rollback").click()
             page.wait_for_url(f"**/history/{SKILL}?done=rolled-back")
             wait_for(lambda: served_revision(world, SKILL) == change.champion_revision)
+            accepted = page.get_by_test_id("accepted-missing").inner_text()
+            assert "accepting missing replay" in accepted and "I read the diff" in accepted
             page.screenshot(path=str(screenshots / "walkthrough-history.png"), full_page=True)

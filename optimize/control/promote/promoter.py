@@ -1,7 +1,7 @@
 """Promote a verified candidate into a skills root, or roll one back.
 
 The only code that writes a skills root. The caller holds the change-control lock (lock.py)
-and has already decided the change may happen (gate.py, changes.py); this module makes it
+and has already decided the change may happen (passport.py, changes.py); this module makes it
 happen crash-safely:
 
 1. snapshot the live tree to `runs/revisions/<skill>/<revision>/` (written, fsynced, verified);
@@ -70,9 +70,11 @@ def _record(
     reason: str | None,
     evidence_digest: str | None,
     change_id: str | None,
-) -> dict[str, str | None]:
-    """The fields an intent and its outcome line share."""
+    extra: Mapping[str, object] | None = None,
+) -> dict[str, object]:
+    """The fields an intent and its outcome line share (`extra`: what an approval accepted)."""
     return {
+        **(extra or {}),
         "skill": skill,
         "root": str(root),
         "from_revision": from_revision,
@@ -143,8 +145,10 @@ class Promoter:
         reason: str | None = None,
         evidence_digest: str | None = None,
         change_id: str | None = None,
+        extra: Mapping[str, object] | None = None,
     ) -> Outcome:
-        """Make `files` the live tree of `skill` in `root`, atomically; see the module docstring."""
+        """Make `files` the live tree of `skill` in `root`, atomically; see the module docstring.
+        `extra`: further fields for both audit lines (what an approval accepted)."""
         check_skill_name(skill)
         for rel in files:
             check_relative(rel)
@@ -168,7 +172,9 @@ class Promoter:
         # the guard restore it from here if its folder is edited behind Ingot's back.
         self.snapshots.store(skill, to_revision, files)
         stage = self._stage(root, skill, files, expect=to_revision)
-        record = _record(skill, root, from_revision, to_revision, actor, reason, evidence_digest, change_id)
+        record = _record(
+            skill, root, from_revision, to_revision, actor, reason, evidence_digest, change_id, extra
+        )
         return self._exchange(action, record, root / skill, stage, replace=from_revision is not None)
 
     def rollback(self, skill: str, root: Path, revision: str, actor: str, reason: str | None) -> Outcome:
@@ -226,23 +232,53 @@ class Promoter:
         return self._exchange("restore", record, live, stage)
 
     def _remove(self, skill: str, root: Path, *, actor: str, reason: str | None) -> Outcome:
-        """Roll `skill` back to absent: snapshot it (so this, too, can be undone), audit the
-        intent, then one atomic rename of the live folder into a dot-prefixed trash folder in the
-        same root. A kill leaves the skill whole or gone, plus at most a trash folder and an intent
-        without outcome, which `recover` settles like a stage folder (it has the stage prefix)."""
+        """Roll `skill` back to absent, which only a skill Ingot created has (its absent snapshot)."""
         check_skill_name(skill)
-        self.recover((root,))
         if not self.absent_recorded(skill):
             raise PromotionError(
                 f"no absent snapshot of {skill!r}: Ingot did not create it, so it will not remove it; "
                 f"`ingot history {skill}` lists the revisions that can be restored"
             )
+        return self.remove(
+            skill,
+            root,
+            expected_from=self.live_revision(root, skill),
+            action="rollback",
+            actor=actor,
+            reason=reason,
+        )
+
+    def remove(
+        self,
+        skill: str,
+        root: Path,
+        *,
+        expected_from: str | None,
+        actor: str,
+        reason: str | None,
+        action: str = "promote",
+        evidence_digest: str | None = None,
+        change_id: str | None = None,
+        extra: Mapping[str, object] | None = None,
+    ) -> Outcome:
+        """Stop serving `skill` (an approved removal, or a rollback to absent): snapshot it (so
+        this, too, can be undone), audit the intent, then one atomic rename of the live folder
+        into a dot-prefixed trash folder in the same root. A kill leaves the skill whole or gone,
+        plus at most a trash folder and an intent without outcome, which `recover` settles like a
+        stage folder (it has the stage prefix)."""
+        check_skill_name(skill)
+        self.recover((root,))
         from_revision = self.live_revision(root, skill)
         if from_revision is None:
             raise PromotionError(f"skill {skill!r} is already absent from {root}; nothing was changed")
+        if from_revision != expected_from:
+            raise PromotionError(
+                f"skill {skill!r} is live at {from_revision[:12]} but the removal was made against "
+                f"{(expected_from or 'nothing')[:12]}; nothing was changed"
+            )
         self.snapshot_live(skill, root, from_revision)
-        record = _record(skill, root, from_revision, None, actor, reason, None, None)
-        return self._exchange("rollback", record, root / skill, None, steps=_REMOVE_STEPS)
+        record = _record(skill, root, from_revision, None, actor, reason, evidence_digest, change_id, extra)
+        return self._exchange(action, record, root / skill, None, steps=_REMOVE_STEPS)
 
     # -- the shared sequence: stage, then intent, one rename, outcome ------------------------
 
@@ -262,7 +298,7 @@ class Promoter:
     def _exchange(
         self,
         action: str,
-        record: dict[str, str | None],
+        record: dict[str, object],
         live: Path,
         stage: Path | None,
         *,
@@ -296,7 +332,10 @@ class Promoter:
         self._step("audit: outcome")
         done = self.audit.append(action=action, outcome="done", intent_seq=intent.seq, **record)
         self.commits.commit(root, done)
-        return Outcome(live.name, record["from_revision"], record["to_revision"], root, intent.seq, done.seq)
+        from_revision, to_revision = record["from_revision"], record["to_revision"]
+        assert from_revision is None or isinstance(from_revision, str)
+        assert to_revision is None or isinstance(to_revision, str)
+        return Outcome(live.name, from_revision, to_revision, root, intent.seq, done.seq)
 
     # -- recovery --------------------------------------------------------------------------
 

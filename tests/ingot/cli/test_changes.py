@@ -9,7 +9,7 @@ from optimize.control.changes import ChangeControl
 from tests.conftest import BUNDLED_SKILLS, write_skill
 from tests.ingot.cli.test_errors import error_line
 from tests.ingot.cli.test_main import ingot
-from tests.optimize.conftest import ab, body_rewrite
+from tests.optimize.conftest import body_rewrite, ready_body
 
 
 def setup(tmp_path, library_factory):
@@ -18,9 +18,7 @@ def setup(tmp_path, library_factory):
     home = establish((root,))  # the same state home the CLI finds from any folder
     control = ChangeControl(home.path, home.roots, neighbours=library_factory(root).current)
     files = body_rewrite(root, "release-notes")
-    control.propose(
-        "release-notes", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1, 0.2], [0.9, 0.8, 0.9, 0.8])
-    )
+    control.propose("release-notes", "optimizer", files, ready_body())
     return root, control
 
 
@@ -28,7 +26,8 @@ def test_pending_approve_history_status_and_audit_verify(tmp_path, library_facto
     root, control = setup(tmp_path, library_factory)
     args = ("--skills", str(root))
     listed = ingot("pending", *args, cwd=tmp_path)
-    assert "release-notes" in listed.stdout and "gate: pass" in listed.stdout
+    assert "release-notes" in listed.stdout and "body change from optimizer" in listed.stdout
+    assert listed.stdout.rstrip().endswith("ready: every cell that applies passed")
     change_id = control.queue.get("release-notes").id
     unpinned = ingot("approve", "release-notes", *args, cwd=tmp_path)
     assert unpinned.returncode == 2 and "--change" in unpinned.stderr
@@ -131,9 +130,7 @@ def test_reject_is_pinned_to_the_change_that_was_reviewed(tmp_path, library_fact
     root, control = setup(tmp_path, library_factory)
     seen = control.queue.get("release-notes").id
     files = body_rewrite(root, "release-notes", "NEWER-RULE")
-    newer, _ = control.propose(
-        "release-notes", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1, 0.2], [0.9, 0.8, 0.9, 0.9])
-    )
+    newer, _ = control.propose("release-notes", "optimizer", files, ready_body())
     args = ("--reason", "too long", "--skills", str(root))
     done = ingot("reject", "release-notes", "--change", seen, *args, cwd=tmp_path)
     assert "is now" in error_line(done, 3) and control.queue.get("release-notes").id == newer.id
@@ -146,9 +143,10 @@ def test_an_approved_new_skill_is_undone_from_the_command_line(tmp_path, library
     proposed = ingot(
         "propose", "kiln-firing", "--new", "--from", str(candidate), "--no-evaluate", *args, cwd=tmp_path
     )
-    assert proposed.returncode == 0 and "new skill kiln-firing" in proposed.stdout, proposed.stderr
+    assert proposed.returncode == 0 and "create change of kiln-firing" in proposed.stdout, proposed.stderr
     change_id = control.queue.get("kiln-firing").id
-    created = ingot("approve", "kiln-firing", "--change", change_id, *args, cwd=tmp_path)
+    why = ("--accept-missing", "a first draft, measured once it has traffic")
+    created = ingot("approve", "kiln-firing", "--change", change_id, *why, *args, cwd=tmp_path)
     assert created.returncode == 0, created.stderr
     live = control.live_revision("kiln-firing")
     history = ingot("history", "kiln-firing", *args, cwd=tmp_path).stdout
@@ -164,3 +162,67 @@ def test_an_approved_new_skill_is_undone_from_the_command_line(tmp_path, library
     assert status.returncode == 0 and "kiln-firing  absent  removed by Ingot" in status.stdout
     restored = ingot("rollback", "kiln-firing", live[:12], "--live", "absent", *args, cwd=tmp_path)
     assert restored.returncode == 0 and control.live_revision("kiln-firing") == live
+
+
+def test_a_body_change_with_no_model_is_approved_only_naming_the_missing_cells(tmp_path):
+    root = tmp_path / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    args = ("--skills", str(root))
+    folder = tmp_path / "edit" / "release-notes"
+    shutil.copytree(root / "release-notes", folder)
+    (folder / "SKILL.md").write_text((folder / "SKILL.md").read_text() + "\nCheck every entry.\n")
+    proposed = ingot("propose", "release-notes", "--from", str(folder), *args, cwd=tmp_path)
+    assert proposed.returncode == 0, proposed.stderr
+    assert "body change of release-notes" in proposed.stdout and "+2 / -0 lines" in proposed.stdout
+    assert "needs-acknowledgement (body change)" in proposed.stdout
+    assert "  held-out A/B    missing  no agent or judge model configured" in proposed.stdout
+    change_id = (
+        establish((root,)).path.joinpath("pending", "release-notes.json").read_text().split('"id": "')[1][:16]
+    )
+    refused = ingot("approve", "release-notes", "--change", change_id, *args, cwd=tmp_path)
+    line = error_line(refused, 1)
+    assert "needs acknowledgement" in line and "held-out A/B (no agent or judge model configured" in line
+    assert '--accept-missing "REASON"' in line
+    reason = "a typo fix; no model configured here"
+    done = ingot(
+        "approve", "release-notes", "--change", change_id, "--accept-missing", reason, *args, cwd=tmp_path
+    )
+    assert done.returncode == 0 and done.stdout.startswith("promoted release-notes"), done.stderr
+    assert "Check every entry." in (root / "release-notes" / "SKILL.md").read_text()
+    home = establish((root,))
+    intent = next(
+        e
+        for e in ChangeControl(home.path, home.roots).history("release-notes")
+        if e.get("action") == "promote-intent"
+    )
+    assert intent.get("acceptance_reason") == reason and "held-out A/B" in intent.get("accepted_missing")
+    history = ingot("history", "release-notes", *args, cwd=tmp_path).stdout
+    assert f"accepted missing held-out A/B, replay, routing impact, cost: {reason}" in history
+
+
+def test_a_withheld_proposal_says_so_and_exits_with_the_conflict_code(tmp_path, library_factory):
+    root, control = setup(tmp_path, library_factory)  # a ready change waits
+    waiting = control.queue.get("release-notes").id
+    folder = tmp_path / "edit" / "release-notes"
+    shutil.copytree(root / "release-notes", folder)
+    (folder / "SKILL.md").write_text((folder / "SKILL.md").read_text() + "\nAnother idea.\n")
+    done = ingot("propose", "release-notes", "--from", str(folder), "--skills", str(root), cwd=tmp_path)
+    line = error_line(done, 3)
+    assert line.startswith(
+        f"Error: withheld: a better change is waiting ({waiting}); reject or approve it first"
+    )
+    assert "pending chg-" not in done.stdout and "is now chg-" not in done.stderr
+    assert control.queue.get("release-notes").id == waiting
+    (archived,) = [r for r in control.queue.archived("release-notes") if r["archived_status"] == "withheld"]
+    assert archived["id"] in line
+
+
+def test_pending_json_carries_each_change_s_passport_and_size(tmp_path, library_factory):
+    import json
+
+    root, control = setup(tmp_path, library_factory)
+    listed = ingot("pending", "--json", "--skills", str(root), cwd=tmp_path)
+    (entry,) = json.loads(listed.stdout)
+    assert entry["kind"] == "body" and entry["passport"]["state"] == "ready"
+    assert [c["cell"] for c in entry["passport"]["cells"]][:2] == ["held-out A/B", "replay"]
+    assert entry["size"]["added"] == 2 and entry["size"]["removed"] == 0

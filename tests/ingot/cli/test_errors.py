@@ -124,7 +124,7 @@ def test_a_managed_library_may_be_empty_and_says_so(tmp_path):
         str(root),
         cwd=tmp_path,
     )
-    assert proposed.returncode == 0 and "new skill kiln-firing" in proposed.stdout, proposed.stderr
+    assert proposed.returncode == 0 and "create change of kiln-firing" in proposed.stdout, proposed.stderr
     listed = ingot("skills", "--skills", str(root), cwd=tmp_path)  # managed now: empty is not a typo
     assert listed.returncode == 0 and listed.stdout == "" and "no skills are served from" in listed.stderr
 

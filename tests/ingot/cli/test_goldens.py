@@ -11,7 +11,7 @@ from optimize.measure.cascade import JudgeTiers
 from optimize.measure.level0 import SIDE_EFFECT_TOOLS
 from optimize.measure.regress import ReplaySettings, replay_cell
 from tests.ingot.cli.test_main import ingot
-from tests.optimize.conftest import ab
+from tests.optimize.conftest import ready_body
 from tests.regress_sim import TIERS, edited, regress_world
 
 
@@ -101,11 +101,11 @@ def test_approve_takes_an_override_reason_for_a_blocked_change(tmp_path, library
             JudgeTiers(TIERS["L1"], TIERS["L2"], TIERS["L3"]),
             settings=ReplaySettings(side_effects=SIDE_EFFECT_TOOLS | {"send_quote"}),
         )
-        measurements = {**ab([0.2, 0.3, 0.1, 0.2], [0.9, 0.8, 0.9, 0.8]), "replay": replay}
-        change, _ = w.control.propose("fx-quote", "rewrite", "optimizer", candidate, measurements)
+        measurements = {**ready_body(), "replay": replay}
+        change, _ = w.control.propose("fx-quote", "optimizer", candidate, measurements)
         env = env_for(w)
         pending = ingot("pending", cwd=tmp_path, env=env)
-        assert "gate: pass  replay: BLOCK" in pending.stdout
+        assert pending.stdout.rstrip().endswith("blocked: replay fail"), pending.stdout
         refused = ingot("approve", "fx-quote", "--change", change.id, cwd=tmp_path, env=env)
         assert refused.returncode == 1 and "--override-reason" in refused.stderr
         done = ingot(

@@ -16,10 +16,10 @@ import yaml
 
 from ingot.home import establish
 from optimize.control.autopilot import Autopilot, change_passport, report_incident
-from optimize.control.changes import ChangeControl
+from optimize.control.changes import ApprovalRefused, ChangeControl
 from optimize.control.lock import change_lock
 from tests.conftest import BUNDLED_SKILLS
-from tests.optimize.conftest import checks
+from tests.optimize.conftest import checks, ready_body, ready_create, replay_blocked
 
 SKILL = "release-notes"
 BASE = {"top1": 0.8, "recall_at_3": 0.9, "no_route_precision": 0.9}
@@ -61,9 +61,7 @@ def control(tmp_path, library_factory) -> ChangeControl:
 
 
 def propose(control: ChangeControl, n: int, measurements: dict | None = None):
-    return control.propose(
-        SKILL, "description", "optimizer", description_files(control, n), measurements or green()
-    )
+    return control.propose(SKILL, "optimizer", description_files(control, n), measurements or green())
 
 
 def allow(control: ChangeControl, level: str, cls: str = "description") -> None:
@@ -97,18 +95,26 @@ def test_an_approval_that_is_not_green_restarts_the_streak_and_an_override_is_an
         control.approve(SKILL, "reviewer", change.id)
     assert control.autonomy.trust(SKILL, "description").streak == 2
     change, _ = propose(control, 3, {**green(), "checks": {"status": "not_measured", "why": "skipped"}})
-    assert not change_passport(control, change).all_green  # the gate lets a person approve it anyway
-    control.approve(SKILL, "reviewer", change.id)
+    assert change_passport(control, change).state == "needs-acknowledgement"  # a person may accept it
+    control.approve(SKILL, "reviewer", change.id, accept_missing="checked the description by hand")
     trust = control.autonomy.trust(SKILL, "description")
     assert (trust.level, trust.streak) == ("manual", 0)
     with change_lock(control.runs_dir):
         for _ in range(3):
             control.autonomy.record(SKILL, "description", "clean", "test", "earned")
     assert control.autonomy.trust(SKILL, "description").level == "supervised"
-    change, _ = propose(control, 4)
+    files = control.champion_files(SKILL)  # description and body: a replay BLOCK needs a body
+    files["SKILL.md"] = description_files(control, 4)["SKILL.md"] + b"\nA body line too.\n"
+    change, _ = control.propose(SKILL, "optimizer", files, {**ready_body(), **replay_blocked()})
+    assert change.kind == "both" and change_passport(control, change).overridable
+    allow(control, "auto", "body")
+    with change_lock(control.runs_dir):
+        for _ in range(3):
+            control.autonomy.record(SKILL, "body", "clean", "test", "earned")
     control.approve(SKILL, "reviewer", change.id, override_reason="shipping it anyway")
-    trust = control.autonomy.trust(SKILL, "description")
-    assert trust.level == "manual" and "override" in trust.last_incident
+    for cls in ("description", "body"):  # a change to both counts for both classes
+        trust = control.autonomy.trust(SKILL, cls)
+        assert trust.level == "manual" and "override" in trust.last_incident, cls
 
 
 def test_an_auto_class_promotes_a_green_change_at_the_next_tick_and_a_missing_cell_waits(control):
@@ -121,6 +127,9 @@ def test_an_auto_class_promotes_a_green_change_at_the_next_tick_and_a_missing_ce
     held, _ = propose(control, 1, missing)
     (step,) = Autopilot(control).tick()
     assert step.did == "left for a person" and "routing impact missing" in step.why
+    # autonomy never accepts missing evidence: its own approval of the held change is refused
+    with pytest.raises(ApprovalRefused, match="needs acknowledgement"):
+        control.approve(SKILL, "autonomy", held.id)
     assert control.queue.get(SKILL).id == held.id
     change, _ = propose(control, 2)  # green: displaces the held one
     steps = Autopilot(control).tick()
@@ -229,7 +238,7 @@ def test_an_incident_after_autonomy_created_a_skill_removes_it_again(control):
             "kiln-firing", "Plans glaze firings for an electric ceramic kiln.", "Ramp slowly."
         )
     }
-    change, _ = control.propose("kiln-firing", "create", "agent", files, checks())
+    change, _ = control.propose("kiln-firing", "agent", files, ready_create())
     control.approve("kiln-firing", "autonomy", change.id)  # as the autopilot does
     assert control.live_revision("kiln-firing") == change.candidate_revision
     notes = report_incident(control, "kiln-firing", "replay of the live revision failed", "test")

@@ -14,7 +14,7 @@ from optimize.control.audit import AuditLog
 from optimize.control.changes import ApprovalRefused
 from optimize.control.lock import PromotionConflict
 from optimize.control.promote import ABSENT
-from tests.optimize.conftest import ab, checks, skill_md
+from tests.optimize.conftest import ab, checks, ready_body, ready_create, ready_description, skill_md
 
 
 def served(control, name="alpha"):
@@ -26,9 +26,7 @@ def served(control, name="alpha"):
 
 def rewrite(control, text="Better step one.", measurements=None):
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", text)}
-    return control.propose(
-        "alpha", "rewrite", "optimizer", files, measurements or ab([0.2, 0.3, 0.1, 0.4], [0.9, 0.8, 0.7, 0.9])
-    )
+    return control.propose("alpha", "optimizer", files, measurements or ready_body())
 
 
 def test_pending_content_never_serves_until_approved(control):
@@ -49,23 +47,45 @@ def test_a_newer_candidate_archives_the_displaced_one_and_says_where(control):
     assert [c.id for c in control.pending()] == [second.id]
 
 
-def test_a_create_with_passing_checks_is_approvable(control):
+def test_a_create_with_only_passing_checks_is_approved_only_naming_what_is_missing(control):
     files = {"SKILL.md": skill_md("beta", "Beta does beta things.", "Do beta.")}
-    control.propose("beta", "create", "agent", files, checks())
-    control.approve("beta", "reviewer", control.queue.get("beta").id)
+    change = control.propose("beta", "agent", files, checks()).change
+    with pytest.raises(ApprovalRefused, match="needs acknowledgement: 3 cell.*held-out A/B.*routing impact"):
+        control.approve("beta", "reviewer", change.id)
+    assert served(control, "beta") is None
+    control.approve("beta", "reviewer", change.id, accept_missing="a trivial skill; measured live")
     assert served(control, "beta") is not None
+    intent = next(e for e in control.history("beta") if e.get("action") == "promote-intent")
+    assert intent.get("accepted_missing") == ["held-out A/B", "routing impact", "sandbox checks"]
+    assert intent.get("acceptance_reason") == "a trivial skill; measured live"
+    assert intent.get("passport") == "needs-acknowledgement"
+    assert "accepted missing held-out A/B, routing impact, sandbox checks" in intent.get("reason")
 
 
-def test_a_rewrite_without_ab_evidence_is_blocked_as_not_measured(control):
-    rewrite(control, measurements={"ab": {"status": "not_measured", "why": "not run"}})
-    with pytest.raises(ApprovalRefused, match="held-out A/B not measured"):
-        control.approve("alpha", "reviewer", control.queue.get("alpha").id)
+def test_a_body_change_with_no_models_needs_acknowledgement_not_a_block(control):
+    change = rewrite(control, measurements={"ab": {"status": "not_measured", "why": "no models"}}).change
+    assert control.passport(change).state == "needs-acknowledgement"
+    with pytest.raises(ApprovalRefused, match=r'held-out A/B \(no models\).*--accept-missing "REASON"'):
+        control.approve("alpha", "reviewer", change.id)
+    with pytest.raises(ApprovalRefused):
+        control.approve("alpha", "reviewer", change.id, accept_missing="   ")  # blank is no reason
+    control.approve("alpha", "reviewer", change.id, accept_missing="hand edit; no model configured")
+    assert served(control) == change.candidate_revision
+
+
+def test_a_ready_change_needs_no_reason_and_records_none(control):
+    change = rewrite(control).change
+    assert control.passport(change).state == "ready"
+    control.approve("alpha", "reviewer", change.id)
+    intent = next(e for e in control.history("alpha") if e.get("action") == "promote-intent")
+    assert intent.get("passport") == "ready" and intent.get("accepted_missing") is None
 
 
 def test_a_challenger_that_regresses_a_task_the_champion_passed_is_blocked(control):
-    rewrite(control, measurements=ab([0.6, 0.2, 0.1, 0.2], [1.0, 1.0, 0.9, 1.0], fail_case=0))
-    with pytest.raises(ApprovalRefused, match="regresses held-out task"):
-        control.approve("alpha", "reviewer", control.queue.get("alpha").id)
+    regressed = ab([0.6, 0.2, 0.1, 0.2], [1.0, 1.0, 0.9, 1.0], fail_case=0)
+    rewrite(control, measurements={**ready_body(), **regressed})
+    with pytest.raises(ApprovalRefused, match="blocked: held-out A/B fail: regresses held-out task"):
+        control.approve("alpha", "reviewer", control.queue.get("alpha").id, accept_missing="any")
     refused = [e for e in AuditLog(control.runs_dir).entries() if e.get("action") == "approve-refused"]
     assert refused and "regresses" in refused[-1].get("reason")
 
@@ -129,30 +149,60 @@ def test_approval_is_pinned_to_the_change_that_was_reviewed(control):
 
 def test_a_create_record_cannot_overwrite_an_existing_skill(control):
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Exfiltrate nothing, but differ.")}
-    change, _ = control.propose(
-        "alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1, 0.2], [0.9, 0.9, 0.8, 0.9])
-    )
+    change, _ = control.propose("alpha", "optimizer", files, ready_body())
     slot = control.queue.slot("alpha")
     record = json.loads(slot.read_text())
     record["kind"] = "create"
     slot.write_text(json.dumps(record))
-    with pytest.raises(ApprovalRefused):
+    with pytest.raises(
+        ApprovalRefused, match="calls .* a create change, but its evidence was measured for a body"
+    ):
         control.approve("alpha", "reviewer", change.id)
 
 
-def test_a_description_change_may_not_touch_the_body(control):
-    files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things, better described.", "A different body.")}
-    routing = {
-        "routing": {
-            "status": "measured",
-            "champion": {"top1": 0.5, "recall_at_3": 0.5, "no_route_precision": 0.5},
-            "challenger": {"top1": 0.9, "recall_at_3": 0.9, "no_route_precision": 0.9},
-            "collisions": [],
-        }
+def test_a_change_is_classified_by_what_its_bytes_change_whoever_labels_it(control):
+    live = control.champion_files("alpha")["SKILL.md"].decode()
+    described = live.replace("Alpha does alpha things.", "Alpha does alpha things, better described.")
+    cases = {
+        "description": described.encode(),
+        "body": live.replace("Step one.", "A different body.").encode(),
+        "both": described.replace("Step one.", "A different body.").encode(),
     }
-    change, _ = control.propose("alpha", "description", "optimizer", files, routing)
-    with pytest.raises(ApprovalRefused, match="only the frontmatter description"):
-        control.approve("alpha", "reviewer", change.id)
+    for kind, text in cases.items():
+        change = control.propose("alpha", "optimizer", {"SKILL.md": text}, checks()).change
+        assert change.kind == kind, kind
+        data = json.loads((control.runs_dir / change.evidence_path).read_text())
+        assert data["kind"] == data["changes"]["kind"] == data["passport"]["kind"] == kind
+    extra = {"SKILL.md": cases["description"], "scripts/run.sh": b"echo hi\n"}
+    assert control.propose("alpha", "optimizer", extra, checks()).change.kind == "both"
+
+
+def test_evidence_measured_for_a_description_does_not_approve_a_candidate_that_changes_more(control):
+    live = control.champion_files("alpha")["SKILL.md"].decode()
+    described = live.replace("Alpha does alpha things.", "Alpha does alpha things, better described.")
+    files = {"SKILL.md": described.encode()}
+    change = control.propose("alpha", "optimizer", files, ready_description()).change
+    assert change.kind == "description"
+    slot = control.queue.slot("alpha")
+    record = json.loads(slot.read_text())
+    evidence = control.runs_dir / change.evidence_path
+    data = json.loads(evidence.read_text())
+    # A bundle that says it measured a description change, for files that also change the body,
+    # re-hashed and re-recorded so that every digest matches: the bytes still decide the kind.
+    changed = described.replace("Step one.", "A different body.").encode()
+    import base64
+    import hashlib
+
+    from optimize.control.promote import tree_revision
+
+    record["files"][0]["base64"] = base64.b64encode(changed).decode()
+    record["candidate_revision"] = data["candidate_revision"] = tree_revision({"SKILL.md": changed})
+    evidence.write_text(json.dumps(data))
+    record["evidence"]["digest"] = hashlib.sha256(evidence.read_bytes()).hexdigest()
+    slot.write_text(json.dumps(record))
+    with pytest.raises(ApprovalRefused):
+        control.approve("alpha", "reviewer", change.id, accept_missing="x")
+    assert served(control) != record["candidate_revision"]
 
 
 def test_a_record_in_another_skills_slot_or_with_a_path_id_is_refused(control):
@@ -185,7 +235,7 @@ def test_rollback_by_revision_prefix_from_history(control):
     control.approve("alpha", "reviewer", control.queue.get("alpha").id)
     control.rollback("alpha", original[:10], "reviewer", "regression")
     assert served(control) == original
-    actions = [e.get("action") for e in control.history("alpha")]
+    actions = [e.get("action") for e in control.history("alpha") if e.get("action") != "autonomy"]
     assert actions[-2:] == ["rollback-intent", "rollback"]
 
 
@@ -286,7 +336,7 @@ def _forge_pending(control, name: str, files: dict, measurements: dict) -> str:
     bundle = evidence_mod.write_bundle(
         control.runs_dir,
         name,
-        "rewrite",
+        "body",
         champion,
         tree_revision(files),
         measurements,
@@ -296,7 +346,7 @@ def _forge_pending(control, name: str, files: dict, measurements: dict) -> str:
     )
     change = new_change(
         name,
-        "rewrite",
+        "body",
         "optimizer",
         champion,
         files,
@@ -312,7 +362,7 @@ def test_a_self_consistent_forged_pending_record_is_refused(control):
     control.approve("alpha", "reviewer", control.queue.get("alpha").id)
     live = served(control)
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Forged step.")}
-    forged = _forge_pending(control, "alpha", files, ab([0.1, 0.1, 0.1, 0.1], [0.9, 0.9, 0.9, 0.9]))
+    forged = _forge_pending(control, "alpha", files, ready_body())
     assert control.refusal(control.queue.get("alpha")) is not None
     with pytest.raises(ApprovalRefused, match="no `propose` line"):
         control.approve("alpha", "reviewer", forged)
@@ -332,9 +382,7 @@ def test_a_pending_record_edited_after_its_proposal_is_refused(control):
 def test_two_duplicates_that_each_passed_alone_cannot_both_be_approved(control):
     description = "Reconciles supplier invoices against purchase orders and flags mismatches."
     for name in ("invoice-match", "invoice-check"):
-        control.propose(
-            name, "create", "agent", {"SKILL.md": skill_md(name, description, "Match.")}, checks()
-        )
+        control.propose(name, "agent", {"SKILL.md": skill_md(name, description, "Match.")}, ready_create())
     control.approve("invoice-match", "reviewer", control.queue.get("invoice-match").id)
     with pytest.raises(ApprovalRefused, match="collision with the library as it is now: .*invoice-match"):
         control.approve("invoice-check", "reviewer", control.queue.get("invoice-check").id)
@@ -345,7 +393,7 @@ def test_without_the_library_a_description_change_is_not_approved_blind(control)
     from optimize.control.changes import ChangeControl
 
     files = {"SKILL.md": skill_md("beta", "Beta does beta things.", "Do beta.")}
-    control.propose("beta", "create", "agent", files, checks())
+    control.propose("beta", "agent", files, ready_create())
     blind = ChangeControl(control.runs_dir, control.roots)
     with pytest.raises(ApprovalRefused, match="re-checks the description"):
         blind.approve("beta", "reviewer", blind.queue.get("beta").id)
@@ -411,7 +459,7 @@ def test_a_rollback_is_pinned_to_the_live_revision_the_caller_saw(control):
 
 def test_an_approved_new_skill_can_be_rolled_back_to_absent_and_restored(control):
     files = {"SKILL.md": skill_md("beta", "Beta plans kiln firings for glazed stoneware.", "Ramp slowly.")}
-    change, _ = control.propose("beta", "create", "agent", files, checks())
+    change, _ = control.propose("beta", "agent", files, ready_create())
     created = control.approve("beta", "reviewer", change.id).to_revision
     assert control.snapshots("beta") == [created, ABSENT]  # the live one is kept (served when pinned)
     removed = control.rollback("beta", ABSENT, "reviewer", "undo the new skill", expected_live=created)
@@ -430,7 +478,7 @@ def test_a_damaged_pending_record_blocks_only_its_own_skill(control, library_fac
     slot = control.queue.slot("alpha")
     slot.write_text(slot.read_text().replace(change.id, "../escape"))
     files = {"SKILL.md": skill_md("beta", "Beta plans kiln firings for glazed stoneware.", "Ramp slowly.")}
-    created, _ = control.propose("beta", "create", "agent", files, checks())
+    created, _ = control.propose("beta", "agent", files, ready_create())
     assert control.approve("beta", "reviewer", created.id).to_revision == created.candidate_revision
     with pytest.raises(IngotError, match="malformed change id"):
         control.reject("alpha", "bad record", "reviewer")

@@ -20,7 +20,7 @@ from optimize.control.changes import ChangeControl
 from optimize.control.lock import change_lock
 from optimize.control.promote import Promoter, tree_revision
 from tests.conftest import write_skill
-from tests.optimize.conftest import ab, skill_md
+from tests.optimize.conftest import ready_body, skill_md
 from tests.optimize.control.test_promote import CHILD, REPO
 
 
@@ -85,9 +85,7 @@ def big_rewrite(control: ChangeControl) -> str:
         "SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Step one, better."),
         "references/big.txt": b"x" * 120_000,
     }
-    change, _ = control.propose(
-        "alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1, 0.2], [0.9, 0.9, 0.8, 0.9])
-    )
+    change, _ = control.propose("alpha", "optimizer", files, ready_body())
     return change.id
 
 
@@ -198,10 +196,9 @@ def test_re_approving_a_just_approved_change_is_a_conflict_not_a_missing_change(
     for text in ("First.", "Second.", "Third."):  # decided within one second of each other
         change, _ = control.propose(
             "alpha",
-            "rewrite",
             "optimizer",
             {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", text)},
-            ab([0.1, 0.2, 0.1, 0.2], [0.9, 0.9, 0.8, 0.9]),
+            ready_body(),
             measured_against=control.live_revision("alpha"),
         )
         ids.append(change.id)

@@ -1,4 +1,5 @@
-"""The gate is pure: the same evidence and thresholds always give the same verdict."""
+"""The cell rules are pure: the same evidence and thresholds always judge a cell the same way, and
+too little evidence is `missing`, never a pass."""
 
 from __future__ import annotations
 
@@ -7,125 +8,109 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from optimize.control.gate import Thresholds, evaluate
+from optimize.control.gate import Thresholds, ab_cell, routing_cell
 from optimize.measure.stats import paired_t, sign_flip
-from tests.optimize.conftest import ab, checks
+from tests.optimize.conftest import ab
 
 
-def rewrite_evidence(champion, challenger, fail_case=None, **extra):
-    return {"kind": "rewrite", "measurements": {**ab(champion, challenger, fail_case)}, **extra}
+def ab_evidence(champion, challenger, fail_case=None):
+    return {"measurements": {**ab(champion, challenger, fail_case)}}
 
 
-def impact(before, after, n=6, shadowed=(), collisions=()):
-    return {
-        "routing_impact": {
-            "status": "measured",
-            "metrics": {"champion": before, "challenger": after, "n": {m: n for m in before}},
-            "shadowed": list(shadowed),
-            "collisions": list(collisions),
-        }
+def impact(before, after, n=6, shadowed=(), collisions=(), leakage=None):
+    block = {
+        "status": "measured",
+        "metrics": {"champion": before, "challenger": after, "n": {m: n for m in before}},
+        "shadowed": list(shadowed),
+        "collisions": list(collisions),
     }
+    if leakage is not None:
+        block["leakage"] = leakage
+    return {"measurements": {"routing_impact": block}}
 
 
-BASE = {"top1": 0.8, "recall_at_3": 0.9, "no_route_precision": 0.9}
+BASE = {"top1": 0.8, "recall_at_3": 0.9, "no_route_precision": 0.9, "others_top1": 0.8}
 
 
 def test_a_clear_improvement_passes_with_its_margin_and_both_tests_as_fields():
-    verdict = evaluate(rewrite_evidence([0.1, 0.2, 0.3, 0.2, 0.1], [0.9, 0.8, 0.9, 0.7, 0.8]), Thresholds())
-    assert verdict.status == "pass" and "margin +0.640" in verdict.reasons[0]
-    tests = {s["test"]: s for s in verdict.statistics}
+    cell = ab_cell(ab_evidence([0.1, 0.2, 0.3, 0.2, 0.1], [0.9, 0.8, 0.9, 0.7, 0.8]), Thresholds())
+    assert cell.state == "pass" and "margin +0.640" in cell.why
+    tests = {s["test"]: s for s in cell.statistics}
     assert (
         tests["paired t-test (one-sided)"]["p"] < 0.01 and tests["paired t-test (one-sided)"]["statistic"] > 0
     )
     assert tests["exact sign-flip permutation (one-sided)"]["p"] == 1 / 32
-    assert any(rule.startswith("significance") for rule in verdict.rules)
+    assert any(rule.startswith("significance") for rule in cell.rules)
 
 
-def test_too_few_samples_and_a_small_margin_block_with_reasons():
-    verdict = evaluate(rewrite_evidence([0.5, 0.5], [0.55, 0.6]), Thresholds())
-    assert verdict.status == "blocked"
-    assert any("at least 3 needed" in r for r in verdict.reasons)
-    assert any("below the required 0.150" in r for r in verdict.reasons)
+def test_too_few_distinct_samples_are_missing_and_a_small_margin_fails():
+    few = ab_cell(ab_evidence([0.5, 0.5], [0.9, 0.95]), Thresholds())
+    assert few.state == "missing" and "at least 3 needed" in few.why
+    small = ab_cell(ab_evidence([0.5, 0.5, 0.5], [0.55, 0.6, 0.55]), Thresholds())
+    assert small.state == "fail" and "below the required 0.150" in small.why
 
 
 def test_three_distinct_equal_gains_are_not_significant_whatever_the_t_test_says():
-    verdict = evaluate(rewrite_evidence([0.5, 0.5, 0.5], [0.7, 0.7, 0.7]), Thresholds())
-    assert verdict.status == "insufficient"
-    assert "undefined" in verdict.reasons[0] and "p = 0.125" in verdict.reasons[0]
+    cell = ab_cell(ab_evidence([0.5, 0.5, 0.5], [0.7, 0.7, 0.7]), Thresholds())
+    assert cell.state == "fail"
+    assert "undefined" in cell.why and "p = 0.125" in cell.why
 
 
-def test_a_paired_test_without_enough_evidence_says_insufficient():
-    verdict = evaluate(rewrite_evidence([0.1, 0.5, 0.5], [0.9, 0.5, 0.5]), Thresholds(alpha=0.05))
-    assert verdict.status == "insufficient" and "paired t-test" in verdict.reasons[0]
+def test_a_paired_test_without_enough_evidence_fails_the_cell_saying_so():
+    cell = ab_cell(ab_evidence([0.1, 0.5, 0.5], [0.9, 0.5, 0.5]), Thresholds(alpha=0.05))
+    assert cell.state == "fail" and "not enough evidence" in cell.why and "paired t-test" in cell.why
 
 
-def test_pairwise_verdicts_that_contradict_the_rubric_gain_block():
-    evidence = rewrite_evidence([0.1, 0.2, 0.3, 0.2, 0.1], [0.9, 0.8, 0.9, 0.7, 0.8])
+def test_pairwise_verdicts_that_contradict_the_rubric_gain_fail_and_unmeasured_ones_are_missing():
+    evidence = ab_evidence([0.1, 0.2, 0.3, 0.2, 0.1], [0.9, 0.8, 0.9, 0.7, 0.8])
     evidence["measurements"]["ab"]["pairwise"] = {"status": "measured", "wins": 1, "ties": 1, "losses": 3}
-    verdict = evaluate(evidence, Thresholds())
-    assert verdict.status == "blocked" and "prefers the champion" in verdict.reasons[0]
+    cell = ab_cell(evidence, Thresholds())
+    assert cell.state == "fail" and "prefers the champion" in cell.why
     del evidence["measurements"]["ab"]["pairwise"]
-    assert "pairwise comparison not measured" in evaluate(evidence, Thresholds()).reasons[0]
+    missing = ab_cell(evidence, Thresholds())
+    assert missing.state == "missing" and "pairwise comparison not measured" in missing.why
 
 
-def test_missing_measurements_block_and_are_never_defaulted():
-    for kind, expected in (
-        ("rewrite", "held-out A/B not measured"),
-        ("description", "routing impact not measured"),
-        ("create", "safety checks not measured"),
-    ):
-        verdict = evaluate({"kind": kind, "measurements": {}}, Thresholds())
-        assert verdict.status == "blocked" and expected in verdict.reasons[0], verdict
-    partial = {
-        "kind": "create",
-        "measurements": {"checks": {"status": "measured", "results": {"validation": {"passed": True}}}},
-    }
-    assert "injection check not measured" in evaluate(partial, Thresholds()).reasons
+def test_a_regressed_case_fails_even_with_a_large_margin():
+    cell = ab_cell(ab_evidence([0.6, 0.1, 0.1, 0.1], [0.4, 0.9, 0.9, 0.9], fail_case=0), Thresholds())
+    assert cell.state == "fail" and "regresses held-out task(s) the champion passed: h0" in cell.why
 
 
-def test_a_create_without_quality_evidence_is_admissible_never_pass():
-    verdict = evaluate({"kind": "create", "measurements": checks(True)}, Thresholds())
-    assert verdict.status == "admissible" and verdict.approvable and not verdict.passed
-    assert "quality not measured" in verdict.reasons[0]
-    assert not evaluate({"kind": "create", "measurements": checks(False)}, Thresholds()).approvable
-    measured = {**checks(True), **ab([0.1, 0.2, 0.1, 0.2, 0.1], [0.9, 0.8, 0.9, 0.7, 0.8])}
-    assert evaluate({"kind": "create", "measurements": measured}, Thresholds()).passed
+def test_shadowing_fails_every_kind_but_a_removal():
+    stolen = [{"task": "Write a commit message for this fix", "expected": "git-commit-messages"}]
+    for kind in ("create", "body", "description", "both"):
+        cell = routing_cell(impact(BASE, {**BASE, "top1": 0.9}, shadowed=stolen), kind, Thresholds())
+        assert cell.state == "fail" and "git-commit-messages" in cell.why, kind
+    assert routing_cell(impact(BASE, BASE, shadowed=stolen), "removal", Thresholds()).state == "pass"
 
 
-def test_shadowing_blocks_every_kind():
-    stolen = [{"task": "Write a commit message for this fix", "expected": "git-commit-messages", "now": "x"}]
-    create = {"kind": "create", "measurements": {**checks(True), **impact(BASE, BASE, shadowed=stolen)}}
-    assert "shadows 1 routing case" in evaluate(create, Thresholds()).reasons[0]
-    description = {
-        "kind": "description",
-        "measurements": impact(BASE, {**BASE, "top1": 0.9}, shadowed=stolen),
-    }
-    verdict = evaluate(description, Thresholds())
-    assert verdict.status == "blocked" and "git-commit-messages" in " ".join(verdict.reasons)
+def test_description_changes_need_no_regression_one_strict_improvement_and_enough_held_out_cases():
+    def judged(before, after, **kw):
+        return routing_cell(impact(before, after, **kw), "description", Thresholds())
+
+    assert judged(BASE, {**BASE, "top1": 0.85}).state == "pass"
+    regressed = judged(BASE, {**BASE, "top1": 0.9, "recall_at_3": 0.8})
+    assert regressed.state == "fail" and "recall@3 regresses" in regressed.why
+    flat = judged(BASE, BASE)
+    assert flat.state == "fail" and "strictly improves" in flat.why
+    assert "shadow" in judged(BASE, {**BASE, "top1": 0.9}, collisions=["other"]).why
+    leaked = {"excluded": 4, "seen": 3, "in_candidate": 1, "cases": []}
+    few = judged(BASE, {**BASE, "top1": 0.9}, n=1, leakage=leaked)
+    assert few.state == "missing"
+    assert "top-1 on 1 held-out routing case(s) (4 case(s) the candidate was written from left out" in few.why
 
 
-def test_description_changes_need_no_regression_one_strict_improvement_and_enough_cases():
-    def routing(before, after, **kw):
-        return {"kind": "description", "measurements": impact(before, after, **kw)}
-
-    assert evaluate(routing(BASE, {**BASE, "top1": 0.85}), Thresholds()).passed
-    regressed = evaluate(routing(BASE, {**BASE, "top1": 0.9, "recall_at_3": 0.8}), Thresholds())
-    assert "recall_at_3 regresses" in " ".join(regressed.reasons)
-    assert "strictly improves" in evaluate(routing(BASE, BASE), Thresholds()).reasons[0]
-    assert "shadow" in " ".join(
-        evaluate(routing(BASE, {**BASE, "top1": 0.9}, collisions=["other"]), Thresholds()).reasons
-    )
-    few = evaluate(routing(BASE, {**BASE, "top1": 0.9}, n=1), Thresholds())
-    assert few.status == "blocked" and "measured on 1 routing case(s); at least 5 needed" in few.reasons[0]
+def test_a_body_change_reports_thin_routing_metrics_without_requiring_them():
+    thin = routing_cell(impact(BASE, {**BASE, "top1": 0.1}, n=1), "body", Thresholds())
+    assert thin.state == "pass" and any("not required" in r for r in thin.rules)
+    assert routing_cell(impact(BASE, {**BASE, "top1": 0.5}), "body", Thresholds()).state == "fail"
 
 
-def test_a_rewrite_that_changes_the_description_needs_routing_impact_too():
-    evidence = rewrite_evidence(
-        [0.1, 0.2, 0.3, 0.2, 0.1], [0.9, 0.8, 0.9, 0.7, 0.8], changes={"description": True}
-    )
-    assert "routing impact not measured" in evaluate(evidence, Thresholds()).reasons[0]
-    evidence["measurements"].update(impact(BASE, BASE))
-    assert evaluate(evidence, Thresholds()).passed
+def test_a_removal_must_not_cost_another_skill_its_routes():
+    lost = routing_cell(impact(BASE, {**BASE, "others_top1": 0.6}), "removal", Thresholds())
+    assert lost.state == "fail" and "top-1 of other skills' cases regresses" in lost.why
+    thin = routing_cell(impact(BASE, BASE, n=2), "removal", Thresholds())
+    assert thin.state == "missing"
 
 
 def test_the_exact_test_enumerates_every_sign_pattern():
@@ -136,25 +121,26 @@ def test_the_exact_test_enumerates_every_sign_pattern():
 
 
 @given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=0, max_size=12))
-def test_the_verdict_is_recomputable_from_the_stored_json(pairs):
-    evidence = rewrite_evidence([a for a, _ in pairs], [b for _, b in pairs])
+def test_the_cell_is_recomputable_from_the_stored_json(pairs):
+    evidence = ab_evidence([a for a, _ in pairs], [b for _, b in pairs])
     stored = json.loads(json.dumps(evidence))
-    assert evaluate(stored, Thresholds()) == evaluate(evidence, Thresholds())
+    assert ab_cell(stored, Thresholds()) == ab_cell(evidence, Thresholds())
 
 
-def test_non_finite_or_missing_per_case_results_block_as_not_measured():
-    nan = rewrite_evidence([0.1, 0.2, 0.1], [float("nan"), 0.9, 0.9])
-    assert (
-        evaluate(nan, Thresholds()).status == "blocked"
-        and "not finite" in evaluate(nan, Thresholds()).reasons[0]
-    )
-    inf = rewrite_evidence([0.1, 0.2, 0.1], [float("inf"), 0.9, 0.9])
-    assert evaluate(inf, Thresholds()).status == "blocked"
-    flags = rewrite_evidence([0.1, 0.2, 0.1], [0.9, 0.9, 0.9])
+def test_non_finite_or_missing_per_case_results_fail_saying_what_was_not_measured():
+    nan = ab_cell(ab_evidence([0.1, 0.2, 0.1], [float("nan"), 0.9, 0.9]), Thresholds())
+    assert nan.state == "fail" and "not finite" in nan.why
+    assert ab_cell(ab_evidence([0.1, 0.2, 0.1], [float("inf"), 0.9, 0.9]), Thresholds()).state == "fail"
+    flags = ab_evidence([0.1, 0.2, 0.1], [0.9, 0.9, 0.9])
     del flags["measurements"]["ab"]["cases"][0]["challenger_pass"]
-    assert "pass/fail not measured" in evaluate(flags, Thresholds()).reasons[0]
-    routing = {
-        "kind": "description",
-        "measurements": impact(BASE, {"top1": float("nan"), "recall_at_3": 0.9, "no_route_precision": 0.9}),
-    }
-    assert any("top1 measured on" in r for r in evaluate(routing, Thresholds()).reasons)
+    assert "pass/fail not measured" in ab_cell(flags, Thresholds()).why
+    routing = impact(BASE, {**BASE, "top1": float("nan")})
+    assert "top-1 on 6 held-out" in routing_cell(routing, "description", Thresholds()).why
+
+
+def test_malformed_evidence_is_a_failed_cell_never_an_exception():
+    broken = {"measurements": {"ab": {"status": "measured", "cases": [{"champion": "x"}], "pairwise": 3}}}
+    assert ab_cell(broken, Thresholds()).state == "fail"
+    bad_routing = {"measurements": {"routing_impact": {"status": "measured", "shadowed": 7}}}
+    cell = routing_cell(bad_routing, "description", Thresholds())
+    assert cell.state == "fail" and "malformed" in cell.why

@@ -20,7 +20,7 @@ from optimize.control.gitrepo import GitHistory
 from optimize.control.lock import change_lock
 from optimize.control.promote import Promoter, tree_revision
 from tests.conftest import BUNDLED_SKILLS
-from tests.optimize.conftest import ab, checks
+from tests.optimize.conftest import ready_body
 from tests.optimize.control.test_promote import CHILD, REPO, skill_files
 
 SKILL = "release-notes"
@@ -34,7 +34,7 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def passing() -> dict:
-    return {**checks(), **ab([0.2, 0.3, 0.2, 0.3, 0.25], [0.9, 0.8, 0.9, 0.85, 0.9])}
+    return ready_body()
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def repo(tmp_path, library_factory):
 def rewrite(control: ChangeControl, mark: str) -> str:
     files = control.champion_files(SKILL)
     files["SKILL.md"] += f"\n{mark}: group the changes by theme.\n".encode()
-    change, _ = control.propose(SKILL, "rewrite", "operator", files, passing())
+    change, _ = control.propose(SKILL, "operator", files, passing())
     control.approve(SKILL, "reviewer", change.id)
     return change.id
 
@@ -109,7 +109,7 @@ def test_without_git_history_nothing_is_committed(repo, tmp_path):
     quiet = ChangeControl(control.runs_dir, control.roots, neighbours=control.neighbours)
     files = quiet.champion_files(SKILL)
     files["SKILL.md"] += b"\nNO-GIT\n"
-    change, _ = quiet.propose(SKILL, "rewrite", "operator", files, passing())
+    change, _ = quiet.propose(SKILL, "operator", files, passing())
     quiet.approve(SKILL, "reviewer", change.id)
     assert git(top, "rev-list", "--count", "HEAD") == "1\n" and f"skills/{SKILL}" in git(
         top, "status", "--short"
@@ -129,7 +129,7 @@ def test_each_commit_is_pushed_to_the_configured_remote_and_a_replica_serves_it_
     )
     files = pushing.champion_files(SKILL)
     files["SKILL.md"] += b"\nPUSHED\n"
-    change, _ = pushing.propose(SKILL, "rewrite", "operator", files, passing())
+    change, _ = pushing.propose(SKILL, "operator", files, passing())
     pushing.approve(SKILL, "reviewer", change.id)
     for thread in pushing.promoter.commits.pushes:
         thread.join(timeout=60)
@@ -141,7 +141,7 @@ def test_each_commit_is_pushed_to_the_configured_remote_and_a_replica_serves_it_
     assert serving.current().get(SKILL).revision == change.candidate_revision
     second = pushing.champion_files(SKILL)
     second["SKILL.md"] += b"\nPUSHED AGAIN\n"
-    later, _ = pushing.propose(SKILL, "rewrite", "operator", second, passing())
+    later, _ = pushing.propose(SKILL, "operator", second, passing())
     pushing.approve(SKILL, "reviewer", later.id)
     for thread in pushing.promoter.commits.pushes:
         thread.join(timeout=60)

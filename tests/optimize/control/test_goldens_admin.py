@@ -9,7 +9,7 @@ from optimize.control.audit import AuditError, AuditLog
 from optimize.control.goldens_admin import GoldenAdmin
 from optimize.measure.goldens import GoldenError, Review, golden_from_trace
 from optimize.models.traces import TraceRecord
-from tests.optimize.conftest import ab, skill_md
+from tests.optimize.conftest import ready_body, skill_md
 
 MESSAGES = (
     {"role": "system", "content": "<skill>\n# Alpha\n\nStep one.\n</skill>"},
@@ -92,9 +92,7 @@ def test_a_run_of_a_revision_that_is_neither_live_nor_snapshotted_cannot_be_bles
         admin.bless(run_of(control, revision="cd" * 32), "ana")
     old = run_of(control)
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Better step one.")}
-    change, _ = control.propose(
-        "alpha", "rewrite", "optimizer", files, ab([0.2, 0.3, 0.1, 0.2], [0.9, 0.8, 0.9, 0.8])
-    )
+    change, _ = control.propose("alpha", "optimizer", files, ready_body())
     control.approve("alpha", "ana", change.id)
     snapshot = control.promoter.revisions / "alpha" / old.revision / "SKILL.md"
     original = snapshot.read_bytes()

@@ -26,7 +26,7 @@ from optimize.control.guard import Guard
 from optimize.control.lock import change_lock
 from optimize.control.promote import Promoter, tree_revision
 from tests.conftest import BUNDLED_SKILLS, free_port, wait_for
-from tests.optimize.conftest import checks
+from tests.optimize.conftest import ready_body
 from tests.optimize.control.test_promote import run_child, skill_files
 
 SKILL = "release-notes"
@@ -75,7 +75,7 @@ def test_a_direct_edit_is_never_served_and_is_kept_restored_and_queued(world):
     assert [e.did for e in events] == ["restored", "queued"]
     assert folder_bytes(root / SKILL) == approved  # the folder harnesses read is approved again
     change = control.queue.get(SKILL)
-    assert change.source == "direct-edit" and change.kind == "rewrite"
+    assert change.source == "direct-edit" and change.kind == "body"
     assert change.champion_revision == revision and "AGENT-EDIT" in change.files["SKILL.md"].decode()
     history = [(e.get("action"), e.get("actor")) for e in control.history(SKILL)]
     assert ("restore", "ingot-guard") in history and ("propose", "direct-edit") in history
@@ -142,7 +142,7 @@ def test_a_promotion_is_served_at_once_and_protected_like_the_baseline(world):
     root, control, library, guard = world
     files = control.champion_files(SKILL)
     files["SKILL.md"] += b"\nAPPROVED-MARK: group by theme.\n"
-    change, _ = control.propose(SKILL, "rewrite", "operator", files, {**checks(), **_ab()})
+    change, _ = control.propose(SKILL, "operator", files, ready_body())
     control.approve(SKILL, "reviewer", change.id)
     library.reload()
     assert "APPROVED-MARK" in library.get(SKILL).body  # the intent line approved it before the switch

@@ -72,7 +72,7 @@ def test_a_candidate_becomes_one_pending_change_a_rewrite_replaces_it_and_a_dele
     [event] = inbox.scan()
     assert event.did == "queued" and event.origin == str(folder)
     first = control.queue.get(SKILL)
-    assert first.source == "inbox" and first.kind == "rewrite" and first.id == event.change_id
+    assert first.source == "inbox" and first.kind == "body" and first.id == event.change_id
     assert "Group the changes by theme." in first.files["SKILL.md"].decode()
     assert inbox.scan() == []  # the same revision is queued once
     write_candidate(candidates, "Group the changes by audience.")
@@ -139,7 +139,7 @@ def test_a_deleted_candidate_withdraws_nothing_once_another_change_took_its_slot
     inbox.scan()
     files = control.champion_files(SKILL)
     files["SKILL.md"] += b"\nFrom the operator.\n"
-    operator, _ = control.propose(SKILL, "rewrite", "operator", files, checks())
+    operator, _ = control.propose(SKILL, "operator", files, checks())
     shutil.rmtree(folder)
     assert inbox.scan() == []
     assert control.queue.get(SKILL).id == operator.id

@@ -1,73 +1,157 @@
-"""The passport: every change's evidence as cells, heading EVIDENCE.md and the review card.
-"No evidence is missing" appears only when it is true; stale, n/a and missing each say why."""
+"""The passport is the one verdict: four cell states, three change states, and one table saying
+which cell applies to which kind of change. Nothing unmeasured reads as a pass."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import pytest
+
+from ingot.cli.main import main
 from optimize.control.evidence import write_bundle
 from optimize.control.gate import Thresholds
+from optimize.control.kinds import APPLIES, CELLS, KINDS, table_rows
 from optimize.control.passport import passport
 from tests.optimize.conftest import ab, checks
 from tests.optimize.control.test_autonomy import green, impact
 
 CHAMPION, CANDIDATE = "a" * 64, "b" * 64
-ALL_CLEAR = "No evidence is missing"
+REPO = Path(__file__).resolve().parents[3]
 
 
-def bundle(tmp_path, kind: str, measurements: dict):
-    return write_bundle(tmp_path, "alpha", kind, CHAMPION, CANDIDATE, measurements, Thresholds())
+def bundle(tmp_path, kind: str, measurements: dict, changes: dict | None = None):
+    changes = changes or {"kind": kind}
+    champion = None if kind == "create" else CHAMPION
+    return write_bundle(
+        tmp_path, "alpha", kind, champion, CANDIDATE, measurements, Thresholds(), changes=changes
+    )
 
 
-def cells(data: dict, live: str = CHAMPION) -> dict[str, tuple[str, str]]:
+def cells(data: dict, live: str | None = CHAMPION) -> dict[str, tuple[str, str]]:
     return {c.name: (c.state, c.why) for c in passport(data, live, Thresholds()).cells}
 
 
-def test_an_all_green_description_change_says_nothing_is_missing_at_the_top_of_evidence_md(tmp_path):
+def replay(verdict: str) -> dict:
+    found = {"PASS": "pass", "WARN": "contested", "BLOCK": "regressed"}[verdict]
+    golden = {"id": "g1", "verdict_found": found, "evidence": "L0", "signature": ["s"], "controls": []}
+    return {"replay": {"status": "measured", "verdict": verdict, "goldens": [golden]}}
+
+
+BODY_OK = {
+    **checks(),
+    **impact(),
+    **ab([0.2, 0.3, 0.2, 0.3, 0.25], [0.9, 0.8, 0.9, 0.85, 0.9]),
+    "sandbox_checks": {"status": "not_applicable", "why": "nothing in this skill runs code"},
+}
+
+
+def test_a_ready_description_change_heads_evidence_md_with_its_state(tmp_path):
     stored = bundle(tmp_path, "description", green())
     text = (stored.path.parent / "EVIDENCE.md").read_text()
-    assert ALL_CLEAR in text and text.index("## Passport") < text.index("## Measurements")
-    assert "| held-out A/B | n/a | a description change leaves the served body unchanged |" in text
-    assert "| routing impact | pass |" in text and "| safety | pass |" in text
+    assert "**ready: every cell that applies passed**" in text
+    assert text.index("## Passport") < text.index("## Measurements")
+    assert "| held-out A/B | n/a |" in text and "| routing impact | pass |" in text
+    assert stored.data["passport"]["state"] == "ready"
 
 
-def test_one_unmeasured_cell_makes_the_claim_false_and_says_which_and_why(tmp_path):
-    measurements = {**checks(), "ab": {"status": "not_applicable", "why": "description"}}
-    measurements["routing_impact"] = {"status": "not_measured", "why": "no routing cases: add some"}
+def test_a_missing_cell_makes_it_need_acknowledgement_and_says_why_and_what_would_measure_it(tmp_path):
+    measurements = {**checks(), "routing_impact": {"status": "not_measured", "why": "no routing cases"}}
     stored = bundle(tmp_path, "description", measurements)
+    verdict = passport(stored.data, CHAMPION, Thresholds())
+    assert verdict.state == "needs-acknowledgement" and [c.name for c in verdict.missing] == [
+        "routing impact"
+    ]
+    assert "no routing cases" in verdict.missing[0].why and "routing:" in verdict.missing[0].measure
     text = (stored.path.parent / "EVIDENCE.md").read_text()
-    assert ALL_CLEAR not in text
-    assert "Not green: routing impact missing." in text
-    assert "| routing impact | missing | no routing cases: add some |" in text
+    assert "needs-acknowledgement: routing impact missing" in text and "to measure:" in text
 
 
-def test_a_failing_check_fails_its_cell_and_never_reads_as_missing(tmp_path):
+def test_a_failing_cell_blocks_and_never_reads_as_missing(tmp_path):
     stored = bundle(tmp_path, "description", {**green(), **checks(passed=False)})
-    assert cells(stored.data)["safety"][0] == "fail"
-    assert ALL_CLEAR not in (stored.path.parent / "EVIDENCE.md").read_text()
+    verdict = passport(stored.data, CHAMPION, Thresholds())
+    assert verdict.state == "blocked" and cells(stored.data)["safety"][0] == "fail"
+    assert not verdict.overridable
 
 
-def test_evidence_measured_on_another_champion_is_stale_in_every_cell(tmp_path):
+def test_evidence_measured_on_another_champion_fails_every_cell_that_applies(tmp_path):
     stored = bundle(tmp_path, "description", green())
     stale = cells(stored.data, live="c" * 64)
-    assert {state for state, _ in stale.values()} == {"stale"}
-    assert "re-evaluate" in stale["routing impact"][1]
-    assert not passport(stored.data, "c" * 64, Thresholds()).all_green
+    assert {state for state, _ in stale.values()} == {"fail", "n/a"}
+    assert "re-evaluate" in stale["routing impact"][1] and stale["held-out A/B"][0] == "n/a"
+    assert passport(stored.data, "c" * 64, Thresholds()).state == "blocked"
 
 
-def test_a_rewrite_without_replay_or_prices_has_those_cells_missing_and_a_costlier_one_fails(tmp_path):
-    measured = ab([0.2, 0.3, 0.2, 0.3, 0.25], [0.9, 0.8, 0.9, 0.85, 0.9])
-    rewrite = {**checks(), **impact(), **measured}
-    found = cells(bundle(tmp_path, "rewrite", rewrite).data)
-    assert found["held-out A/B"][0] == "pass"
+def test_a_body_change_without_replay_or_prices_needs_acknowledgement_and_a_costlier_one_is_blocked(tmp_path):
+    found = cells(bundle(tmp_path, "body", BODY_OK).data)
+    assert found["held-out A/B"][0] == "pass" and found["sandbox checks"][0] == "n/a"
     assert found["replay"][0] == "missing" and found["cost"][0] == "missing"
     assert "no price" in found["cost"][1]
-    measured["ab"] |= {"champion_usd": 0.010, "challenger_usd": 0.020}
-    costly = cells(bundle(tmp_path, "rewrite", rewrite).data)
-    assert costly["cost"] == ("fail", "serving cost +100% over the holdout (limit +25%)")
-    measured["ab"] |= {"challenger_usd": 0.011}
-    assert cells(bundle(tmp_path, "rewrite", rewrite).data)["cost"][0] == "pass"
+    priced = {
+        **BODY_OK,
+        **replay("PASS"),
+        "ab": {**BODY_OK["ab"], "champion_usd": 0.01, "challenger_usd": 0.02},
+    }
+    costly = passport(bundle(tmp_path, "body", priced).data, CHAMPION, Thresholds())
+    assert costly.state == "blocked"
+    assert costly.cell("cost").why == "serving cost +100% over the holdout (limit +25%)"
+    priced["ab"] |= {"challenger_usd": 0.011}
+    assert passport(bundle(tmp_path, "body", priced).data, CHAMPION, Thresholds()).state == "ready"
 
 
-def test_a_new_skill_has_no_replay_or_cost_to_compare_and_says_so(tmp_path):
-    found = cells(bundle(tmp_path, "create", {**checks(), **impact()}).data | {"champion_revision": CHAMPION})
+def test_a_replay_warn_is_missing_and_a_block_is_the_one_overridable_failure(tmp_path):
+    warned = passport(bundle(tmp_path, "body", {**BODY_OK, **replay("WARN")}).data, CHAMPION, Thresholds())
+    assert warned.cell("replay").state == "missing" and "could not decide (WARN)" in warned.cell("replay").why
+    blocked = passport(bundle(tmp_path, "body", {**BODY_OK, **replay("BLOCK")}).data, CHAMPION, Thresholds())
+    assert blocked.state == "blocked" and blocked.cell("replay").state == "fail" and blocked.overridable
+    worse = {**BODY_OK, **replay("BLOCK"), **checks(passed=False)}
+    assert not passport(bundle(tmp_path, "body", worse).data, CHAMPION, Thresholds()).overridable
+
+
+def test_a_new_skill_has_no_replay_or_cost_and_its_missing_quality_needs_acknowledgement(tmp_path):
+    stored = bundle(tmp_path, "create", {**checks(), **impact()})
+    found = cells(stored.data, live=None)
     assert found["replay"] == ("n/a", "a new skill has no blessed runs to replay")
     assert found["cost"][0] == "n/a" and found["held-out A/B"][0] == "missing"
+    assert passport(stored.data, None, Thresholds()).state == "needs-acknowledgement"
+
+
+def test_a_bundle_cannot_declare_a_cell_that_applies_not_applicable(tmp_path):
+    forged = {**BODY_OK, **replay("PASS"), "ab": {"status": "not_applicable", "why": "trust me"}}
+    cell = passport(bundle(tmp_path, "body", forged).data, CHAMPION, Thresholds()).cell("held-out A/B")
+    assert cell.state == "missing" and "but it applies to a body change" in cell.why
+
+
+def test_sandbox_checks_apply_where_code_runs_and_are_missing_when_nothing_ran_them(tmp_path):
+    scripted = {**BODY_OK, "sandbox_checks": {"status": "not_measured", "why": "the skill has scripts"}}
+    assert cells(bundle(tmp_path, "body", scripted).data)["sandbox checks"][0] == "missing"
+    ran = {**BODY_OK, "sandbox_checks": {"status": "measured", "challenger": {"passed": 2, "failed": 1}}}
+    assert cells(bundle(tmp_path, "body", ran).data)["sandbox checks"] == ("fail", "1 failed")
+
+
+def test_the_table_has_a_row_per_cell_and_a_column_per_kind_and_every_n_a_says_why():
+    assert set(APPLIES) == set(KINDS) and all(set(APPLIES[k]) == set(CELLS) for k in KINDS)
+    for kind in KINDS:
+        for cell, rule in APPLIES[kind].items():
+            assert rule in ("applies", "applies when code runs") or re.match(r"n/a: \w", rule), (kind, cell)
+    assert APPLIES["both"] == {c: APPLIES["body"][c] for c in CELLS}
+
+
+def test_the_help_epilogue_and_architecture_md_show_the_same_table_as_the_code():
+    from click.testing import CliRunner
+
+    shown = CliRunner().invoke(main, ["--help"]).output
+    docs = (REPO / "ARCHITECTURE.md").read_text()
+    for cell, *rules in table_rows():
+        assert re.search(r"\s+".join(map(re.escape, [cell, *rules])), shown), cell
+        assert f"| {cell} | " + " | ".join(rules) + " |" in docs, cell
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_gets_six_cells_in_the_table_s_order(tmp_path, kind):
+    data = bundle(tmp_path, kind, {}).data
+    live = None if kind == "create" else CHAMPION
+    verdict = passport(data, live, Thresholds())
+    assert tuple(c.name for c in verdict.cells) == CELLS
+    for cell in verdict.cells:
+        assert (cell.state == "n/a") == APPLIES[kind][cell.name].startswith("n/a"), (kind, cell)

@@ -44,7 +44,8 @@ def test_a_created_skill_is_pending_only_and_tagged_as_agent_authored(served):
     assert change.id == data["change_id"]
     assert change.source == "agent" and change.kind == "create"
     assert b"source: agent" in change.files["SKILL.md"]
-    control.approve("invoice-reconciliation", "reviewer", change.id)  # a human can then promote it
+    # A person can then promote it, naming what its admission did not measure.
+    control.approve("invoice-reconciliation", "reviewer", change.id, accept_missing="reviewed by hand")
     library.reload()
     assert "invoice-reconciliation" in library.skills()
 

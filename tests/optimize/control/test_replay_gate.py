@@ -11,7 +11,7 @@ from optimize.control.replay_rule import replay_rule
 from optimize.measure.cascade import JudgeTiers
 from optimize.measure.level0 import SIDE_EFFECT_TOOLS
 from optimize.measure.regress import ReplaySettings, replay_cell
-from tests.optimize.conftest import ab
+from tests.optimize.conftest import ab, ready_body
 from tests.regress_sim import edited, regress_world
 
 PASSING_AB = ab([0.2, 0.3, 0.1, 0.4], [0.9, 0.8, 0.7, 0.9])
@@ -76,17 +76,18 @@ def test_a_blocked_change_cannot_be_approved_without_an_audited_override(tmp_pat
         )
         assert replay["verdict"] == "BLOCK"
         control = w.control
-        change, _ = control.propose(
-            "fx-quote", "rewrite", "optimizer", candidate, {**PASSING_AB, "replay": replay}
-        )
-        with pytest.raises(ApprovalRefused, match="regression replay BLOCKs this change"):
+        change, _ = control.propose("fx-quote", "optimizer", candidate, {**ready_body(), "replay": replay})
+        assert control.passport(change).state == "blocked" and control.passport(change).overridable
+        with pytest.raises(ApprovalRefused, match="blocked by the regression replay"):
             control.approve("fx-quote", "ana", change.id)
         with pytest.raises(ApprovalRefused, match="--override-reason"):
             control.approve(
-                "fx-quote", "ana", change.id, reason="looks fine"
-            )  # a plain reason is not an override
+                "fx-quote", "ana", change.id, accept_missing="looks fine"
+            )  # accepting missing cells is not an override
         refused = [e for e in AuditLog(control.runs_dir).entries() if e.get("action") == "approve-refused"]
-        assert len(refused) == 2 and all("BLOCKs" in e.get("reason") for e in refused)
+        assert len(refused) == 2 and all(
+            "blocked by the regression replay" in e.get("reason") for e in refused
+        )
         assert control.live_revision("fx-quote") == change.champion_revision
         outcome = control.approve(
             "fx-quote", "ana", change.id, override_reason="fees are now shown on the invoice"
@@ -96,21 +97,25 @@ def test_a_blocked_change_cannot_be_approved_without_an_audited_override(tmp_pat
         promoted = [e for e in lines if e.get("action") in ("promote-intent", "promote")]
         assert len(promoted) == 2 and all(
             e.get("reason").endswith("replay BLOCK overridden: fees are now shown on the invoice")
+            and e.get("override_reason") == "fees are now shown on the invoice"
+            and e.get("passport") == "blocked"
             and e.get("actor") == "ana"
             for e in promoted
         )
         assert AuditLog(control.runs_dir).verify().ok
 
 
-def test_a_warned_change_needs_a_reason_which_is_audited(control):
-    files = {
-        "SKILL.md": b"---\nname: alpha\ndescription: Alpha does alpha things.\n---\n# alpha\n\nBetter.\n"
-    }
+def test_a_warned_change_needs_acknowledgement_whose_reason_is_audited(control):
+    files = control.champion_files("alpha")
+    files["SKILL.md"] += b"Better.\n"
     warned = cell(golden("contested", note="L2 and L3 disagree"), verdict="WARN")["measurements"]
-    change, _ = control.propose("alpha", "rewrite", "optimizer", files, {**PASSING_AB, **warned})
+    change, _ = control.propose("alpha", "optimizer", files, {**ready_body(), **warned})
+    verdict = control.passport(change)
+    assert verdict.state == "needs-acknowledgement" and [c.name for c in verdict.missing] == ["replay"]
     assert control.refusal(change) is None  # the button stays live: the form asks for the reason
-    with pytest.raises(ApprovalRefused, match="regression replay WARNs"):
-        control.approve("alpha", "ana", change.id, reason="   ")
-    control.approve("alpha", "ana", change.id, reason="the contested line is a rewording")
+    with pytest.raises(ApprovalRefused, match=r"needs acknowledgement: 1 cell\(s\) missing: replay"):
+        control.approve("alpha", "ana", change.id, accept_missing="   ")
+    control.approve("alpha", "ana", change.id, accept_missing="the contested line is a rewording")
     intent = next(e for e in AuditLog(control.runs_dir).entries() if e.get("action") == "promote-intent")
-    assert intent.get("reason").endswith("replay WARN accepted: the contested line is a rewording")
+    assert intent.get("reason").endswith("accepted missing replay: the contested line is a rewording")
+    assert intent.get("accepted_missing") == ["replay"]

@@ -87,7 +87,7 @@ def exercise(work: Path, root: Path) -> None:
     from mcp_server.server import build_server
     from mcp_server.sessions import SessionRoutes
     from optimize.control.changes import ChangeControl
-    from tests.optimize.conftest import ab, skill_md
+    from tests.optimize.conftest import ready_body, skill_md
 
     library = Library((root,), load_embedder(None, None, work / "vectors.sqlite"))
     library.reload()
@@ -117,16 +117,16 @@ def exercise(work: Path, root: Path) -> None:
             created.update(result.structured_content)
 
     asyncio.run(mcp_calls())
-    control.approve("gamma-reports", "probe", created["change_id"])  # a create, promoted
+    control.approve("gamma-reports", "probe", created["change_id"], accept_missing="probe")  # a create
     gamma = control.live_revision("gamma-reports")
     control.rollback("gamma-reports", "absent", "probe", "probe", expected_live=gamma)  # removed again
     control.rollback("gamma-reports", gamma, "probe", "probe", expected_live="absent")  # and restored
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Better step one.")}
-    control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1, 0.2], [0.9, 0.9, 0.8, 0.9]))
+    control.propose("alpha", "optimizer", files, ready_body())
     original = control.live_revision("alpha")
     control.approve("alpha", "probe", control.queue.get("alpha").id)
     control.rollback("alpha", original, "probe", "probe")
-    control.propose("alpha", "rewrite", "optimizer", files, ab([0.1, 0.2, 0.1, 0.2], [0.9, 0.9, 0.8, 0.9]))
+    control.propose("alpha", "optimizer", files, ready_body())
     control.reject("alpha", "probe", "probe")
     control.recover()
     control.status()

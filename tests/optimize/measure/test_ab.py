@@ -40,7 +40,7 @@ def champion_calls(server) -> int:
     return server.champion_side_calls("Old guidance")
 
 
-def test_a_better_challenger_shows_per_case_gains_and_passes_the_gate(setup):
+def test_a_better_challenger_shows_per_case_gains_and_passes_its_cell(setup):
     server, runner, tasks, tmp_path = setup
     runs = tmp_path / "runs"  # the champion cache lives in the state home, sealed with its key
     runner = ABRunner(runner.llm, runner.judge, runs / "cache" / "ab", seal=Seal(runs / "seal.key"))
@@ -70,8 +70,9 @@ def test_a_better_challenger_shows_per_case_gains_and_passes_the_gate(setup):
         .replace("Old guidance: write whatever.", "New guidance: group by theme.")
         .encode()
     }
-    change, _ = control.propose("notes", "rewrite", "optimizer", files, {"ab": ab})
-    control.approve("notes", "reviewer", change.id)
+    change, _ = control.propose("notes", "optimizer", files, {"ab": ab})
+    assert control.passport(change).cell("held-out A/B").state == "pass"
+    control.approve("notes", "reviewer", change.id, accept_missing="only the A/B is under test here")
 
 
 def test_a_repeat_run_makes_no_champion_side_calls(setup):
@@ -271,3 +272,66 @@ def test_a_new_skill_is_measured_against_no_skill_at_all(setup):
     ab = runner.run(Arm("notes", None, None), Arm("notes", "d" * 64, CHALLENGER), tasks)
     assert ab["champion_mean"] == pytest.approx(0.2) and ab["challenger_mean"] == pytest.approx(0.9)
     assert ab["conditions"]["champion"] == "no-skill"
+
+
+PER_ANSWER = (11 * 1.0 + 7 * 2.0) / 1e6  # the scripted server reports 11 in / 7 out; $1 in, $2 out
+
+
+def test_a_cached_champion_is_priced_at_todays_prices_without_rewriting_its_entry(setup, tmp_path):
+    from optimize.models.ledger import Price, UsageLedger
+
+    server, runner, tasks, _ = setup
+    runner.cache.seal = Seal(tmp_path / "seal.key")
+    champion, challenger = Arm("notes", "c" * 64, CHAMPION), Arm("notes", "d" * 64, CHALLENGER)
+    runner.llm.ledger = UsageLedger("unpriced", {})
+    first = runner.run(champion, challenger, tasks)
+    assert first["champion_usd"] is None and first["cost_basis"]["price"] is None
+    entry = runner.cache.folder / first["champion_cache"]["file"]
+    sealed, before = entry.read_bytes(), champion_calls(server)
+    runner.llm.ledger = UsageLedger("priced", {"agent-model": Price(1.0, 2.0)})
+    second = runner.run(champion, challenger, tasks)
+    assert second["champion_from_cache"] and champion_calls(server) == before  # no champion-side call
+    assert second["champion_usd"] == pytest.approx(4 * PER_ANSWER) == second["challenger_usd"]
+    case = second["cases"][0]
+    assert (case["champion_tokens_in"], case["champion_tokens_out"], case["champion_tokens"]) == (11, 7, 18)
+    assert case["champion_usd"] == pytest.approx(PER_ANSWER)
+    assert second["cost_basis"] == {
+        "serving_model": "agent-model",
+        "price": {"input_per_million": 1.0, "output_per_million": 2.0},
+        "champion": "recomputed from cached token counts",
+        "challenger": "measured now",
+    }
+    assert entry.read_bytes() == sealed and second["champion_cache"] == {
+        **first["champion_cache"],
+        "from_cache": True,
+    }
+    assert (
+        runner.cache.still_valid(entry.name, second["champion_cache"]["digest"]) is None
+    )  # approval's check
+    runner.llm.ledger = UsageLedger("unpriced-again", {})  # a price removed: unknown, not yesterday's number
+    assert runner.run(champion, challenger, tasks)["champion_usd"] is None
+
+
+def test_a_cached_champion_without_token_counts_is_remeasured_only_when_it_can_be_priced(setup, tmp_path):
+    from optimize.models.ledger import Price, UsageLedger
+
+    server, runner, tasks, _ = setup
+    champion, challenger = Arm("notes", "c" * 64, CHAMPION), Arm("notes", "d" * 64, CHALLENGER)
+    first = runner.run(champion, challenger, tasks)
+    conditions = first["conditions"]
+    old = [
+        {k: v for k, v in r.items() if k not in ("tokens_in", "tokens_out")}
+        for r in runner.cache.get(conditions).results
+    ]
+    runner.cache.put(conditions, old)  # as an Ingot before the split token counts wrote it
+    entry = runner.cache.folder / first["champion_cache"]["file"]
+    sealed, before = entry.read_bytes(), champion_calls(server)
+    kept = runner.run(champion, challenger, tasks)  # no prices: its cost is unknown either way
+    assert kept["champion_from_cache"] and champion_calls(server) == before and entry.read_bytes() == sealed
+    assert kept["champion_usd"] is None and kept["cases"][0]["champion_tokens_in"] is None
+    assert kept["cost_basis"]["champion"] == "cached without its token counts: cost unknown"
+    runner.llm.ledger = UsageLedger("priced", {"agent-model": Price(1.0, 2.0)})
+    remeasured = runner.run(champion, challenger, tasks)
+    assert not remeasured["champion_from_cache"] and champion_calls(server) > before
+    assert remeasured["champion_usd"] == pytest.approx(4 * PER_ANSWER)
+    assert remeasured["cost_basis"]["champion"] == "measured now"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from optimize.measure.impact import case_key
 from optimize.measure.taskset import RoutingCase
 from optimize.search.describe import optimize_description, propose_description, router_with, split
 from tests.scripted_llm import scripted_llm
@@ -57,7 +58,9 @@ def test_the_split_keeps_selection_and_gating_cases_apart():
     assert select and gate and not {c.task for c in select} & {c.task for c in gate}
 
 
-def test_a_better_description_fixes_a_misrouted_symptom_and_passes_the_gate(tmp_path, served_copy):
+def test_a_better_description_fixes_a_misrouted_symptom_and_is_ready_on_cases_the_teacher_never_saw(
+    tmp_path, served_copy
+):
     _, library, control, _ = served_copy
     symptom = "Document the timeline of yesterday's database outage for the wiki"
     assert library.route(symptom).skill is None  # misrouted today
@@ -69,10 +72,15 @@ def test_a_better_description_fixes_a_misrouted_symptom_and_passes_the_gate(tmp_
     assert outcome.chosen == BETTER
     assert router_with(library, SKILL, BETTER).route(symptom).skill.name == SKILL
     routing = outcome.measurements["routing"]
-    assert routing["gate_cases"] and routing["select_cases"]
-    others = [
+    assert routing["held_out_cases"] and routing["select_cases"]
+    select, _ = split(CASES)
+    others = [  # cases of the task set the teacher is never shown
         RoutingCase("Shrink and harden our Dockerfile for production", "dockerfile-hardening"),
+        RoutingCase("Tune this slow PostgreSQL query on the orders table", "postgres-query-tuning"),
+        RoutingCase("Write the post-incident review for Tuesday's login failures", SKILL),
         RoutingCase("Recommend three novels like Dune", None),
+        RoutingCase("Write a haiku about autumn leaves", None),
+        RoutingCase("Recommend a laptop under 1000 EUR", None),
     ]
     tasks = write_routing_cases(tmp_path / "tasks", CASES + others)
     cm, llm = llm_with(BETTER)
@@ -80,11 +88,22 @@ def test_a_better_description_fixes_a_misrouted_symptom_and_passes_the_gate(tmp_
         change_id, _ = propose_description(SKILL, library, control, llm, CASES, 1, None, tasks)
     finally:
         cm.__exit__(None, None, None)
-    impact = evidence_of(control, change_id)["measurements"]["routing_impact"]
-    assert impact["cases"]["total"] == len(CASES) + 2  # every routing case, the select half included
-    assert impact["metrics"]["n"] == {"top1": 8, "recall_at_3": 8, "no_route_precision": 5}
+    data = evidence_of(control, change_id)
+    impact = data["measurements"]["routing_impact"]
+    assert impact["cases"]["total"] == len(CASES) + len(others)  # every case is routed (and shadow-checked)
+    assert impact["leakage"]["excluded"] == impact["leakage"]["seen"] == len(select)  # the select half
+    held_out = CASES + others
+    held_out = [c for c in held_out if c.task not in {s.task for s in select}]
+    expecting = sum(bool(c.expected) for c in held_out)
+    not_mine = sum(c.expected != SKILL for c in held_out)
+    assert (
+        impact["metrics"]["n"]["top1"] == expecting
+        and impact["metrics"]["n"]["no_route_precision"] == not_mine
+    )
     assert impact["shadowed"] == []
-    control.approve(SKILL, "reviewer", change_id)  # gate passed and only the description changed
+    assert control.queue.get(SKILL).seen == tuple(sorted(case_key(c.task) for c in select))
+    assert data["kind"] == "description" and data["passport"]["state"] == "ready", data["passport"]
+    control.approve(SKILL, "reviewer", change_id)  # ready, and only the description changed
     library.reload()
     assert library.get(SKILL).description == BETTER
 
@@ -158,3 +177,36 @@ def test_a_metric_with_no_cases_is_missing_not_perfect(tmp_path, library_factory
     assert values["no_route_precision"] == 1.0  # one measured case, not taken by the skill
     assert _selection_score(values) == 1.0
     assert metrics(router, SKILL, []) == {"top1": None, "recall_at_3": None, "no_route_precision": None}
+
+
+def test_re_evaluating_a_description_change_still_leaves_out_what_the_teacher_saw(tmp_path, served_copy):
+    from ingot.evaluation import evaluate_change
+    from ingot.settings import load_settings
+
+    _, library, control, root = served_copy
+    tasks = write_routing_cases(tmp_path / "tasks")
+    cm, llm = llm_with(BETTER)
+    try:
+        change_id, _ = propose_description(SKILL, library, control, llm, CASES, 1, None, tasks)
+    finally:
+        cm.__exit__(None, None, None)
+    settings = load_settings(skills_dirs=(root,), ingot_home=control.runs_dir, tasks_dir=tasks)
+    again = evaluate_change(settings, library, control, SKILL, change_id)
+    leakage = again.evidence.data["measurements"]["routing_impact"]["leakage"]
+    assert leakage["seen"] == len(split(CASES)[0])  # the record keeps what the author was shown
+
+
+def test_a_case_pasted_into_the_candidate_is_leakage_not_evidence(tmp_path, served_copy):
+    from optimize.measure.evaluate import Candidate, Inputs, impact_cell
+    from optimize.search.describe import description_files
+
+    _, library, _, _ = served_copy
+    pasted = "Our API returned 500s all morning; I need the incident report for leadership"
+    tasks = write_routing_cases(tmp_path / "tasks")
+    description = f"{BETTER} For example: {pasted.upper()}!"  # case, punctuation and spacing differ
+    files = description_files(library, SKILL, description)
+    candidate = Candidate(SKILL, "description", "c", files, library.get(SKILL).revision, None)
+    cell = impact_cell(candidate, Inputs(library, tasks))
+    assert cell["leakage"]["in_candidate"] == 1 and cell["leakage"]["cases"][0]["task"] == pasted
+    assert cell["metrics"]["n"]["top1"] == sum(bool(c.expected) for c in CASES) - 1
+    assert cell["cases"]["total"] == len(CASES)  # still routed, and checked for shadowing

@@ -27,7 +27,19 @@ def test_a_stale_skill_gets_a_pending_rewrite_with_evidence_and_skills_untouched
     )
     before = (root / "release-notes" / "SKILL.md").read_bytes()
     outcome = optimize_body("release-notes", control, library, llm, judge, tasks, candidates=3)
-    assert outcome.proposed and outcome.verdict == "pass"
+    assert outcome.proposed and outcome.verdict == "needs-acknowledgement"  # no goldens, no prices
+    verdict = control.passport(control.queue.get("release-notes"))
+    states = {c.name: c.state for c in verdict.cells}
+    # Every cell a body change has is measured where it can be, as for any other change.
+    assert states == {
+        "held-out A/B": "pass",
+        "replay": "missing",
+        "routing impact": "missing",  # this world has no routing cases and no traffic
+        "sandbox checks": "n/a",
+        "safety": "pass",
+        "cost": "missing",
+    }
+    assert "no routing cases" in verdict.cell("routing impact").why
     ab = outcome.ab
     assert ab["champion_mean"] == pytest.approx(0.2) and ab["challenger_mean"] == pytest.approx(0.9)
     assert all(c["delta"] > 0 for c in ab["cases"]) and ab["cases"][0]["champion_tokens"] > 0
@@ -97,7 +109,8 @@ def test_ingot_optimize_command_queues_the_rewrite(optimizer_world, tmp_path):
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "queued chg-" in done.stdout and "gate: pass" in done.stdout
+    assert "queued chg-" in done.stdout and "(needs-acknowledgement)" in done.stdout
+    assert "(asked for: " in done.stdout and "gate" not in done.stdout
     assert control.queue.get("release-notes") is not None
 
 
@@ -149,9 +162,7 @@ def test_a_skill_edited_before_or_during_a_run_is_never_proposed_on_stale_eviden
         optimize_body("release-notes", control, library, llm, judge, tasks, candidates=1)
     measured = library.get("release-notes").revision  # what a run that started earlier measured
     with pytest.raises(SkillChanged, match="changed on disk during the run"):
-        control.propose(
-            "release-notes", "rewrite", "optimizer", {"SKILL.md": b"x"}, {}, measured_against=measured
-        )
+        control.propose("release-notes", "optimizer", {"SKILL.md": b"x"}, {}, measured_against=measured)
     assert control.pending() == []
 
 
