@@ -323,7 +323,7 @@ def _add_create_skill(
                     f"not queued: {len(agents)} agent-proposed changes already wait for review (the limit "
                     f"is {limits.create_max_pending_total}); ask the operator to review them, then retry"
                 )
-            change, _ = agent_candidate(
+            proposed = agent_candidate(
                 quick, name, description, body, library.similarity, note=source_note(source)
             )
         except PromotionConflict as exc:
@@ -332,6 +332,16 @@ def _add_create_skill(
             raise ToolError(f"not queued: {exc}") from exc
         finally:
             working.release()
+        change = proposed.change
+        if proposed.withheld:  # archived, not queued: saying "pending" would be false
+            return {
+                "status": "withheld",
+                "skill": change.skill,
+                "change_id": change.id,
+                "candidate_revision": change.candidate_revision,
+                "message": f"not queued: a better change for this skill waits for review "
+                f"({proposed.waiting}); yours was archived. Ask the operator to decide that one first",
+            }
         if queued is not None:
             queued(change.skill, change.id)
         return {

@@ -265,6 +265,12 @@ def _routing(evidence: Mapping[str, Any], kind: str, t: Thresholds) -> Judged:
         collisions = impact.get("collisions", [])
         rules.check("collides with no skill", not collisions, f"would shadow {', '.join(collisions)}")
     shown = ", ".join(f"{METRIC_NAMES.get(m, m)} {before[m]:.3f} -> {after[m]:.3f}" for m in usable)
+    if kind == "removal":
+        own = impact.get("own") if isinstance(impact.get("own"), Mapping) else {}
+        return rules.judged(
+            f"no other skill loses its routes ({shown or 'no metric with enough cases'}); its "
+            f"{own.get('cases', 0)} own routing case(s) go to another skill or to none (listed below)"
+        )
     return rules.judged(
         "takes no route another skill's cases expect" + (f"; {shown}" if shown else "") + excluded
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 from ingot.home import establish
@@ -226,3 +227,53 @@ def test_pending_json_carries_each_change_s_passport_and_size(tmp_path, library_
     assert entry["kind"] == "body" and entry["passport"]["state"] == "ready"
     assert [c["cell"] for c in entry["passport"]["cells"]][:2] == ["held-out A/B", "replay"]
     assert entry["size"]["added"] == 2 and entry["size"]["removed"] == 0
+
+
+def test_a_removal_is_proposed_measured_approved_and_undone_from_the_command_line(tmp_path):
+    import json
+
+    import yaml
+
+    root = tmp_path / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    routing = [
+        {"task": "Draft the release notes for v2.4 from the merged PRs", "expected": "release-notes"},
+        {"task": "Tune this slow PostgreSQL query", "expected": "postgres-query-tuning"},
+        {"task": "Write a commit message for this diff", "expected": "git-commit-messages"},
+        {
+            "task": "Write a conventional commit message for the staged changes",
+            "expected": "git-commit-messages",
+        },
+        {"task": "Harden this Dockerfile for production", "expected": "dockerfile-hardening"},
+        {"task": "Write a blameless postmortem for the outage", "expected": "incident-postmortem"},
+    ]
+    (tasks / "release-notes.yaml").write_text(
+        yaml.safe_dump({"train": ["a"], "holdout": ["b"], "routing": routing})
+    )
+    args = ("--skills", str(root))
+    env = {"TASKS_DIR": str(tasks)}
+    both = ingot(
+        "propose", "release-notes", "--remove", "--from", str(root / "release-notes"), *args, cwd=tmp_path
+    )
+    assert both.returncode == 2 and "--remove" in both.stderr
+    proposed = ingot(
+        "propose", "release-notes", "--remove", "--note", "superseded", *args, cwd=tmp_path, **env
+    )
+    assert proposed.returncode == 0, proposed.stderr
+    assert "removal change of release-notes" in proposed.stdout and "-> absent" in proposed.stdout
+    assert "evaluated chg-" in proposed.stdout and "ready (removal change)" in proposed.stdout
+    assert re.search(r"^  routing impact  pass +no other skill loses its routes", proposed.stdout, re.M)
+    (entry,) = json.loads(ingot("pending", "--json", *args, cwd=tmp_path).stdout)
+    assert entry["kind"] == "removal" and entry["to"] == "absent"
+    live = ChangeControl(establish((root,)).path, (root,)).live_revision("release-notes")
+    done = ingot("approve", "release-notes", "--change", entry["change"], *args, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith(f"removed release-notes (was {live[:12]})")
+    assert not (root / "release-notes").exists()
+    status = ingot("status", *args, cwd=tmp_path)
+    assert status.returncode == 0 and "release-notes  absent  removed by Ingot" in status.stdout
+    back = ingot("rollback", "release-notes", live[:12], "--live", "absent", *args, cwd=tmp_path)
+    assert back.returncode == 0, back.stderr
+    assert (root / "release-notes" / "SKILL.md").is_file()
+    assert ingot("audit", "verify", cwd=tmp_path).returncode == 0

@@ -3,6 +3,7 @@
     python crash_child.py RUNS ROOT SKILL MODE ARG KILL_AT
 MODE promote: ARG is a folder whose files become the candidate. MODE rollback: ARG is a revision.
 MODE restore: ARG is the approved revision the guard restores ("none": the folder goes).
+MODE removal: an approved removal change (ARG unused): the live skill stops being served.
 KILL_AT -1 runs to the end and prints the step names as JSON (to enumerate the kill points).
 With CRASH_GIT=1 in the environment, each switch is also a git commit (GIT_HISTORY).
 """
@@ -44,6 +45,15 @@ def main() -> None:
                 expected_from=promoter.live_revision(Path(root), skill),
                 action="promote",
                 actor="crash-test",
+            )
+        elif mode == "removal":
+            promoter.remove(
+                skill,
+                Path(root),
+                expected_from=promoter.live_revision(Path(root), skill),
+                actor="crash-test",
+                reason="crash test",
+                change_id="chg-000000000000",
             )
         elif mode == "restore":
             revision = None if arg == "none" else arg

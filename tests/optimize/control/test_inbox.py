@@ -273,3 +273,20 @@ def test_ingot_serve_queues_and_evaluates_an_agents_candidate_and_never_serves_i
     data = evidence.load(home.path / change.evidence_path).data
     assert data["measurements"]["ab"]["status"] == "measured" and data["measurements"]["ab"]["samples"] == 5
     assert live_bytes(root) == before
+
+
+def test_a_candidate_that_changes_only_the_description_is_a_description_change(setup):
+    control, served, candidates = setup
+    folder = candidates / SKILL
+    shutil.copytree(BUNDLED_SKILLS / SKILL, folder)
+    text = (folder / "SKILL.md").read_text()
+    front, body = text.split("---", 2)[1], text.split("---", 2)[2]
+    meta = yaml.safe_load(front)
+    meta["description"] = meta["description"] + " Also for changelog entries."
+    (folder / "SKILL.md").write_text("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body)
+    [event] = inbox_for(control, served, candidates, clock=Clock()).scan()
+    change = control.queue.get(SKILL)
+    assert event.did == "queued" and change.kind == "description" and change.source == "inbox"
+    cells = {c.name: c.state for c in control.passport(change).cells}
+    assert cells["held-out A/B"] == cells["replay"] == cells["cost"] == "n/a"  # routing evidence decides
+    assert cells["routing impact"] == "missing"  # measured by `ingot evaluate` (or serve's worker)

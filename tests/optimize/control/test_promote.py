@@ -218,8 +218,9 @@ def fresh_world(
 
 
 # promote: live v1 -> v2; rollback: live v2 -> snapshot v1; create: nothing -> v2 (a new skill,
-# recorded as an absent snapshot first); remove: live v1 -> absent (the undo of a creation).
-@pytest.mark.parametrize("mode", ["promote", "rollback", "create", "remove"])
+# recorded as an absent snapshot first); remove: live v1 -> absent (the undo of a creation);
+# removal: live v1 -> absent (an approved removal change, a promotion of nothing).
+@pytest.mark.parametrize("mode", ["promote", "rollback", "create", "remove", "removal"])
 def test_sigkill_at_every_step_leaves_one_complete_revision_and_recovers(tmp_path, mode):
     base = tmp_path / "w"
 
@@ -233,7 +234,7 @@ def test_sigkill_at_every_step_leaves_one_complete_revision_and_recovers(tmp_pat
             return root, runs, tree_revision(v2), tree_revision(v1), tree_revision(v1)
         if mode == "create":
             return root, runs, None, tree_revision(v2), str(candidate)
-        if mode == "remove":
+        if mode in ("remove", "removal"):
             return root, runs, tree_revision(v1), None, ABSENT
         return root, runs, tree_revision(v1), tree_revision(v2), str(candidate)
 

@@ -126,3 +126,18 @@ def test_route_and_load_remembers_a_sessions_route_for_the_proxy(served):
         data["match"],
         data["revision"],
     )
+
+
+def test_a_create_withheld_behind_a_ready_one_says_withheld_not_pending(served):
+    from tests.optimize.conftest import ready_create, skill_md
+
+    url, _, control, _ = served
+    name = "invoice-reconciliation"
+    files = {"SKILL.md": skill_md(name, GOOD["description"], "Match invoices.")}
+    waiting = control.propose(name, "operator", files, ready_create()).change
+    assert control.passport(waiting).state == "ready"
+    data = create(url, **GOOD).structured_content
+    assert data["status"] == "withheld" and waiting.id in data["message"]
+    assert control.queue.get(name).id == waiting.id  # the ready change keeps its slot
+    (archived,) = [r for r in control.queue.archived(name) if r["id"] == data["change_id"]]
+    assert archived["archived_status"] == "withheld"

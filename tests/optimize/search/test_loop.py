@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from optimize.control import evidence
 from optimize.control.changes import ChangeControl
+from optimize.measure.cascade import JudgeTiers
 from optimize.measure.judge import Judge
+from optimize.measure.regress import ReplayContext
 from optimize.models.traces import LocalTraceStore, TraceRecord
 from optimize.search.loop import run_loop
 from tests.conftest import write_skill
@@ -68,10 +71,16 @@ def test_only_the_unhealthy_skill_is_optimized_and_nothing_goes_live(tmp_path, l
             threshold=0.7,
             passes=("body",),
             candidates=2,
+            replay=ReplayContext(tmp_path / "runs" / "goldens", None, JudgeTiers(None, None, None)),
         )
     actions = {e.skill: e.action for e in entries}
     assert actions == {"git-commit-messages": "healthy", "release-notes": "optimized"}
     assert [c.skill for c in control.pending()] == ["release-notes"]
+    # The body pass replays the skill's goldens with the context it was given (none are blessed).
+    replay = evidence.load(control.runs_dir / control.pending()[0].evidence_path).data["measurements"][
+        "replay"
+    ]
+    assert "no blessed goldens for release-notes" in replay["why"], replay
     assert {p: p.read_bytes() for p in root.rglob("SKILL.md")} == before  # quarantined, never promoted
 
 
