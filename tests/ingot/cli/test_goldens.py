@@ -106,6 +106,10 @@ def test_approve_takes_an_override_reason_for_a_blocked_change(tmp_path, library
         env = env_for(w)
         pending = ingot("pending", cwd=tmp_path, env=env)
         assert pending.stdout.rstrip().endswith("blocked: replay fail"), pending.stdout
+        (listed,) = json.loads(ingot("pending", "--json", cwd=tmp_path, env=env).stdout)
+        cells = {c["cell"]: c for c in listed["passport"]["cells"]}
+        assert listed["passport"]["state"] == "blocked" and cells["replay"]["state"] == "fail"
+        assert cells["replay"]["overridable"] and "BLOCK" in cells["replay"]["why"]
         refused = ingot("approve", "fx-quote", "--change", change.id, cwd=tmp_path, env=env)
         assert refused.returncode == 1 and "--override-reason" in refused.stderr
         done = ingot(
