@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run demo install dev test test-sandbox-nonroot check format bench bench-routing bench-latency bench-agent bench-regress calibrate tune-procedure confidence-ceiling compose-check screenshots clean
+.PHONY: run demo install dev test test-image test-sandbox-nonroot check format bench bench-routing bench-latency bench-agent bench-regress calibrate tune-procedure confidence-ceiling compose-check screenshots clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -39,6 +39,12 @@ demo: install
 TEST_WORKERS ?= 2
 test: dev
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+
+# The image built on a real engine and the compose file run end to end as a user would
+# (scripts/test_image.py): a container engine answering on DOCKER_HOST (or podman's / Docker's
+# socket), else scripts/container-engine.sh brings podman up (as root).
+test-image: dev
+	$(PY) scripts/test_image.py
 
 # The sandbox tests again as the unprivileged user `nobody` (run it as root, as CI does): as
 # root the sandbox drops privileges with setpriv, as a normal user it relies on bubblewrap's own

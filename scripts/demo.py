@@ -14,6 +14,7 @@ cell stays missing and approving asks for a reason. Ctrl-C stops both servers; t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -47,8 +48,22 @@ REWRITE = (
 )
 
 
+DESCRIPTION = (
+    "Drafts user-facing release notes and CHANGELOG entries from merged pull requests, grouped by "
+    "Keep a Changelog section, and says which semver bump a release needs. Use for release notes, "
+    "a changelog entry or a version bump."
+)
+
+
 def script(server: ScriptedLLM) -> None:
-    """The demo's model behaviour (also what tests/ui/test_walkthrough.py runs against)."""
+    """The demo's model behaviour (also what tests/ui/test_walkthrough.py and `make test-image`
+    run against): the optimizer's usual script, and a teacher that proposes DESCRIPTION for the
+    description pass."""
+    server.add(
+        model="teacher-model",
+        user_contains="A router picks agent skills",
+        reply=json.dumps({"descriptions": [DESCRIPTION]}),
+    )
     server.script_optimizer(REWRITE)
 
 
@@ -84,7 +99,25 @@ def prepare(folder: Path) -> dict[str, str]:
     }
 
 
+def serve_models(host: str, port: int) -> int:
+    """Only the demo's scripted model server, on `host`:`port`, until interrupted: what `make
+    test-image` runs in a container on the compose network, for the optimizer and the agent."""
+    import threading
+
+    with scripted_llm(host=host, port=port) as server:
+        script(server)
+        print(f"demo: scripted model server at {server.url} (answers from scripts/demo.py)", flush=True)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--models-only"]:  # scripts/demo.py --models-only [HOST [PORT]]
+        host = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
+        return serve_models(host, int(sys.argv[3]) if len(sys.argv) > 3 else 9999)
     folder = Path(os.environ.get("DEMO_DIR", REPO / ".demo")).resolve()
     env = prepare(folder)
     with scripted_llm() as server:

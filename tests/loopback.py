@@ -39,12 +39,13 @@ def _running(server: socketserver.BaseServer) -> Iterator[socketserver.BaseServe
 
 
 @contextmanager
-def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    """Serve `handler` on a free loopback port in a thread; yields the base URL (no trailing /)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def serving(handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve `handler` on a free loopback port (or `host`:`port`, for a container that other
+    containers reach) in a thread; yields the base URL (no trailing /)."""
+    server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     with _running(server):
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://{host}:{server.server_address[1]}"
 
 
 @contextmanager

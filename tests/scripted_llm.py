@@ -296,10 +296,10 @@ def _handler(state: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def scripted_llm(**kwargs: Any) -> Iterator[ScriptedLLM]:
-    """Start the server on a free loopback port; `state.url` is its `/v1` base URL."""
+def scripted_llm(host: str = "127.0.0.1", port: int = 0, **kwargs: Any) -> Iterator[ScriptedLLM]:
+    """Start the server on a free loopback port (or `host`:`port`); `state.url` is its `/v1` base URL."""
     state = ScriptedLLM(**kwargs)
-    with serving(_handler(state)) as base:
+    with serving(_handler(state), host, port) as base:
         state.url = f"{base}/v1"
         yield state
 

@@ -1,12 +1,13 @@
-"""docker-compose.yml beyond `config`: what can be checked without a Docker engine.
+"""docker-compose.yml beyond `config`: what can be checked without starting containers.
 
-No engine runs on these machines, so images are never built or started here. What is checked:
-Debian's docker-compose resolves the files (base, sandbox overlay); the state step's own shell
-command, run for real, leaves ./runs and ./optimize/tasks owned by the image's user; every Ingot
-service's command line is accepted by the real CLI, and `optimize <skill>` (as the README shows
-it) reaches the optimizer; the Langfuse profile has the services and versions Langfuse v4's
-self-hosting docs require; nothing is published beyond loopback; the Dockerfile's user and
-sandbox match what Compose assumes.
+The image is built and the compose file run for real by `make test-image` (scripts/test_image.py,
+on a container engine; CI runs it after this suite). What is checked here, in the unit suite:
+Debian's docker-compose resolves the files (base, sandbox overlay); every Ingot service starts as
+root only for scripts/container-user.sh to drop to the owner of ./skills, after the state step
+(run for real here on a temp folder) handed it the state folders; every Ingot service's command
+line is accepted by the real CLI, and `optimize <skill>` (as the README shows it) reaches the
+optimizer; the Langfuse profile matches Langfuse's own compose file service by service, where it
+differs only as stated; nothing is published beyond loopback.
 """
 
 from __future__ import annotations
@@ -62,39 +63,67 @@ def test_the_sandbox_overlay_relaxes_only_the_services_that_run_code():
     assert merged["ui"]["command"] == ["ui", "--host", "0.0.0.0"]  # the overlay only adds
 
 
-def test_every_ingot_service_runs_as_the_images_user_after_the_state_step(config):
+def test_every_ingot_service_drops_to_the_owner_of_skills_after_the_state_step(config):
     services = config["services"]
     dockerfile = (REPO / "Dockerfile").read_text()
-    assert "USER 10001:10001" in dockerfile and "--uid 10001" in dockerfile
+    assert "USER 10001:10001" in dockerfile and "--uid 10001" in dockerfile  # the image alone
+    assert "install -m 0755 scripts/container-user.sh /usr/local/sbin/ingot" in dockerfile
     assert re.search(r"apt-get install .*bubblewrap", dockerfile)
     for name in INGOT_SERVICES:
         service = services[name]
-        assert service["user"] == "10001:10001", name
+        assert service["user"] == "0:0", name  # only for `ingot` to drop to the owner at once
+        assert service["environment"]["INGOT_UID"] == "" and service["environment"]["INGOT_GID"] == ""
         assert service["depends_on"]["state"] == {"condition": "service_completed_successfully"}, name
         mounted = {v.split(":")[1] for v in service["volumes"]}
+        assert "/app/skills" in mounted, name  # whose owner they run as
         assert mounted <= {"/app/skills", "/app/runs", "/app/optimize/tasks", "/app/inbox"}, name
     state = services["state"]
-    assert state["user"] == "0:0" and state["environment"]["INGOT_OWNER"] == "10001:10001"
-    assert {v.split(":")[1] for v in state["volumes"]} == {"/app/runs", "/app/optimize/tasks", "/app/inbox"}
+    assert state["user"] == "0:0" and state["entrypoint"] == ["/usr/local/sbin/ingot", "--prepare"]
+    assert {v.split(":")[1] for v in state["volumes"]} == {
+        "/app/skills",
+        "/app/runs",
+        "/app/optimize/tasks",
+        "/app/inbox",
+    }
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root (CI runs as root)")
-def test_the_state_step_leaves_runs_and_tasks_owned_by_the_ingot_user(config, tmp_path):
-    state = config["services"]["state"]
-    script = state["command"][0].replace("$$", "$").replace("/app/", f"{tmp_path}/app/")
-    (tmp_path / "app" / "runs").mkdir(parents=True)  # as the Docker daemon would create it: root's
-    (tmp_path / "app" / "runs" / "old.jsonl").write_text("{}\n")
-    done = subprocess.run(
-        [*state["entrypoint"], script],
-        env={"INGOT_OWNER": state["environment"]["INGOT_OWNER"], "PATH": os.environ["PATH"]},
+def _prepare(tmp_path: Path, skills_owner: int, **env: str) -> subprocess.CompletedProcess:
+    """scripts/container-user.sh --prepare, run for real as root, on a temp copy of /app."""
+    app = tmp_path / "app"
+    (app / "skills" / "demo").mkdir(parents=True)
+    (app / "skills" / "demo" / "SKILL.md").write_text("---\nname: demo\ndescription: d\n---\nbody\n")
+    subprocess.run(["chown", "-R", f"{skills_owner}:{skills_owner}", str(app / "skills")], check=True)
+    (app / "runs").mkdir()  # as the engine creates a missing bind mount: root's
+    (app / "runs" / "old.jsonl").write_text("{}\n")
+    script = (REPO / "scripts" / "container-user.sh").read_text().replace("/app/", f"{app}/")
+    return subprocess.run(
+        ["sh", "-c", script, "container-user.sh", "--prepare"],
+        env={"PATH": os.environ["PATH"], **env},
         capture_output=True,
         text=True,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
-    for path in ("app/runs", "app/runs/old.jsonl", "app/optimize/tasks", "app/inbox"):
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root (CI runs as root)")
+def test_the_state_step_hands_the_state_folders_to_the_owner_of_skills(tmp_path):
+    done = _prepare(tmp_path, 1000)
+    assert done.returncode == 0 and "run as 1000:1000" in done.stdout, done.stderr
+    for path in ("app/runs", "app/runs/old.jsonl", "app/optimize/tasks", "app/inbox", "app/skills/demo"):
         info = (tmp_path / path).stat()
-        assert (info.st_uid, info.st_gid) == (10001, 10001), path
+        assert (info.st_uid, info.st_gid) == (1000, 1000), path
+        assert not info.st_mode & 0o002, path  # never world-writable
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root (CI runs as root)")
+def test_a_clone_owned_by_root_is_handed_to_the_images_user_never_served_as_root(tmp_path):
+    done = _prepare(tmp_path, 0)
+    assert done.returncode == 0 and "run as 10001:10001" in done.stdout, done.stderr
+    for path in ("app/runs", "app/skills", "app/skills/demo/SKILL.md"):
+        assert (tmp_path / path).stat().st_uid == 10001, path
+    chosen = _prepare(tmp_path / "other", 1000, INGOT_UID="2000", INGOT_GID="2000")
+    assert "run as 2000:2000" in chosen.stdout and (tmp_path / "other/app/runs").stat().st_uid == 2000
+    assert (tmp_path / "other/app/skills").stat().st_uid == 1000  # a chosen user never takes ./skills
 
 
 def test_every_ingot_services_command_line_is_accepted_by_the_cli(config):
@@ -133,10 +162,83 @@ def test_optimize_as_the_readme_runs_it_reaches_the_optimizer(config, tmp_path):
     assert done.stderr.startswith("Error: no model configured for the teacher role"), done.stderr
 
 
-def test_the_langfuse_profile_is_a_v4_stack_as_langfuses_docs_require(config):
+# Langfuse's own docker-compose.yml (github.com/langfuse/langfuse, main; the file its self-hosting
+# guide uses), read service by service: the image each service runs, what it mounts, the settings
+# the web and worker containers need. Written down here, not copied: the test compares ours to it.
+LANGFUSE_UPSTREAM = {
+    "langfuse-worker": {"image": "langfuse/langfuse-worker", "mounts": set()},
+    "langfuse-web": {"image": "langfuse/langfuse", "mounts": set()},
+    "clickhouse": {
+        "image": "clickhouse/clickhouse-server",
+        "mounts": {"/var/lib/clickhouse", "/var/log/clickhouse-server"},
+    },
+    "minio": {"image": "cgr.dev/chainguard/minio", "mounts": {"/data"}},
+    "redis": {"image": "redis", "mounts": set()},
+    "postgres": {"image": "postgres", "mounts": {"/var/lib/postgresql/data"}},
+}
+LANGFUSE_APP_SETTINGS = {  # both containers, as upstream's shared worker environment
+    "DATABASE_URL",
+    "SALT",
+    "ENCRYPTION_KEY",
+    "CLICKHOUSE_MIGRATION_URL",
+    "CLICKHOUSE_URL",
+    "CLICKHOUSE_USER",
+    "CLICKHOUSE_PASSWORD",
+    "LANGFUSE_S3_EVENT_UPLOAD_BUCKET",
+    "LANGFUSE_S3_EVENT_UPLOAD_ENDPOINT",
+    "LANGFUSE_S3_EVENT_UPLOAD_ACCESS_KEY_ID",
+    "LANGFUSE_S3_EVENT_UPLOAD_SECRET_ACCESS_KEY",
+    "LANGFUSE_S3_EVENT_UPLOAD_FORCE_PATH_STYLE",
+    "LANGFUSE_S3_MEDIA_UPLOAD_BUCKET",
+    "LANGFUSE_S3_MEDIA_UPLOAD_ENDPOINT",
+    "REDIS_HOST",
+    "REDIS_PORT",
+    "REDIS_AUTH",
+    "NEXTAUTH_URL",
+}
+# Where ours deliberately differs from upstream, and why (each is asserted below):
+# - images carry versions (4.59.0+ for the SDK 5 Ingot pins; ClickHouse 25.12+, Postgres 17);
+# - Redis keeps Langfuse's ingestion queue on a volume (upstream loses queued events on restart);
+# - every port is published on 127.0.0.1 only (upstream publishes web 3000 and minio 9090 on all
+#   interfaces).
+
+
+def _image(ref: str) -> str:
+    return ref.split(":", 1)[0].removeprefix("docker.io/").removeprefix("library/")
+
+
+def test_the_langfuse_profile_matches_langfuses_own_compose_service_by_service(config):
     services = config["services"]
     langfuse = {name for name, s in services.items() if "langfuse" in s.get("profiles", [])}
-    assert langfuse == LANGFUSE_SERVICES
+    assert langfuse == set(LANGFUSE_UPSTREAM) == LANGFUSE_SERVICES
+    for name, upstream in LANGFUSE_UPSTREAM.items():
+        ours = services[name]
+        assert _image(ours["image"]) == upstream["image"], name
+        mounts = {v["target"] if isinstance(v, dict) else v.split(":")[1] for v in ours.get("volumes", [])}
+        expected = upstream["mounts"] | ({"/data"} if name == "redis" else set())
+        assert mounts == expected, (name, mounts)
+        assert "healthcheck" in ours or name == "langfuse-worker", name
+    assert "--appendonly" in services["redis"]["command"]  # the volume holds an append-only file
+    for name in ("langfuse-web", "langfuse-worker"):
+        env = services[name]["environment"]
+        assert set(env) >= LANGFUSE_APP_SETTINGS, (name, LANGFUSE_APP_SETTINGS - set(env))
+        assert env["CLICKHOUSE_CLUSTER_ENABLED"] == "false" and env["REDIS_HOST"] == "redis"
+        assert "@postgres:5432/" in env["DATABASE_URL"]
+        needs = {k for k, v in services[name]["depends_on"].items() if v == {"condition": "service_healthy"}}
+        assert needs == {"postgres", "clickhouse", "redis", "minio"}
+        assert env["LANGFUSE_S3_EVENT_UPLOAD_ENDPOINT"] == "http://minio:9000", name  # both, in the network
+    # Media uploads: the worker talks to MinIO inside the network; only the web container hands
+    # browsers a URL, which must be the address published to the host.
+    assert (
+        services["langfuse-worker"]["environment"]["LANGFUSE_S3_MEDIA_UPLOAD_ENDPOINT"] == "http://minio:9000"
+    )
+    assert (
+        services["langfuse-web"]["environment"]["LANGFUSE_S3_MEDIA_UPLOAD_ENDPOINT"]
+        == "http://localhost:9090"
+    )
+    assert "127.0.0.1:9090:9000" in services["minio"]["ports"][0].replace('"', "") or any(
+        str(p.get("published")) == "9090" for p in services["minio"]["ports"] if isinstance(p, dict)
+    )
     assert version(services["langfuse-web"]["image"]) >= (4, 59, 0)
     assert (
         services["langfuse-worker"]["image"].rsplit(":", 1)[1]
@@ -144,16 +246,8 @@ def test_the_langfuse_profile_is_a_v4_stack_as_langfuses_docs_require(config):
     )
     assert version(services["clickhouse"]["image"]) >= (25, 12)
     assert version(services["postgres"]["image"]) >= (15,) and version(services["redis"]["image"]) >= (7,)
-    for name in ("langfuse-web", "langfuse-worker"):
-        env = services[name]["environment"]
-        assert env["CLICKHOUSE_CLUSTER_ENABLED"] == "false" and env["LANGFUSE_S3_EVENT_UPLOAD_BUCKET"]
-        assert env["REDIS_HOST"] == "redis" and "@postgres:5432/" in env["DATABASE_URL"]
-        needs = {k for k, v in services[name]["depends_on"].items() if v == {"condition": "service_healthy"}}
-        assert needs == {"postgres", "clickhouse", "redis", "minio"}
     web = services["langfuse-web"]["environment"]
     assert web["LANGFUSE_INIT_PROJECT_PUBLIC_KEY"] and web["LANGFUSE_INIT_PROJECT_SECRET_KEY"]
-    for name in LANGFUSE_SERVICES - {"langfuse-web", "langfuse-worker"}:
-        assert "healthcheck" in services[name], name
 
 
 def test_nothing_is_published_beyond_loopback(config):

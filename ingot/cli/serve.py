@@ -12,6 +12,7 @@ import ipaddress
 import logging
 import os
 import socket
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,10 +132,19 @@ def ui_options(settings: Settings) -> UIOptions:
 
     token = settings.ui_access_token.get_secret_value() if settings.ui_access_token else None
     if token is None and settings.ui_access_token_file is not None:
+        path = settings.ui_access_token_file
+        new = not path.exists()
         try:
-            token = token_from_file(settings.ui_access_token_file)
+            token = token_from_file(path)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"UI_ACCESS_TOKEN_FILE: {exc}") from exc
+        if new:  # the one time it is shown: a container's first start has no other way to tell you
+            print(
+                f"ingot: created the UI's access token in {path} (shown this once; the file keeps it): "
+                f"{token}",
+                file=sys.stderr,
+                flush=True,
+            )
     if token is not None and len(token) < 16:
         raise ConfigError("UI_ACCESS_TOKEN must be at least 16 characters; use a long random string")
     from ingot.runtime import llm_client, optimize_missing, run_id, trace_store
