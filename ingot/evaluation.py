@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ingot.runtime import (
     actor,
@@ -27,15 +28,18 @@ from ingot.runtime import (
 )
 from ingot.settings import Settings
 from mcp_server.library import Library
+from optimize.control import evidence as evidence_mod
 from optimize.control.changes import ChangeControl
 from optimize.control.evidence import Evidence
 from optimize.control.kinds import KINDS, why_not_applicable
 from optimize.control.passport import Passport, passport
+from optimize.control.proposals import Proposed
 from optimize.measure.evaluate import Candidate
 from optimize.measure.evaluate import evaluate as measure
 from optimize.models.llm import LLMClient
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,43 @@ class Evaluated:
     evidence: Evidence
     passport: Passport  # the verdict, judged against what is live now
     ledger: str | None  # where the run's ledger was written
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One run's measurements for a candidate, with what they cost and what produced them."""
+
+    measurements: dict[str, Any]
+    cost: dict[str, Any] | None
+    provenance: dict[str, Any]
+
+
+def measured_run(
+    settings: Settings,
+    library: Library,
+    candidate: Candidate,
+    journal: str,
+    record: Callable[[Measured], T],
+) -> T:
+    """Measure `candidate`'s every cell in one paid run and hand the result to `record` (which
+    attaches or queues it) inside the run, so a failure keeps the journal and a rerun resumes."""
+    with model_run(settings, f"evaluate-{candidate.skill}", journal=journal) as llm:
+        missing = models_missing(settings)
+        inputs = evaluation_inputs(settings, library, llm if missing is None else None)
+        inputs.extra_cells = {"replay": _replay_cell(settings, llm, missing)}
+        measurements = measure(candidate, inputs)
+        totals = llm.ledger.totals() if llm.ledger else None
+        cost = (
+            {**totals["total"], "run_id": totals["run_id"], "ledger": f"ledgers/{totals['run_id']}.json"}
+            if totals
+            else None
+        )
+        ab = measurements.get("ab", {})
+        record_of = {
+            **provenance(settings, llm),
+            "task_set": ab.get("task_set") if isinstance(ab, dict) else None,
+        }
+        return record(Measured(measurements, cost, record_of))
 
 
 def evaluate_change(
@@ -65,33 +106,64 @@ def evaluate_change(
         control.champion_files(skill) if change.champion_revision else None,
         frozenset(change.seen),
     )
-    with model_run(settings, f"evaluate-{skill}", journal=f"evaluate-{skill}-{change_id}") as llm:
-        missing = models_missing(settings)
-        inputs = evaluation_inputs(settings, library, llm if missing is None else None)
-        inputs.extra_cells = {"replay": _replay_cell(settings, llm, missing)}
-        measurements = measure(candidate, inputs)
-        totals = llm.ledger.totals() if llm.ledger else None
-        cost = (
-            {**totals["total"], "run_id": totals["run_id"], "ledger": f"ledgers/{totals['run_id']}.json"}
-            if totals
-            else None
-        )
-        ab = measurements.get("ab", {})
-        record = {
-            **provenance(settings, llm),
-            "task_set": ab.get("task_set") if isinstance(ab, dict) else None,
-        }
-        _, bundle = control.attach_evidence(
+
+    def attach(found: Measured) -> Evidence:
+        return control.attach_evidence(
             skill,
             change_id,
-            measurements,
+            found.measurements,
             by or actor(settings),
-            cost=cost,
-            provenance=record,
+            cost=found.cost,
+            provenance=found.provenance,
             measured_against=change.champion_revision,
-        )
+        )[1]
+
+    bundle = measured_run(settings, library, candidate, f"evaluate-{skill}-{change_id}", attach)
     verdict = passport(bundle.data, control.live_revision(skill), control.thresholds)
-    return Evaluated(change_id, bundle, verdict, cost.get("ledger") if cost else None)
+    ledger = (bundle.data.get("cost") or {}).get("ledger")
+    return Evaluated(change_id, bundle, verdict, ledger)
+
+
+def propose_measured(
+    settings: Settings,
+    library: Library,
+    control: ChangeControl,
+    skill: str,
+    files: Mapping[str, bytes],
+    note: str | None,
+    new: bool,
+) -> tuple[Proposed, Evaluated]:
+    """`ingot propose` with evaluation: admit the candidate (refused at once by a failed check),
+    measure every cell before it is queued, then queue it on that evidence, so whether it
+    displaces or is withheld behind the waiting change is judged on what it really is."""
+    from optimize.control.kinds import what_changes
+    from optimize.control.promote import tree_revision
+    from optimize.control.quarantine import admission
+
+    admission(skill, files, library.similarity)  # a failed check refuses it before anything is paid
+    champion = control.champion_files(skill)
+    kind = what_changes(champion, files, skill).kind
+    revision = tree_revision(files)
+    candidate = Candidate(skill, kind, revision, files, control.live_revision(skill), champion)
+
+    def queue(found: Measured) -> Proposed:
+        return control.propose(
+            skill,
+            "operator",
+            files,
+            found.measurements,
+            note,
+            cost=found.cost,
+            measured_against=candidate.champion_revision,
+            provenance=found.provenance,
+            new=new,
+        )
+
+    proposed = measured_run(settings, library, candidate, f"propose-{skill}-{revision[:12]}", queue)
+    bundle = evidence_mod.load(control.runs_dir / str(proposed.change.evidence_path))
+    verdict = passport(bundle.data, control.live_revision(skill), control.thresholds)
+    ledger = (bundle.data.get("cost") or {}).get("ledger")
+    return proposed, Evaluated(proposed.change.id, bundle, verdict, ledger)
 
 
 def _replay_cell(settings: Settings, llm: LLMClient, missing: str | None) -> Callable[[Candidate], dict]:

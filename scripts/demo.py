@@ -41,6 +41,11 @@ routing:
   - {task: Which semver bump does this breaking change need, expected: release-notes}
   - {task: Tune this slow PostgreSQL query, expected: postgres-query-tuning}
   - {task: Write a commit message for this diff, expected: git-commit-messages}
+  - {task: Harden this Dockerfile for production, expected: dockerfile-hardening}
+  - {task: Write a blameless postmortem for yesterday's outage, expected: incident-postmortem}
+  - {task: Clean up the dates and duplicate rows in this CSV export, expected: csv-data-cleaning}
+  - {task: Publish this library to PyPI with a pyproject.toml, expected: python-packaging}
+  - {task: Plan a three-day itinerary for Lisbon, expected: null}
 """
 REWRITE = (
     "# Release notes\n\nNEW-MARK: start from the merged pull requests, group them by Keep a "

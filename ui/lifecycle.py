@@ -76,15 +76,24 @@ def for_pending(
 
 
 def for_skill(
-    entries: Sequence[AuditEntry], bundles: Mapping[str, Path], thresholds: Thresholds, live: str | None
+    entries: Sequence[AuditEntry],
+    bundles: Mapping[str, Path],
+    thresholds: Thresholds,
+    live: str | None,
+    set_aside: Mapping[str, str] | None = None,
 ) -> list[ChangeLife]:
-    """Every change id in `entries` (one skill's audit lines, oldest first), newest first."""
+    """Every change id in `entries` (one skill's audit lines, oldest first), newest first.
+    `set_aside`: the archive's status of changes that never got a decision (displaced by a newer
+    candidate, or withheld behind a better one), so none of them reads as still waiting."""
     by_change: dict[str, list[AuditEntry]] = {}
     for entry in entries:
         change_id = entry.get("change_id")
         if isinstance(change_id, str) and change_id:
             by_change.setdefault(change_id, []).append(entry)
-    lives = [_decided(cid, lines, entries, bundles, thresholds, live) for cid, lines in by_change.items()]
+    lives = [
+        _decided(cid, lines, entries, bundles, thresholds, live, (set_aside or {}).get(cid))
+        for cid, lines in by_change.items()
+    ]
     return sorted(lives, key=lambda life: -max(e.seq for e in by_change[life.change_id]))
 
 
@@ -95,6 +104,7 @@ def _decided(
     bundles: Mapping[str, Path],
     thresholds: Thresholds,
     live: str | None,
+    aside: str | None = None,
 ) -> ChangeLife:
     proposed = next((e for e in lines if e.get("action") == "propose"), None)
     digests = [e.get("evidence_digest") for e in lines if e.get("action") in ("propose", "evidence")]
@@ -106,7 +116,7 @@ def _decided(
     refused = [e for e in lines if e.get("action") == "approve-refused"]
     decision = {"promote": "approved", "reject": "rejected", "withdraw": "withdrawn"}.get(
         str(decided.get("action")) if decided else ""
-    )
+    ) or (aside if aside in ("displaced", "withheld") else None)
     if intent is not None and intent.get("passport"):
         gated = Stage("judged", True, f"{intent.get('passport')} when approved")
     elif verdict is not None:
@@ -133,7 +143,11 @@ def _decided(
                 decided is not None,
                 f"{decision} by {decided.get('actor')}, {decided.time[:19]} (#{decided.seq})"
                 if decided
-                else "waiting for a decision",
+                else (
+                    f"{aside}: set aside without a decision"
+                    if aside in ("displaced", "withheld")
+                    else "waiting for a decision"
+                ),
             ),
             _promoted(decided),
             _watched(decided, entries, live),

@@ -9,13 +9,16 @@ rollback the revision the page showed live: a stale page is a conflict, never a 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from ingot.errors import IngotError, SkillNotFound
-from optimize.control.changes import ApprovalRefused
+from optimize.control.audit import AuditEntry
+from optimize.control.changes import ApprovalRefused, ChangeControl
+from optimize.control.evidence import file_digest
 from optimize.control.lock import PromotionConflict
 from optimize.control.promote import check_skill_name
 from ui import lifecycle, markdown, review_card
@@ -24,6 +27,19 @@ from ui.queue import ordered
 from ui.site import NOTICES, Site
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")  # a skill name in a notice's link, nothing else
+
+
+def _approval_of(control: ChangeControl, skill: str, path: Path) -> AuditEntry | None:
+    """The approval that rested on this bundle (its promotion intent line), if any: a bundle is
+    written once, so what the approver accepted lives in the audit chain and is shown beside it."""
+    digest = file_digest(path)
+    try:
+        lines = control.history(skill)
+    except IngotError:
+        return None
+    return next(
+        (e for e in lines if e.get("action") == "promote-intent" and e.get("evidence_digest") == digest), None
+    )
 
 
 def add_review_routes(app: FastAPI, site: Site) -> None:
@@ -74,15 +90,19 @@ def add_review_routes(app: FastAPI, site: Site) -> None:
         change_id: Annotated[str, Form()],
         accept_missing: Annotated[str, Form()] = "",
         override_reason: Annotated[str, Form()] = "",
+        accepting: Annotated[list[str] | None, Form()] = None,
+        evidence_digest: Annotated[str, Form()] = "",
     ) -> RedirectResponse:
         check_skill_name(skill)
         with exclusive():  # missing cells need `accept_missing`, a replay BLOCK `override_reason`
-            control.approve(
+            control.approve(  # pinned to the evidence and the missing cells the confirmation showed
                 skill,
                 actor,
                 change_id,
                 accept_missing=accept_missing[:2000] or None,
                 override_reason=override_reason[:2000] or None,
+                accepting=accepting,
+                evidence_digest=evidence_digest or None,
             )
         refresh(skill)
         return RedirectResponse(f"/review?done=approved&skill={skill}", status_code=303)
@@ -109,8 +129,13 @@ def add_review_routes(app: FastAPI, site: Site) -> None:
         entries = timeline(control, skill)  # SkillNotFound (404) for a name nothing knows
         snapshots = control.snapshots(skill)
         live = control.live_revision(skill)
+        aside = {str(r.get("id")): str(r.get("archived_status")) for r in control.queue.archived(skill)}
         changes = lifecycle.for_skill(
-            control.history(skill), lifecycle.bundle_paths(control.runs_dir, skill), control.thresholds, live
+            control.history(skill),
+            lifecycle.bundle_paths(control.runs_dir, skill),
+            control.thresholds,
+            live,
+            aside,
         )
         return page(
             request,
@@ -153,4 +178,12 @@ def add_review_routes(app: FastAPI, site: Site) -> None:
         if readable.is_file() and not readable.is_symlink():
             rendered = markdown.render(readable.read_text(errors="replace"))
         text = path.read_text(errors="replace")
-        return page(request, "evidence.html", skill=skill, bundle=bundle, text=text, rendered=rendered)
+        return page(
+            request,
+            "evidence.html",
+            skill=skill,
+            bundle=bundle,
+            text=text,
+            rendered=rendered,
+            decision=_approval_of(control, skill, path),
+        )

@@ -80,7 +80,7 @@ def bench_promote(rounds: int) -> None:
 
 
 @bench.command(name="optimize")
-@click.option("--candidates", default=5, help="Candidate rewrites per search.")
+@click.option("--candidates", default=5, help="Candidate bodies per search.")
 def bench_optimize(candidates: int) -> None:
     """Model calls and tokens per verdict (body and description passes) against the scripted server."""
     repo = Path(__file__).resolve().parents[2]

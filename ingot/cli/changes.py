@@ -60,7 +60,7 @@ def propose(
     description, both, or removal with --remove).
 
     The folder may be called anything; its SKILL.md must declare SKILL as its name."""
-    from ingot.evaluation import evaluate_change
+    from ingot.evaluation import evaluate_change, propose_measured
     from ingot.runtime import change_control, open_library
     from optimize.control.proposals import ProposalWithheld
     from optimize.control.quarantine import admit, propose_removal, read_candidate
@@ -73,13 +73,18 @@ def propose(
     library = open_library(settings)
     control = change_control(settings, library=library)
     live = control.champion_files(skill) if control.root_of(skill) else None
+    evaluated = None
     if remove:
         proposed = propose_removal(control, skill, note)
     else:
         assert source_dir is not None
         files, description = read_candidate(source_dir, skill, control, new=new)
-        similarity = library.similarity(skill, description)
-        proposed = admit(control, skill, files, "operator", similarity, note, new=new)
+        if no_evaluate:
+            proposed = admit(
+                control, skill, files, "operator", library.similarity(skill, description), note, new=new
+            )
+        else:  # measured before it is queued: whether it waits or is withheld rests on all of it
+            proposed, evaluated = propose_measured(settings, library, control, skill, files, note, new)
     change = proposed.change
     if proposed.withheld:
         raise ProposalWithheld(
@@ -93,8 +98,10 @@ def propose(
     )
     if proposed.displaced:
         click.echo(f"displaced the previous candidate to {proposed.displaced}")
-    if not no_evaluate:
-        print_evaluation(evaluate_change(settings, library, control, skill, change.id), skill)
+    if evaluated is None and not no_evaluate:  # a removal: measured once queued (no model needed)
+        evaluated = evaluate_change(settings, library, control, skill, change.id)
+    if evaluated is not None:
+        print_evaluation(evaluated, skill)
 
 
 @click.command(name="pending")
@@ -125,7 +132,14 @@ def list_pending(skills: tuple[Path, ...], as_json: bool) -> None:
                     "from": c.champion_revision,
                     "to": c.candidate_revision,
                     "size": {"added": z.added, "removed": z.removed, "label": z.label},
-                    "passport": v.as_json() if v else {"state": "blocked", "why": "no readable evidence"},
+                    "passport": v.as_json()
+                    if v
+                    else {
+                        "kind": c.kind,
+                        "state": "blocked",
+                        "cells": [],
+                        "why": "no readable evidence bundle",
+                    },
                 }
                 for c, v, z in rows
             ]
@@ -160,6 +174,13 @@ def list_pending(skills: tuple[Path, ...], as_json: bool) -> None:
     "(audited with the cells).",
 )
 @click.option(
+    "--accepting",
+    default=None,
+    metavar="CELLS",
+    help='The missing cells you accept, comma-separated as `ingot pending` names them (e.g. "replay,cost"): '
+    "if another is missing by the time you approve, nothing is approved (exit 3).",
+)
+@click.option(
     "--override-reason",
     default=None,
     help="Override a replay BLOCK: why this regression is acceptable (audited).",
@@ -169,6 +190,7 @@ def approve(
     skill: str,
     change_id: str,
     accept_missing: str | None,
+    accepting: str | None,
     override_reason: str | None,
 ) -> None:
     """Re-verify SKILL's pending change against its evidence and promote it.
@@ -177,8 +199,9 @@ def approve(
     --accept-missing "REASON", naming why; a replay BLOCK needs --override-reason. Both are
     audited with the cells they accept; any other failed cell cannot be approved."""
     control, who = _control(skills)
+    cells = None if accepting is None else [c.strip() for c in accepting.split(",") if c.strip()]
     outcome = control.approve(
-        skill, who, change_id, accept_missing=accept_missing, override_reason=override_reason
+        skill, who, change_id, accept_missing=accept_missing, override_reason=override_reason, accepting=cells
     )
     if outcome.to_revision is None:
         was = (outcome.from_revision or "")[:12]

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import click
 
-from ingot.cli.options import print_evaluation, served_skill, settings_for, setup_logging, skills_option
+from ingot.cli.options import (
+    print_evaluation,
+    served_skill,
+    settings_for,
+    setup_logging,
+    skills_option,
+    usage_line,
+)
 from ingot.errors import ConfigError
 
 
@@ -17,7 +24,10 @@ from ingot.errors import ConfigError
 @skills_option
 @click.argument("skill")
 @click.option(
-    "--candidates", type=int, default=None, help="Rewrites to author (default OPTIMIZE_CANDIDATES)."
+    "--candidates",
+    type=int,
+    default=None,
+    help="Candidate bodies (or descriptions) to author (default OPTIMIZE_CANDIDATES).",
 )
 @click.option(
     "--description",
@@ -92,8 +102,17 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
         )
         click.echo(outcome.reason)
         if outcome.proposed:
-            click.echo(f"queued {outcome.proposed} for review ({outcome.verdict}); see `ingot pending`")
-        click.echo(f"usage: {llm.ledger.totals()['total'] if llm.ledger else 'unknown'}")
+            from optimize.measure.size import change_size
+
+            queued = control.queue.get(skill)
+            size = (
+                change_size(skill, control.champion_files(skill) or {}, queued.files).label if queued else ""
+            )
+            click.echo(
+                f"queued {outcome.proposed} for review ({outcome.verdict}): body change, {size}; "
+                "see `ingot pending`"
+            )
+        click.echo(usage_line(llm.ledger.totals()["total"] if llm.ledger else None))
 
 
 @click.command()

@@ -131,9 +131,27 @@ def print_passport(verdict: Passport, skill: str, change_id: str) -> None:
         click.echo(f"approve with: {base}")
     elif verdict.state == "needs-acknowledgement":
         names = ", ".join(c.name for c in verdict.missing)
-        click.echo(f'approve only naming why {names} may stay missing: {base} --accept-missing "REASON"')
+        pinned = ",".join(c.name for c in verdict.missing)
+        click.echo(
+            f'approve only naming why {names} may stay missing: {base} --accept-missing "REASON" '
+            f'--accepting "{pinned}"'
+        )
     elif verdict.overridable:
         missing = ' --accept-missing "REASON"' if verdict.missing else ""
         click.echo(f'blocked by the replay; an override is audited: {base} --override-reason "WHY"{missing}')
     else:
         click.echo("blocked: it cannot be approved; re-measure it, or reject it")
+
+
+def usage_line(total: dict | None) -> str:
+    """What a paid run used, as a person reads it ("cost: 39 calls, 517 tokens in, 329 out, $0.0012";
+    an unpriced call makes the total unknown, never zero)."""
+    if not total:
+        return "cost: unknown (no ledger)"
+    usd = total.get("usd")
+    unknown = total.get("unknown_cost_calls") or 0
+    money = (
+        f"${usd:.4f}" if usd is not None else f"unknown ({unknown} call(s) without a price in PRICES_FILE)"
+    )
+    tokens = f"{total.get('tokens_in')} tokens in, {total.get('tokens_out')} out"
+    return f"cost: {total.get('calls')} calls, {tokens}, {money}"

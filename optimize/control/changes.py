@@ -13,7 +13,7 @@ re-verification itself is verify.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,6 +215,8 @@ class ChangeControl:
         change_id: str,
         accept_missing: str | None = None,
         override_reason: str | None = None,
+        accepting: Collection[str] | None = None,
+        evidence_digest: str | None = None,
     ) -> Outcome:
         """Re-verify everything from disk, then promote; see the module docstring.
 
@@ -222,17 +224,30 @@ class ChangeControl:
         displaced it since, this is a conflict, never a promotion of something unreviewed. A
         change whose passport needs acknowledgement is promoted only with `accept_missing`, the
         reason the missing cells are acceptable; a replay BLOCK only with `override_reason`.
-        Both, and the cells accepted, are written into the promotion's audit lines."""
+        Both, and the cells accepted, are written into the promotion's audit lines. `accepting`
+        (the cells the person saw missing) and `evidence_digest` (the bundle they saw) pin what was
+        reviewed: a re-evaluation since, or a cell missing that they did not see, is a conflict."""
         check_skill_name(skill)
         with change_lock(self.runs_dir, self.lock_wait_s):
             self._recover()
             change = self._reviewed(skill, change_id)
+            if evidence_digest is not None and evidence_digest != change.evidence_digest:
+                raise PromotionConflict(
+                    f"{change.id} was re-evaluated since you looked (its evidence is now "
+                    f"{str(change.evidence_digest)[:12]}, you saw {evidence_digest[:12]}); review it again"
+                )
             try:
                 evidence, root, verdict = self.verifier.verify(change)
-                acceptance = accepted(change, verdict, accept_missing, override_reason)
+                acceptance = accepted(change, verdict, accept_missing, override_reason, accepting)
             except ApprovalRefused as exc:
                 self.audit.append(
-                    action="approve-refused", skill=skill, actor=actor, reason=str(exc), change_id=change.id
+                    action="approve-refused",
+                    skill=skill,
+                    from_revision=change.champion_revision,
+                    to_revision=change.candidate_revision,
+                    actor=actor,
+                    reason=str(exc),
+                    change_id=change.id,
                 )
                 raise
             reason = f"approved {change.kind} change from {change.source}{acceptance.sentence}"

@@ -25,7 +25,7 @@ from typing import Any
 
 from ingot.errors import IngotError
 from ingot.fsutil import write_atomic
-from optimize.control.gate import Thresholds, p_clause
+from optimize.control.gate import METRIC_NAMES, Thresholds, p_clause
 from optimize.control.passport import Passport, passport
 
 SCHEMA_VERSION = 1
@@ -154,7 +154,11 @@ def render_markdown(data: Mapping[str, Any], verdict: Passport) -> str:
     for name, block in data["measurements"].items():
         if not isinstance(block, Mapping) or block.get("status") != "measured":
             why = block.get("why", "no reason given") if isinstance(block, Mapping) else "malformed"
-            lines.append(f"- {BLOCK_NAMES.get(name, name)}: nothing measured ({why})")
+            applies = not (isinstance(block, Mapping) and block.get("status") == "not_applicable")
+            lines.append(
+                f"- {BLOCK_NAMES.get(name, name)}: "
+                f"{'nothing measured' if applies else 'does not apply'} ({why})"
+            )
             continue
         lines += _cell(name, block)
     if verdict.rules:
@@ -233,7 +237,20 @@ def _cell(name: str, block: Mapping[str, Any]) -> list[str]:
             f"- routing impact over {block.get('cases', {}).get('total')} routing cases and "
             f"{block.get('cases', {}).get('traffic', 0)} recent real tasks:"
         ]
-        out += [f"  - {m}: {before.get(m)} -> {after.get(m)} (n={counts.get(m, 0)})" for m in before]
+        out += [
+            f"  - {METRIC_NAMES.get(m, m)}: {before.get(m)} -> {after.get(m)} "
+            f"(n = {counts.get(m, 0)} held-out)"
+            for m in before
+        ]
+        leakage = block.get("leakage") if isinstance(block.get("leakage"), Mapping) else {}
+        for case in leakage.get("cases") or []:
+            out.append(f"  - left out as leakage ({case.get('how')}): {case.get('task')!r}")
+        own = block.get("own") if isinstance(block.get("own"), Mapping) else None
+        if own and own.get("cases"):
+            out.append(
+                f"  - its own held-out cases routed to it: {own.get('champion_routed')} -> "
+                f"{own.get('challenger_routed')} of {own.get('cases')}"
+            )
         for skill, moved in (block.get("by_skill") or {}).items():
             out.append(
                 f"  - {skill}: gains {len(moved.get('gained', []))}, loses {len(moved.get('lost', []))}"
@@ -242,16 +259,32 @@ def _cell(name: str, block: Mapping[str, Any]) -> list[str]:
             out.append(f"  - SHADOWS {case.get('expected')}: {case.get('task')!r}")
         return out
     if name == "replay":  # the regression replay cell (optimize/measure/regress.py)
-        out = [f"- replay: measured, verdict **{block.get('verdict')}**"]
+        out = [
+            f"- replay: the replays' finding {block.get('verdict')} (the passport's replay cell says "
+            "what it means)"
+        ]
         for golden in block.get("goldens", []):
             verdict, tier, why = golden.get("verdict"), golden.get("tier"), golden.get("why")
             out.append(f"  - {golden.get('id')}: {verdict} at {tier}: {why}")
         return out
-    out = [f"- {name}: measured"]
+    if name == "sandbox_checks":
+        sides = [
+            f"{side}: " + ", ".join(f"{n} {status}" for status, n in sorted((block.get(side) or {}).items()))
+            for side in ("champion", "challenger")
+            if block.get(side)
+        ]
+        return [f"- sandbox checks (`check:` specs on each arm's answers): {'; '.join(sides) or 'none ran'}"]
+    if name in ("search", "selection"):
+        shown = {k: v for k, v in block.items() if k != "status" and isinstance(v, str | int | float)}
+        return [
+            f"- {BLOCK_NAMES.get(name, name)}: "
+            + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in shown.items())
+        ]
+    out = [f"- {BLOCK_NAMES.get(name, name)}:"]
     for check, result in (block.get("results") or {}).items():
         if isinstance(result, Mapping):
             outcome = "passed" if result.get("passed") else "FAILED"
-            out.append(f"  - {check}: {outcome} {result.get('detail', '')}".rstrip())
+            out.append(f"  - {check} check: {outcome} {result.get('detail', '')}".rstrip())
     return out
 
 

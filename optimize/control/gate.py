@@ -1,11 +1,16 @@
 """The rules a measured cell is judged by: the held-out A/B's and routing impact's.
 
-Pure functions from the evidence record and the thresholds to a `Judged` cell (pass, fail or
-missing, with why and every rule applied), so any cell can be recomputed later from
-evidence.json alone, and is, at approval, under the thresholds in force then. The passport
-(passport.py) calls these and owns the verdict; nothing here decides whether a change may go
-live. A measurement too small to judge (fewer distinct cases than the thresholds ask for) is
-`missing`, never a pass or a default; a metric with no cases is missing, not 1.0.
+Pure functions from the evidence record and the thresholds to a `Judged` cell, so any cell can
+be recomputed later from evidence.json alone, and is, at approval, under the thresholds in force
+then. The passport (passport.py) calls these and owns the verdict; nothing here decides whether
+a change may go live. Three outcomes:
+- `pass`: the evidence shows what the cell asks (an A/B gain by the margin, significant; routes
+  kept, and for a description improved, on enough held-out cases);
+- `fail`: the evidence shows harm (a case the champion passed now fails, the pairwise judge
+  prefers the champion, the mean score drops by the margin or more; a route lost or taken);
+- `missing`: measured, but too little or too weak to decide (fewer cases than the thresholds ask
+  for, a gain that is small or not significant, no routing metric improved): a person may accept
+  it with a reason; autonomy never does. A metric with no cases is missing, never 1.0.
 """
 
 from __future__ import annotations
@@ -24,14 +29,13 @@ METRIC_NAMES = {
     "no_route_precision": "no-route precision",
     "others_top1": "top-1 of other skills' cases",
 }
-# Which routing metrics each kind must not regress, and whether too few held-out cases for one
-# leaves the cell missing (the kinds whose only evidence of effect is routing) or only unreported.
-_ROUTING_RULES: Mapping[str, tuple[tuple[str, ...], bool]] = {
-    "description": (ROUTING_METRICS, True),
-    "both": (ROUTING_METRICS, True),
-    "body": (ROUTING_METRICS, False),
-    "create": (("others_top1", "no_route_precision"), False),
-    "removal": (("others_top1",), True),
+# Which routing metrics each kind must keep, each on enough held-out cases (fewer: missing).
+_ROUTING_RULES: Mapping[str, tuple[str, ...]] = {
+    "description": ROUTING_METRICS,
+    "both": ROUTING_METRICS,
+    "body": ROUTING_METRICS,
+    "create": ("others_top1", "no_route_precision"),
+    "removal": ("others_top1",),
 }
 
 
@@ -116,10 +120,11 @@ def _ab(evidence: Mapping[str, Any], t: Thresholds) -> Judged:
     ab = measured(evidence, "ab")
     assert ab is not None
     rules = _Rules()
-    if not rules.check(
+    if not rules.enough(
         "no train/holdout leakage",
         not ab.get("leakage"),
-        "the task set leaks: " + "; ".join(map(str, ab.get("why") or ["train/holdout overlap"])),
+        "the task set leaks, so this A/B measures nothing: "
+        + "; ".join(map(str, ab.get("why") or ["train/holdout overlap"])),
     ):
         return rules.judged("")
     cases = ab.get("cases", [])
@@ -137,9 +142,9 @@ def _ab(evidence: Mapping[str, Any], t: Thresholds) -> Judged:
         return rules.judged("")
     margin = (sum(challenger) - sum(champion)) / n
     rules.check(
-        f"mean margin >= {t.min_margin}",
-        margin >= t.min_margin,
-        f"margin {margin:+.3f} is below the required {t.min_margin:.3f}",
+        f"mean score does not drop by {t.min_margin} or more",
+        margin > -t.min_margin,
+        f"the mean score drops {margin:+.3f} (by the margin {t.min_margin:.3f} or more)",
     )
     regressions = [c["id"] for c in cases if c["champion_pass"] and not c["challenger_pass"]]
     rules.check(
@@ -153,13 +158,20 @@ def _ab(evidence: Mapping[str, Any], t: Thresholds) -> Judged:
         rules.warnings.append(f"the challenger keeps {retention:.0%} of the champion's body")
     if rules.failed or rules.short:
         return rules.judged("", warnings=tuple(rules.warnings))
+    if not rules.enough(
+        f"mean margin >= {t.min_margin}",
+        margin >= t.min_margin,
+        f"the A/B could not show an improvement: margin {margin:+.3f} is below the required "
+        f"{t.min_margin:.3f} (nothing got worse)",
+    ):
+        return rules.judged("", warnings=tuple(rules.warnings))
     tests = paired_tests(champion, challenger)
     stats = tuple(test.as_json() for test in tests)
     small = n < SMALL_N or variance_is_zero(champion, challenger)
     deciding = [test for test in tests if test.p is not None] if small else [tests[0]]
     shown = ", ".join(f"{test.name} {p_clause(test.p)}" for test in tests)
     significant = bool(deciding) and all(test.p is not None and test.p <= t.alpha for test in deciding)
-    rules.check(
+    rules.enough(
         f"significance ({'both tests' if small else 'paired t-test'} p <= {t.alpha}; {shown})",
         significant,
         f"not enough evidence that the challenger is better ({shown}; needed p <= {t.alpha}"
@@ -231,35 +243,32 @@ def _routing(evidence: Mapping[str, Any], kind: str, t: Thresholds) -> Judged:
         )
     metrics = impact.get("metrics", {})
     before, after, counts = metrics.get("champion", {}), metrics.get("challenger", {}), metrics.get("n", {})
-    names, required = _ROUTING_RULES[kind]
+    names = _ROUTING_RULES[kind]
     usable = []
     excluded = _leakage_clause(impact)
     for m in names:
         n = int(counts.get(m, 0) or 0)
-        enough = finite(before.get(m)) and finite(after.get(m)) and n >= t.min_routing_cases
         label = METRIC_NAMES.get(m, m)
-        if not enough and not required:
-            rules.applied.append(
-                f"{label} on >= {t.min_routing_cases} held-out cases: no ({n}; not required)"
+        measured_both = finite(before.get(m)) and finite(after.get(m)) and n > 0
+        if measured_both:  # a case that now routes wrong is a fact, however few cases there are
+            rules.check(
+                f"{label} does not regress",
+                after[m] >= before[m],
+                f"{label} regresses {before[m]:.3f} -> {after[m]:.3f} on {n} held-out case(s)",
             )
-            continue
         if rules.enough(
             f"{label} on >= {t.min_routing_cases} held-out cases",
-            enough,
+            measured_both and n >= t.min_routing_cases,
             f"{label} on {n} held-out routing case(s){excluded}; at least {t.min_routing_cases} needed "
             "(add `routing:` cases)",
         ):
             usable.append(m)
-            rules.check(
-                f"{label} does not regress",
-                after[m] >= before[m],
-                f"{label} regresses {before[m]:.3f} -> {after[m]:.3f}",
-            )
     if kind == "description" and usable and len(usable) == len(names):
-        rules.check(
+        rules.enough(
             "one routing metric strictly improves",
             any(after[m] > before[m] for m in usable),
-            "no routing metric strictly improves on the held-out cases",
+            "the routing impact could not show an improvement: no metric strictly improves on the "
+            "held-out cases (nothing regressed)",
         )
     if kind in ("description", "both"):
         collisions = impact.get("collisions", [])
@@ -269,7 +278,8 @@ def _routing(evidence: Mapping[str, Any], kind: str, t: Thresholds) -> Judged:
         own = impact.get("own") if isinstance(impact.get("own"), Mapping) else {}
         return rules.judged(
             f"no other skill loses its routes ({shown or 'no metric with enough cases'}); its "
-            f"{own.get('cases', 0)} own routing case(s) go to another skill or to none (listed below)"
+            f"{own.get('cases', 0)} own routing case(s) go to another skill or to none (the evidence "
+            "lists where)"
         )
     return rules.judged(
         "takes no route another skill's cases expect" + (f"; {shown}" if shown else "") + excluded

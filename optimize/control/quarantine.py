@@ -79,6 +79,36 @@ def render_skill_md(name: str, description: str, body: str, source: str) -> byte
     return f"---\n{header}---\n\n{body}".encode()
 
 
+def admission(
+    name: str, files: Mapping[str, bytes], similar_to: Callable[[str, str], Similarity]
+) -> dict[str, object]:
+    """The admission checks of a complete candidate tree, as measurements; `CandidateRefused` (with
+    the reason) when one fails: a refused candidate is never queued."""
+    try:
+        text = files["SKILL.md"].decode("utf-8")
+        _, description, body, _ = parse_skill_md(text, name)
+        validation = CheckResult(True, "Agent Skills frontmatter, name, description and body are valid")
+    except (KeyError, UnicodeDecodeError, SkillInvalid) as exc:
+        raise CandidateRefused(f"not a valid skill: {exc}") from exc
+    injection = injection_check(f"{description}\n{body}")
+    if not injection.passed:
+        raise CandidateRefused(injection.detail)
+    similarity = similar_to(name, description)
+    collision = collision_check(similarity.named, name, similarity.alone)
+    if not collision.passed:
+        raise CandidateRefused(collision.detail)
+    return {
+        "checks": {
+            "status": "measured",
+            "results": {
+                "validation": validation.as_json(),
+                "injection": injection.as_json(),
+                "collision": collision.as_json(),
+            },
+        }
+    }
+
+
 def admit(
     control: ChangeControl,
     name: str,
@@ -89,30 +119,10 @@ def admit(
     new: bool | None = None,
 ) -> Proposed:
     """Run the checks on a complete candidate tree and queue it as a pending change, classified
-    by what it changes (kinds.py). `new`: the proposer meant a new skill (True) or a change to a
-    live one (False); None takes whichever the library says."""
-    try:
-        text = files["SKILL.md"].decode("utf-8")
-        _, description, body, _ = parse_skill_md(text, name)
-        validation = CheckResult(True, "Agent Skills frontmatter, name, description and body are valid")
-    except (KeyError, UnicodeDecodeError, SkillInvalid) as exc:
-        raise CandidateRefused(f"not a valid skill: {exc}") from exc
-    injection = injection_check(f"{description}\n{body}")
-    if not injection.passed:
-        raise CandidateRefused(injection.detail)
-    collision = collision_check(similarity.named, name, similarity.alone)
-    if not collision.passed:
-        raise CandidateRefused(collision.detail)
-    measurements: dict[str, object] = {
-        "checks": {
-            "status": "measured",
-            "results": {
-                "validation": validation.as_json(),
-                "injection": injection.as_json(),
-                "collision": collision.as_json(),
-            },
-        }
-    }
+    by what it changes (kinds.py), its evidence the checks alone (evaluated later). `new`: the
+    proposer meant a new skill (True) or a change to a live one (False); None takes whichever the
+    library says."""
+    measurements = admission(name, files, lambda _name, _description: similarity)
     return control.propose(name, source, files, measurements, note, new=new)
 
 
@@ -137,7 +147,7 @@ def read_candidate(
         live = None
     if new and live is not None:
         raise CandidateRefused(
-            f"skill {name!r} already exists (live at {live[:12]}): drop --new to propose a rewrite of it"
+            f"skill {name!r} already exists (live at {live[:12]}): drop --new to propose a change to it"
         )
     if not new and live is None:
         served = {s for root in control.roots if root.is_dir() for s in _skill_folders(root)}
@@ -189,7 +199,7 @@ def agent_candidate(
     if control.live_revision(slug) is not None:
         raise CandidateRefused(
             f"a skill named {slug!r} already exists; Ingot never overwrites a skill "
-            "from create_skill. Pick another name or ask the operator for a rewrite"
+            "from create_skill. Pick another name, or ask the operator to change it"
         )
     cleaned = clean_description(description)
     files = {"SKILL.md": render_skill_md(slug, cleaned, clean_body(body), "agent")}

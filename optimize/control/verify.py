@@ -14,7 +14,7 @@ raises `ApprovalRefused` naming the failed check, and writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,6 +27,7 @@ from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditLog
 from optimize.control.gate import Thresholds
 from optimize.control.kinds import what_changes
+from optimize.control.lock import PromotionConflict
 from optimize.control.passport import Passport, passport
 from optimize.control.pending import LEGACY_KINDS, PendingChange
 from optimize.control.promote import ABSENT, Promoter, tree_revision
@@ -225,12 +226,25 @@ class Verifier:
 
 
 def accepted(
-    change: PendingChange, verdict: Passport, accept_missing: str | None, override: str | None
+    change: PendingChange,
+    verdict: Passport,
+    accept_missing: str | None,
+    override: str | None,
+    accepting: Collection[str] | None = None,
 ) -> Acceptance:
     """What approving `change` with this passport takes: nothing when it is ready; a reason naming
     its missing cells (`accept_missing`) when some are missing; an override reason when a replay
-    BLOCK fails it. `ApprovalRefused` says what is lacking; autonomy never passes either."""
+    BLOCK fails it. `accepting`: the cells the person saw missing (the confirmation page always
+    sends them): a cell missing now that is not among them is a conflict, never accepted unseen.
+    `ApprovalRefused` says what is lacking; autonomy never passes either."""
     reason, override = (accept_missing or "").strip()[:2000], (override or "").strip()[:2000]
+    unseen = [c.name for c in verdict.missing if accepting is not None and c.name not in set(accepting)]
+    if unseen:
+        raise PromotionConflict(
+            f"{change.id}'s passport changed since you looked: {', '.join(unseen)} "
+            f"{'is' if len(unseen) == 1 else 'are'} missing now and you did not accept "
+            f"{'it' if len(unseen) == 1 else 'them'}; review it again"
+        )
     if verdict.failed and not override:
         raise ApprovalRefused(
             f"{change.id} is blocked by the regression replay ("
@@ -242,6 +256,7 @@ def accepted(
         listed = "; ".join(f"{c.name} ({c.why})" for c in verdict.missing)
         raise ApprovalRefused(
             f"{change.id} needs acknowledgement: {len(missing)} cell(s) missing: {listed}. Approve it only "
-            'by naming why that is enough: --accept-missing "REASON" (audited with the cells)'
+            "by naming why that is enough (the reason on the confirmation page, or `ingot approve "
+            '--accept-missing "REASON"`), audited with the cells'
         )
     return Acceptance(verdict.state, missing, reason or None, override or None)

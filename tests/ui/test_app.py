@@ -372,3 +372,38 @@ def test_a_new_skill_approved_in_the_ui_is_removed_from_its_history_page_and_can
 def test_history_of_a_name_nothing_knows_is_404_with_the_nearest_names(world):
     response = httpx.get(f"{world.ui}/history/relase-notes", headers={"Accept": "application/json"})
     assert response.status_code == 404 and "did you mean 'release-notes'" in response.json()["error"]
+
+
+def test_an_approval_accepts_only_the_evidence_and_the_missing_cells_the_reviewer_saw(world):
+    from tests.optimize.conftest import NO_CODE, checks, routing, skill_md
+
+    files = {
+        "SKILL.md": skill_md("kiln-firing", "Plans glaze firings for an electric ceramic kiln.", "Ramp.")
+    }
+    change = world.control.propose("kiln-firing", "agent", files, checks()).change
+    seen = {
+        "change_id": change.id,
+        "accept_missing": "reviewed by hand",
+        "evidence_digest": change.evidence_digest,
+        "accepting": ["held-out A/B", "routing impact", "sandbox checks"],
+    }
+    # Re-measured after the page was shown: the cells missing now are not the ones the reviewer saw.
+    world.control.attach_evidence(
+        "kiln-firing",
+        change.id,
+        {**checks(), **routing(), **NO_CODE, "ab": {"status": "not_measured", "why": "x"}},
+        "t",
+    )
+    stale = post(world, "/changes/kiln-firing/approve", seen, Accept="application/json")
+    assert stale.status_code == 409 and "re-evaluated since you looked" in stale.json()["error"]
+    now = world.control.queue.get("kiln-firing")
+    other = {**seen, "evidence_digest": now.evidence_digest, "accepting": ["routing impact"]}
+    unseen = post(world, "/changes/kiln-firing/approve", other, Accept="application/json")
+    assert (
+        unseen.status_code == 409
+        and "held-out A/B is missing now and you did not accept it" in unseen.json()["error"]
+    )
+    assert world.control.live_revision("kiln-firing") is None
+    right = {**other, "accepting": ["held-out A/B"]}
+    assert post(world, "/changes/kiln-firing/approve", right).status_code == 303
+    assert world.control.live_revision("kiln-firing") == change.candidate_revision

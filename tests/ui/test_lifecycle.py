@@ -64,3 +64,18 @@ def test_without_its_bundle_the_judged_stage_is_lit_only_by_the_approval_s_audit
     (life,) = [x for x in lives if x.change_id == rejected.id]
     judged = next(s for s in life.stages if s.name == "judged")
     assert not judged.lit and "not on this machine" in judged.detail  # nothing on disk says: dark
+
+
+def test_a_withheld_change_reads_as_set_aside_never_as_waiting(world):
+    from tests.ui.conftest import rewrite
+
+    ready = world.change(GOOD)
+    proposed = world.control.propose(GOOD, "optimizer", rewrite(world.root, GOOD, "NEWER-RULE"), {})
+    assert proposed.withheld and world.control.queue.get(GOOD).id == ready.id  # worse than the ready one
+    html = httpx.get(f"{world.ui}/history/{GOOD}").text
+    assert f'data-change="{proposed.change.id}" data-decision="withheld"' in html
+    row = html.split(f'data-change="{proposed.change.id}"')[1].split("</tr>")[0]
+    assert "withheld" in row and "waiting" not in row.split("</td>")[0]
+    assert "withheld: set aside without a decision" in stages(html, proposed.change.id)["decided"][1]
+    still = html.split(f'data-change="{ready.id}"')[1].split("</tr>")[0]
+    assert "waiting" in still.split("</td>")[0]  # the ready change is the one that waits

@@ -236,6 +236,10 @@ def test_approving_a_change_that_needs_acknowledgement_asks_which_cells_it_accep
     assert "needs-acknowledgement" in row.inner_text()
     timeline = page.get_by_test_id("timeline").inner_text()
     assert "accepted missing held-out A/B, routing impact, sandbox checks: a first draft" in timeline
+    page.goto(f"{world.ui}/evidence/{NEW}/{change.evidence_path.split('/')[-2]}")
+    approval = page.get_by_test_id("approval").inner_text()
+    assert "while its passport was needs-acknowledgement" in approval
+    assert "accepting missing held-out A/B, routing impact, sandbox checks" in approval
 
 
 def test_a_forged_approval_without_a_reason_is_refused_and_audited(world):

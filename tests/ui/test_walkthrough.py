@@ -46,7 +46,7 @@ def test_the_first_ten_minutes_propose_evaluate_review_approve_and_roll_back(
         edit = tmp_path / "my-edit"
         shutil.copytree(root / SKILL, edit)
         with (edit / "SKILL.md").open("a") as handle:
-            handle.write("\nNEW-MARK: check every entry against the merged pull request.\n")
+            handle.write("NEW-MARK: check every entry against the merged pull request.\n")  # as `echo >>`
         proposed = subprocess.run(
             [sys.executable, "-m", "ingot.cli", "propose", SKILL, "--from", str(edit), "--no-evaluate"],
             env=runs_env,
@@ -100,7 +100,7 @@ def test_the_first_ten_minutes_propose_evaluate_review_approve_and_roll_back(
                 good.locator("[data-arm=challenger]").get_by_test_id("scorecard-value").inner_text()
                 == "0.900"
             )
-            assert "+2 / −0 lines" in good.get_by_test_id("risk").inner_text()
+            assert "+1 / −0 lines" in good.get_by_test_id("risk").inner_text()
             page.screenshot(path=str(screenshots / "walkthrough-review.png"), full_page=True)
             # 4. Approve: the confirmation says what will be served and which missing cell it accepts.
             good.get_by_test_id("approve").click()
