@@ -391,3 +391,30 @@ def test_routing_impact_counts_recent_real_traffic_when_no_task_set_has_cases(tm
     moved = {m["task"]: (m["from"], m["to"]) for m in impact["traffic_moved"]}
     assert moved["Write a commit message for this fix"] == ("git-commit-messages", "release-notes"), moved
     assert "Write a commit message for this fix" in impact["by_skill"]["git-commit-messages"]["lost"]
+
+
+def test_a_candidate_is_measured_before_it_is_queued_so_a_blocked_one_never_displaces_a_waiting_one(
+    library, tmp_path
+):
+    root, tasks = library
+    benign = candidate(tmp_path / "a", root, lambda text: text + "\nCheck every entry.\n")
+    first = propose(root, benign, tmp_path, TASKS_DIR=str(tasks))
+    assert first.returncode == 0 and "needs-acknowledgement" in first.stdout, first.stderr
+    _, waiting = bundle(root)
+
+    def steal(text: str) -> str:
+        front, body = text.split("---", 2)[1], text.split("---", 2)[2]
+        meta = yaml.safe_load(front)
+        meta["description"] = (
+            "Write the commit message for a fix or for the staged changes, in conventional commit style, "
+            "and release notes from merged pull requests. Use for any commit message or release note."
+        )
+        return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body
+
+    thief = candidate(tmp_path / "b", root, steal)
+    second = propose(root, thief, tmp_path, TASKS_DIR=str(tasks))
+    assert second.returncode == 3 and second.stderr.startswith(
+        f"Error: withheld: a better change is waiting ({waiting})"
+    )
+    assert "blocked: routing impact fail" in second.stderr  # judged on its measured evidence
+    assert bundle(root)[1] == waiting
