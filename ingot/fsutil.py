@@ -12,11 +12,13 @@ import re
 import tempfile
 from pathlib import Path
 
+from ingot import faults
 from ingot.errors import UnsafePath
 
 
 def fsync_dir(path: Path) -> None:
     """fsync a folder, so a rename or new entry in it survives a power cut."""
+    faults.point(f"fsync folder {path.name}")
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -28,14 +30,18 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600, durable: bool = Tru
     """Replace `path` with `data` atomically: a fresh O_EXCL temp file (never a followed symlink),
     renamed over the target. `durable` also fsyncs the file and the folder (a power cut keeps it);
     records that may be lost without harm (a session's last route) skip the two fsyncs."""
+    faults.point(f"create temp for {path.name}")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             os.fchmod(handle.fileno(), mode)
+            faults.point(f"write {path.name}")
             handle.write(data)
             if durable:
                 handle.flush()
+                faults.point(f"fsync {path.name}")
                 os.fsync(handle.fileno())
+        faults.point(f"rename into {path.name}")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -76,3 +82,19 @@ def check_relative(path: str) -> str:
     ):
         raise UnsafePath(f"candidate file path {path!r} is not a plain relative path")
     return path
+
+
+def hidden_entries(folder: Path, limit: int = 20) -> list[str]:
+    """The hidden files and folders anywhere under `folder` (relative paths, at most `limit`),
+    which a served revision leaves out but a harness reading the folder directly still sees.
+    Symlinked folders are not followed."""
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        base = Path(dirpath)
+        for entry in sorted((*dirnames, *filenames)):
+            if entry.startswith("."):
+                found.append((base / entry).relative_to(folder).as_posix())
+                if len(found) >= limit:
+                    return found
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+    return found

@@ -66,7 +66,7 @@ def guard(skills: tuple[Path, ...]) -> None:
     as a pending change (source direct-edit). Lists the kept edits.
 
     The first run adopts the skills as they are as the approved baseline (audited)."""
-    from ingot.errors import ConfigError
+    from ingot.errors import ConfigError, WriteFailed
     from ingot.runtime import change_control, open_library
     from optimize.control.guard import Guard
 
@@ -93,6 +93,13 @@ def guard(skills: tuple[Path, ...]) -> None:
         change = f" as {kept.change_id}" if kept.change_id else ""
         why = f": {kept.why}" if kept.why and kept.why != kept.found else ""
         click.echo(f"  kept {kept.skill} ({kept.found}) {kept.status}{change} at {kept.path}{why}")
+    failed = sorted({e.skill for e in events if e.did == "failed"})
+    if failed:
+        raise WriteFailed(
+            f"the guard could not finish for {', '.join(failed)} (see above); MCP serves their "
+            "approved revisions meanwhile, but a harness reading the folder directly sees what is "
+            "there. The next `ingot guard` (or `ingot serve` tick) retries"
+        )
 
 
 COMMANDS = (inbox, guard)

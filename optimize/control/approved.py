@@ -4,8 +4,8 @@ A skill's approved revision is the one Ingot last put (or found and adopted) in 
 folder: the `to_revision` of its latest promote / rollback / restore / adopt line. An intent
 counts from the moment it is written (the switch on disk follows it, so a reload in between
 must already accept the new revision); an intent that recovery settles as aborted gives the
-approval back to the revision it would have replaced. `None` means "approved absent" (a skill
-Ingot removed).
+approval back to what was approved before it (never to what a restore found). `None` means
+"approved absent" (a skill Ingot removed).
 
 With LIVE_EDITS=quarantine the served library is pinned through `Pinned`: a skill whose folder
 holds its approved revision is served from the folder; one edited behind Ingot's back is
@@ -33,18 +33,40 @@ MARKER = "protected.json"  # in the state home: protection started (the baseline
 
 
 def approved_revisions(entries: Iterable[AuditEntry]) -> dict[str, str | None]:
-    """Each skill the chain knows, with its approved revision (None: approved absent)."""
+    """Each skill the chain knows, with its approved revision (None: approved absent).
+
+    An intent approves its `to_revision` from the moment it is written; an intent that recovery
+    settles as aborted gives the approval back to whatever was approved just before it, never
+    to its `from_revision`: a restore's `from_revision` is what the guard found in the folder
+    (an agent's edit, a planted folder, nothing), which no one approved."""
     approved: dict[str, str | None] = {}
+    before: dict[int, tuple[bool, str | None]] = {}  # intent seq -> (known, approved) before it
     for entry in entries:
         action, skill = str(entry.get("action", "")), entry.get("skill")
         if not skill or action.removesuffix("-intent") not in SWITCHES:
             continue
         outcome = str(entry.get("outcome", ""))
-        if action.endswith("-intent") or outcome.startswith("done"):
+        if action.endswith("-intent"):
+            before[entry.seq] = (skill in approved, approved.get(skill))
+            approved[skill] = entry.get("to_revision")
+        elif outcome.startswith("done"):
             approved[skill] = entry.get("to_revision")
         elif outcome.startswith("aborted"):
-            approved[skill] = entry.get("from_revision")
+            known, revision = before.get(entry.get("intent_seq"), _unmatched(entry, approved))
+            if known:
+                approved[skill] = revision
+            else:
+                approved.pop(skill, None)
     return approved
+
+
+def _unmatched(entry: AuditEntry, approved: Mapping[str, str | None]) -> tuple[bool, str | None]:
+    """What an aborted outcome whose intent is not in the chain gives approval back to: a
+    restore never approves what it found (the approval stands), anything else its from_revision."""
+    skill = entry.get("skill")
+    if str(entry.get("action")) == "restore":
+        return skill in approved, approved.get(skill)
+    return True, entry.get("from_revision")
 
 
 class ApprovedRevisions:

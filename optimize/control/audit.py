@@ -31,8 +31,9 @@ from typing import Any
 import rfc8785
 from filelock import FileLock
 
+from ingot import faults
 from ingot.errors import IngotError
-from ingot.fsutil import write_atomic
+from ingot.fsutil import fsync_dir, write_atomic
 from optimize.control.audit_verify import (
     GENESIS,
     SCHEMA,
@@ -99,7 +100,7 @@ class AuditLog:
         self.path = runs_dir / "audit.jsonl"
         self.head_path = runs_dir / "audit.head"
         self.key_path = runs_dir / "audit.key"
-        self._step = on_step or (lambda _name: None)  # fault-injection tests kill the process here
+        self._step = on_step or faults.point  # fault-injection tests kill the process here
         self._verified: Prefix | None = None  # the line checks of a prefix already verified
 
     # -- the key -----------------------------------------------------------------------------
@@ -118,22 +119,58 @@ class AuditLog:
         return key
 
     def _create_key(self) -> bytes:
-        """A fresh key and a MAC'd empty head, for a chain with no lines yet."""
+        """A fresh key and a MAC'd empty head, for a chain with no lines yet. The key is written
+        aside, the head MAC'd with it, and only then is the key linked into place: a kill at any
+        point leaves either no key (a fresh start) or a key with its head (`finish_key`)."""
         self.key_path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            key = self._key()
-            assert key is not None
-            return key
+        existing = self._key()
+        if existing is not None:
+            return existing
         key = secrets.token_bytes(KEY_BYTES)
+        fd = os.open(self._new_key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
+            self._step("audit: write new key")
             os.write(fd, key)
             os.fsync(fd)
         finally:
             os.close(fd)
         self._write_head(key, 0, GENESIS, None)
+        return self._link_new_key(key)
+
+    @property
+    def _new_key_path(self) -> Path:
+        return self.key_path.with_name(".audit.key.new")
+
+    def _link_new_key(self, key: bytes) -> bytes:
+        self._step("audit: link new key")
+        try:
+            os.link(self._new_key_path, self.key_path)
+        except FileExistsError:  # another creator won: theirs is the key
+            winner = self._key()
+            assert winner is not None
+            key = winner
+        self._new_key_path.unlink(missing_ok=True)
+        fsync_dir(self.key_path.parent)
         return key
+
+    def finish_key(self) -> bool:
+        """Finish a key creation a kill interrupted between the head and the link: no key, no
+        lines, and a new key that MACs the empty head. Anything else is left for `verify`."""
+        new = self._new_key_path
+        if self.key_path.exists() or not new.exists():
+            return False
+        try:
+            key, head = new.read_bytes(), self._head()
+        except OSError:
+            return False
+        if self._read() or len(key) != KEY_BYTES or not head or "unreadable" in head:
+            return False
+        if (head["seq"], head["hash"], head["next"]) != (0, GENESIS, None):
+            return False
+        if head.get("mac") != mac(key, head_message(0, GENESIS, None)):
+            return False
+        self._link_new_key(key)
+        return True
 
     # -- appending ---------------------------------------------------------------------------
 
@@ -147,6 +184,7 @@ class AuditLog:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with FileLock(str(self.path) + ".lock"):  # one appender at a time, even outside the change lock
+                self.finish_key()
                 state = self.verify()
                 if not state.ok:
                     raise AuditError(

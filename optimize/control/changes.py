@@ -179,8 +179,10 @@ class ChangeControl:
                 f"the audit chain is broken at line {state.bad_line}: {state.problem}. Nothing will "
                 "be changed until it is investigated (`ingot audit verify`)"
             )
+        entries = self.audit.entries()
+        notes += self._settle_staged(entries)
         settled: dict[str, tuple[str, str]] = {}
-        for entry in self.audit.entries():
+        for entry in entries:
             change_id = entry.get("change_id")
             if (
                 change_id
@@ -197,6 +199,38 @@ class ChangeControl:
                 status, reason = settled[change.id]
                 self.queue.archive(change.skill, reason, status, "ingot-recovery")
                 notes.append(f"{change.skill}: pending {change.id} archived as {status}")
+        return notes
+
+    def _settle_staged(self, entries: list[AuditEntry]) -> list[str]:
+        """Finish what a killed propose or re-evaluation left staged (pending.py): a record whose
+        `propose` / `evidence` line is in the chain takes its place; one whose line is not was
+        never queued, and is dropped."""
+        lines = {
+            (e.get("change_id"), e.get("evidence_digest")): e
+            for e in entries
+            if e.get("action") in ("propose", "evidence")
+        }
+        notes = []
+        for path, change in self.queue.staged():
+            line = lines.get((change.id, change.evidence_digest)) if change is not None else None
+            if change is None or line is None:
+                self.queue.discard(path)
+                notes.append(
+                    f"{change.skill if change else path.name}: a change killed before its audit "
+                    "line was dropped (never queued)"
+                )
+                continue
+            reason, recorded = str(line.get("reason") or ""), line.get("archive")
+            archive = self.runs_dir / str(recorded) if recorded else None
+            if archive is not None and not archive.resolve().is_relative_to(
+                self.queue.archive_folder.resolve()
+            ):
+                archive = None  # only ever into the archive, whatever a line says
+            withheld = reason.removeprefix("withheld: ") if reason.startswith("withheld: ") else None
+            self.queue.place(change, archive, withheld)
+            notes.append(
+                f"{change.skill}: {change.id} {'archived as withheld' if withheld else 'queued'} (recovered)"
+            )
         return notes
 
     # A candidate's way in lives in proposals.py; bound here, so callers write control.propose(...).

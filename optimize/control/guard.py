@@ -12,14 +12,20 @@ INBOX_SETTLE_S, is handled in three crash-safe steps:
 3. queue: a valid kept edit becomes a pending change with source `direct-edit`, through the
    same admission checks as any other, against the approved revision it would replace.
 
-A kill between steps is finished by the next tick (kept records not yet queued are queued; an
-edit already kept is not kept twice). Meanwhile the served library serves approved revisions
-only (approved.py), so no agent is ever handed an unapproved edit.
+Every tick first settles what a killed write left (recovery, as before every write): a restore
+interrupted before its switch is settled as aborted, the approval stays with the approved
+revision (approved.py), and this tick restores the folder again. A kill between steps is
+finished by the next tick (kept records not yet queued are queued; an edit already kept is not
+kept twice). Hidden files added to a protected folder (which a served revision leaves out but a
+harness reading the folder sees) are kept and removed like any other edit. Meanwhile the served
+library serves approved revisions only (approved.py), so no agent is ever handed an unapproved
+edit. A tick whose restore fails says so (`failed` events; `ingot guard` exits non-zero).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import logging
 import os
@@ -30,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ingot import faults
 from ingot.errors import IngotError
-from ingot.fsutil import check_relative, fsync_dir, write_atomic
+from ingot.fsutil import check_relative, fsync_dir, hidden_entries, write_atomic
 from mcp_server.library import Similarity
 from mcp_server.registry import Registry, read_skill_files
 from mcp_server.skillfiles import read_folder
@@ -50,7 +57,7 @@ SimilarTo = Callable[[str, str], Similarity]
 @dataclass(frozen=True)
 class GuardEvent:
     skill: str
-    did: str  # "adopted" | "queued" | "kept" | "restored" | "failed"
+    did: str  # "adopted" | "recovered" | "queued" | "kept" | "restored" | "failed"
     detail: str
     change_id: str | None = None
 
@@ -65,11 +72,12 @@ class Kept:
     path: Path  # <home>/direct-edits/<skill>/<stamp>-<revision>/
     skill: str
     root: str
-    found: str  # "edited" | "new" | "invalid (why)"
-    revision: str | None  # None for a broken folder
-    status: str  # "kept" (not queued yet) | "queued" | "refused" | "invalid"
+    found: str  # "edited" | "new" | "invalid (why)" | "hidden files (names)"
+    revision: str | None  # None for a broken folder, or one whose only change is hidden files
+    status: str  # "kept" (not queued yet) | "queued" | "refused" | "invalid" | "hidden"
     change_id: str | None = None
     why: str | None = None
+    digest: str | None = None  # of every byte kept (files and hidden files): one keep per state
 
 
 class Guard:
@@ -136,9 +144,14 @@ class Guard:
     # -- each tick -----------------------------------------------------------------------------
 
     def check(self) -> list[GuardEvent]:
+        """One tick: settle what a killed write left, then hold every folder to its approved
+        revision (or adopt the baseline, the first time)."""
+        events = [
+            GuardEvent(note.split(":", 1)[0], "recovered", note.split(": ", 1)[-1])
+            for note in self.control.recover()
+        ]
         if not self.marker.exists():
-            return self.adopt()
-        events: list[GuardEvent] = []
+            return events + self.adopt()
         approved = self.control.approvals.current()
         on_disk = self._on_disk()
         for kept in self.kept():  # kept and restored, then stopped before it was queued
@@ -171,19 +184,19 @@ class Guard:
             if folder in broken or skill is None or skill.folder != folder:
                 reason = broken.get(folder, "not a valid skill folder").split(" (still serving", 1)[0]
                 found[folder.name] = (root, f"invalid ({reason})")
+            elif hidden := hidden_entries(folder):
+                found[folder.name] = (root, f"hidden files ({', '.join(hidden)})")
             else:
                 found[folder.name] = (root, skill.revision)
         return found
 
     def _handle(self, name: str, root: Path, state: str, known: bool) -> list[GuardEvent]:
-        revision = None if state.startswith("invalid") else state
+        revision = None if state.startswith(("invalid", "hidden files")) else state
         found = ("edited" if known else "new") if revision is not None else state
-        kept = self._already_kept(name, revision) if revision is not None else None
-        if kept is None:
-            try:
-                kept = self._keep(name, root, found, revision)
-            except (OSError, IngotError) as exc:
-                return [GuardEvent(name, "failed", f"could not keep the edit aside ({exc}); left in place")]
+        try:
+            kept = self._keep(name, root, found, revision)
+        except (OSError, IngotError) as exc:
+            return [GuardEvent(name, "failed", f"could not keep the edit aside ({exc}); left in place")]
         events = self._restore(name, f"out-of-band edit ({found}) kept at {kept.path}", kept)
         if events and events[-1].did == "restored" and kept.revision is not None:
             events += self._queue(kept)
@@ -221,34 +234,51 @@ class Guard:
 
     def _keep(self, name: str, root: Path, found: str, revision: str | None) -> Kept:
         """Copy the folder aside (files within the skill limits; symlinks and specials are not
-        followed) before anything replaces it."""
+        followed) before anything replaces it; what was kept already (a tick killed before its
+        restore) is not kept twice."""
         folder = root / name
         try:
             files = read_folder(folder, self.control.limits)
             why = None
         except (OSError, IngotError) as exc:
             files, why = {}, f"its files could not be read: {exc}"
+        hidden = _hidden_files(folder, self.control.limits.max_skill_bytes)
+        digest = _digest(files, hidden)
+        for earlier in self.kept():
+            if earlier.skill == name and (
+                earlier.digest == digest or (revision and earlier.revision == revision)
+            ):
+                return earlier
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
         final = self.kept_dir / name / f"{stamp}-{(revision or 'invalid')[:12]}"
         temp = final.parent / f".tmp-{secrets.token_hex(4)}"
         for rel, data in files.items():
-            target = temp / "files" / check_relative(rel)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        status = "kept" if revision is not None else "invalid"
+            _write_kept(temp / "files" / check_relative(rel), data)
+        for rel, data in hidden.items():  # kept apart: never part of a candidate
+            _write_kept(temp / "hidden" / rel, data)
+        status = "kept" if revision is not None else ("hidden" if found.startswith("hidden") else "invalid")
         kept = Kept(
-            final, name, str(root), found, revision, status, why=why or (found if not revision else None)
+            final,
+            name,
+            str(root),
+            found,
+            revision,
+            status,
+            why=why or (found if not revision else None),
+            digest=digest,
         )
         temp.mkdir(parents=True, exist_ok=True)
         write_atomic(temp / "record.json", json.dumps(_record(kept), indent=1).encode())
         fsync_dir(temp)
+        faults.point("rename the kept edit into place")
         os.rename(temp, final)
         fsync_dir(final.parent)
         return kept
 
     def _queue(self, kept: Kept) -> list[GuardEvent]:
         """A valid kept edit becomes a pending change (the folder holds the approved revision
-        again, so it is measured against that)."""
+        again, so it is measured against that). Any step may fail; the next tick finds the kept
+        record not yet marked queued and finishes it, never queueing one edit twice."""
         files_dir = kept.path / "files"
         try:
             skill, files = read_skill_files(files_dir.parent, files_dir, self.control.limits, name=kept.skill)
@@ -257,21 +287,24 @@ class Guard:
                 self._update(kept, "queued", change_id=pending.id)
                 return []
             description = skill.description
-            proposed = admit(
-                self.control,
-                kept.skill,
-                files,
-                "direct-edit",
-                self.similar_to(kept.skill, description),
-                f"edited in place in {kept.root}; kept at {kept.path}",
-            )
-        except CandidateRefused as exc:
-            self._update(kept, "refused", why=str(exc))
-            return [GuardEvent(kept.skill, "kept", f"not queued ({exc}); the edit is kept at {kept.path}")]
-        except IngotError as exc:  # a busy lock, a full disk: the next tick queues it
+            try:
+                proposed = admit(
+                    self.control,
+                    kept.skill,
+                    files,
+                    "direct-edit",
+                    self.similar_to(kept.skill, description),
+                    f"edited in place in {kept.root}; kept at {kept.path}",
+                )
+            except CandidateRefused as exc:
+                self._update(kept, "refused", why=str(exc))
+                return [
+                    GuardEvent(kept.skill, "kept", f"not queued ({exc}); the edit is kept at {kept.path}")
+                ]
+            change = proposed.change
+            self._update(kept, "queued", change_id=change.id)
+        except (OSError, IngotError) as exc:  # a busy lock, a full disk: the next tick finishes it
             return [GuardEvent(kept.skill, "failed", f"could not queue the kept edit yet: {exc}")]
-        change = proposed.change
-        self._update(kept, "queued", change_id=change.id)
         detail = proposed.withheld or f"queued as {change.id} for review (source direct-edit)"
         return [GuardEvent(kept.skill, "queued", detail, change.id)]
 
@@ -279,6 +312,8 @@ class Guard:
         """Every kept edit, oldest first."""
         found = []
         for record in sorted(self.kept_dir.glob("*/*/record.json")) if self.kept_dir.exists() else []:
+            if record.parent.name.startswith("."):  # a keep killed before its rename: not kept
+                continue
             try:
                 data = json.loads(record.read_text())
                 found.append(
@@ -291,18 +326,56 @@ class Guard:
                         str(data["status"]),
                         data.get("change_id"),
                         data.get("why"),
+                        data.get("digest"),
                     )
                 )
             except (OSError, ValueError, KeyError) as exc:
                 log.warning("kept edit %s is unreadable: %s", record.parent, exc)
         return found
 
-    def _already_kept(self, name: str, revision: str) -> Kept | None:
-        return next((k for k in self.kept() if k.skill == name and k.revision == revision), None)
-
     def _update(self, kept: Kept, status: str, change_id: str | None = None, why: str | None = None) -> None:
         data = {**_record(kept), "status": status, "change_id": change_id, "why": why}
         write_atomic(kept.path / "record.json", json.dumps(data, indent=1).encode())
+
+
+def _write_kept(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    faults.point(f"write kept {target.name}")
+    with open(target, "xb") as handle:
+        handle.write(data)
+        handle.flush()
+        faults.point(f"fsync kept {target.name}")
+        os.fsync(handle.fileno())
+
+
+def _hidden_files(folder: Path, budget: int) -> dict[str, bytes]:
+    """The regular hidden files under `folder` (a path with any dot-named part), up to `budget`
+    bytes in all; symlinks and special files are not followed or read."""
+    found: dict[str, bytes] = {}
+    if not folder.is_dir() or folder.is_symlink():
+        return found
+    for dirpath, _dirnames, filenames in os.walk(folder, followlinks=False):
+        for entry in sorted(filenames):
+            path = Path(dirpath) / entry
+            rel = path.relative_to(folder)
+            if not any(part.startswith(".") for part in rel.parts) or not path.is_file() or path.is_symlink():
+                continue
+            try:
+                data = path.read_bytes()[: max(budget, 0)]
+            except OSError:
+                continue
+            budget -= len(data)
+            found[rel.as_posix()] = data
+    return found
+
+
+def _digest(files: dict[str, bytes], hidden: dict[str, bytes]) -> str:
+    digest = hashlib.sha256()
+    for part, found in (("files", files), ("hidden", hidden)):
+        for rel in sorted(found):
+            digest.update(f"{part}/{rel}\0{len(found[rel])}\0".encode())
+            digest.update(found[rel])
+    return digest.hexdigest()
 
 
 def _record(kept: Kept) -> dict[str, Any]:
@@ -314,6 +387,7 @@ def _record(kept: Kept) -> dict[str, Any]:
         "status": kept.status,
         "change_id": kept.change_id,
         "why": kept.why,
+        "digest": kept.digest,
         "kept_at": _now(),
     }
 

@@ -261,16 +261,18 @@ class Inbox:
         return InboxEvent(skill, origin, "refused", why)
 
     def _gone(self, key: str, record: Mapping[str, Any]) -> list[InboxEvent]:
-        """The candidate was deleted: withdraw its change if that is still the one pending."""
-        self._remember(key, None)
+        """The candidate was deleted: withdraw its change if that is still the one pending, and
+        only then forget the candidate (a kill in between withdraws it again next scan, a no-op;
+        the other order would leave the change pending with nothing left to withdraw it)."""
         skill, change_id = str(record.get("skill")), record.get("change_id")
-        if not change_id:
-            return []
-        try:
-            withdrawn = self.control.withdraw(skill, str(change_id), "inbox", "its candidate was deleted")
-        except IngotError as exc:
-            log.warning("inbox: could not withdraw %s %s: %s", skill, change_id, exc)
-            return []
+        withdrawn = False
+        if change_id:
+            try:
+                withdrawn = self.control.withdraw(skill, str(change_id), "inbox", "its candidate was deleted")
+            except (OSError, IngotError) as exc:
+                log.warning("inbox: could not withdraw %s %s (next scan retries): %s", skill, change_id, exc)
+                return []
+        self._remember(key, None)
         origin = key if not key.startswith("git:") else f"git branch {self.branch}"
         if not withdrawn:
             return []

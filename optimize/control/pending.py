@@ -7,7 +7,10 @@ hashes, so routing evidence leaves them out), and the evidence bundle it rests o
 digest). Pending content is never served: nothing under `runs/` is a skills
 root. A newer candidate for the same skill moves the displaced one to
 `runs/pending/archive/<skill>/<id>.json` (never dropped) and says so; so do rejections and
-approvals, with their reason. Writes happen under the change-control lock.
+approvals, with their reason. A record and its audit line are one recoverable step: it is
+staged in `pending/.staged/`, its line appended, then placed (`stage` / `place`), and recovery
+finishes or drops a staged record by whether the chain holds its line. Writes happen under the
+change-control lock.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import base64
 import dataclasses
 import datetime as dt
 import json
+import os
 import re
 import secrets
 from collections.abc import Mapping
@@ -23,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ingot import faults
 from ingot.errors import IngotError
-from ingot.fsutil import check_relative, write_atomic
+from ingot.fsutil import check_relative, fsync_dir, write_atomic
 from optimize.control.kinds import KINDS
 from optimize.control.promote import ABSENT, check_skill_name, tree_revision
 
@@ -65,6 +70,17 @@ class PendingChange:
     @property
     def removal(self) -> bool:
         return self.candidate_revision == ABSENT
+
+    def with_evidence(self, path: str, digest: str) -> PendingChange:
+        """This change re-measured: resting on the bundle at `path`, the one it rested on before
+        listed in `evidence_history` (the bundle itself stays where it was)."""
+        earlier = {"path": self.evidence_path or "", "digest": self.evidence_digest or ""}
+        return dataclasses.replace(
+            self,
+            evidence_path=path,
+            evidence_digest=digest,
+            evidence_history=(*self.evidence_history, earlier),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,6 +140,18 @@ def new_change(
 ID_PATTERN = re.compile(r"^chg-[0-9a-f]{12}$")
 
 
+def _archived(status: str, reason: str, actor: str, decision_seq: int | None) -> dict[str, Any]:
+    """The fields an archived record gains: what became of it, why, by whom, and the audit line
+    that decided it (`decision_seq`: unique and increasing, unlike a timestamp)."""
+    return {
+        "archived_status": status,
+        "archived_reason": reason,
+        "archived_by": actor,
+        "archived_at": dt.datetime.now(dt.UTC).isoformat(timespec="microseconds"),
+        "decision_seq": decision_seq,
+    }
+
+
 def parse(data: Any, where: Path, slot_skill: str | None = None) -> PendingChange:
     """Validate a pending record read from disk; anything off is a `PendingError`."""
     try:
@@ -170,6 +198,7 @@ class PendingQueue:
     def __init__(self, runs_dir: Path) -> None:
         self.folder = runs_dir / "pending"
         self.archive_folder = self.folder / "archive"
+        self.staged_folder = self.folder / ".staged"
 
     def slot(self, skill: str) -> Path:
         return self.folder / f"{check_skill_name(skill)}.json"
@@ -203,57 +232,76 @@ class PendingQueue:
                 changes.append(change)
         return changes, problems
 
-    def submit(self, change: PendingChange) -> Path | None:
-        """Put `change` in its skill's slot; returns where a displaced candidate was archived."""
-        displaced = None
-        existing = self.slot(change.skill)
-        if existing.exists():
-            displaced = self._archive_file(existing, change.skill, f"displaced by {change.id}", "displaced")
-        self._write(existing, change.to_json())
-        return displaced
+    # -- queueing: stage, audit, place ------------------------------------------------------
+    # A record reaches its slot in three steps, so that it and its audit line are one
+    # recoverable step: `stage` writes it where no reader looks, the caller appends the chain
+    # line, `place` moves it into its slot (or, withheld, into the archive). Recovery (`staged`,
+    # then `place` or `discard`) finishes a staged record whose line is in the chain and drops
+    # one whose line is not: unaudited means unqueued.
 
-    def replace_evidence(self, change: PendingChange, path: str, digest: str) -> PendingChange:
-        """`change` re-measured: its record now rests on the bundle at `path`; the one it rested on
-        before is listed in `evidence_history` (the bundle itself stays where it was)."""
-        history = (
-            *change.evidence_history,
-            {"path": change.evidence_path or "", "digest": change.evidence_digest or ""},
-        )
-        updated = dataclasses.replace(
-            change, evidence_path=path, evidence_digest=digest, evidence_history=history
-        )
-        self._write(self.slot(change.skill), updated.to_json())
-        return updated
+    def stage(self, change: PendingChange) -> Path:
+        """Step 1: the complete record, in `pending/.staged/<id>.json`; not pending yet."""
+        path = self.staged_folder / f"{change.id}.json"
+        self._write(path, change.to_json())
+        return path
 
-    def restore(self, change: PendingChange) -> None:
-        """Put `change`'s record back as it was (an audit line for its update could not be written)."""
-        self._write(self.slot(change.skill), change.to_json())
+    def staged(self) -> list[tuple[Path, PendingChange | None]]:
+        """Every staged record (None where it cannot be parsed), for recovery."""
+        found: list[tuple[Path, PendingChange | None]] = []
+        for path in sorted(self.staged_folder.glob("*.json")) if self.staged_folder.exists() else []:
+            try:
+                found.append((path, parse(json.loads(path.read_bytes()), path)))
+            except (OSError, ValueError, IngotError):
+                found.append((path, None))
+        return found
 
-    def withdraw(self, change: PendingChange, displaced: Path | None) -> None:
-        """Undo `submit` (its audit line could not be written): drop `change` and put back the
-        candidate it displaced, so the queue holds only what the chain records."""
+    def discard(self, path: Path) -> None:
+        """Drop a staged record whose audit line was never written."""
+        faults.point(f"unlink staged {path.name}")
+        path.unlink(missing_ok=True)
+
+    def displaced_path(self, skill: str, by: str) -> Path | None:
+        """Where the record in `skill`'s slot is archived if change `by` takes the slot (None:
+        the slot is empty, or already holds `by`)."""
+        slot = self.slot(skill)
+        try:
+            record_id = str(json.loads(slot.read_bytes()).get("id", ""))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, AttributeError):
+            record_id = ""
+        if record_id == by:
+            return None
+        if not ID_PATTERN.match(record_id):  # never let a record's own text pick a path
+            record_id = f"unreadable-{secrets.token_hex(6)}"
+        return self.archive_folder / check_skill_name(skill) / f"{record_id}.json"
+
+    def withheld_path(self, change: PendingChange) -> Path:
+        """Where a withheld candidate is archived."""
+        return self.archive_folder / check_skill_name(change.skill) / f"{change.id}.json"
+
+    def place(self, change: PendingChange, archive: Path | None = None, withheld: str | None = None) -> None:
+        """Step 3, once the chain holds the change's line: the staged record takes its slot, the
+        record it displaces going to `archive`; or, `withheld` (why), it goes straight to
+        `archive`. Repeatable: recovery runs it again after a kill at any point."""
+        staged = self.staged_folder / f"{change.id}.json"
+        if withheld is not None:
+            if archive is None:
+                raise PendingError(f"a withheld change ({change.id}) needs an archive path")
+            if staged.exists():
+                data = {**json.loads(staged.read_bytes()), **_archived("withheld", withheld, "ingot", None)}
+                self._write(archive, data)
+                self.discard(staged)
+            return
         slot = self.slot(change.skill)
-        slot.unlink(missing_ok=True)
-        if displaced is not None and displaced.exists():
-            data = json.loads(displaced.read_bytes())
-            for key in ("archived_status", "archived_reason", "archived_by", "archived_at", "decision_seq"):
-                data.pop(key, None)
-            self._write(slot, data)
-            displaced.unlink()
-
-    def archive_new(self, change: PendingChange, reason: str, status: str = "withheld") -> Path:
-        """Write `change` straight into the archive (never queued), with why; returns the path."""
-        target = self.archive_folder / check_skill_name(change.skill) / f"{change.id}.json"
-        data = {
-            **change.to_json(),
-            "archived_status": status,
-            "archived_reason": reason,
-            "archived_by": "ingot",
-            "archived_at": dt.datetime.now(dt.UTC).isoformat(timespec="microseconds"),
-            "decision_seq": None,
-        }
-        self._write(target, data)
-        return target
+        if not staged.exists():
+            return  # placed already
+        if slot.exists() and self.displaced_path(change.skill, change.id) is not None:
+            target = archive or self.displaced_path(change.skill, change.id)
+            self._archive_file(slot, change.skill, f"displaced by {change.id}", "displaced", target=target)
+        faults.point(f"rename staged {change.id} into its slot")
+        os.replace(staged, slot)
+        fsync_dir(self.folder)
 
     def archive(
         self, skill: str, reason: str, status: str, actor: str, decision_seq: int | None = None
@@ -291,26 +339,23 @@ class PendingQueue:
         status: str,
         actor: str = "ingot",
         decision_seq: int | None = None,
+        target: Path | None = None,
     ) -> Path:
         try:
             data = json.loads(slot.read_bytes())
         except (OSError, ValueError):
             data = {"unreadable_record": slot.read_bytes().decode("utf-8", "replace")}
-        data.update(
-            {
-                "archived_status": status,
-                "archived_reason": reason,
-                "archived_by": actor,
-                "archived_at": dt.datetime.now(dt.UTC).isoformat(timespec="microseconds"),
-                "decision_seq": decision_seq,
-            }
-        )
-        record_id = str(data.get("id", ""))
-        if not ID_PATTERN.match(record_id):  # never let a record's own text pick a path
-            record_id = f"unreadable-{secrets.token_hex(6)}"
-        target = self.archive_folder / check_skill_name(skill) / f"{record_id}.json"
+        if not isinstance(data, dict):
+            data = {"unreadable_record": str(data)}
+        data.update(_archived(status, reason, actor, decision_seq))
+        if target is None:
+            record_id = str(data.get("id", ""))
+            if not ID_PATTERN.match(record_id):  # never let a record's own text pick a path
+                record_id = f"unreadable-{secrets.token_hex(6)}"
+            target = self.archive_folder / check_skill_name(skill) / f"{record_id}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
         self._write(target, data)
+        faults.point(f"unlink slot {slot.name}")
         slot.unlink()
         return target
 

@@ -1,7 +1,8 @@
 """A candidate's way in: `propose` queues it with its evidence, `attach_evidence` re-measures it.
 
-Both run under the change lock and write the evidence bundle, the pending record and the audit
-line, in that order: a record the chain does not hold is withdrawn again (unaudited means
+Both run under the change lock, after recovery, and write the evidence bundle, then the record
+(staged), then the audit line, then place the record in its slot: a record and its line are
+one recoverable step, and a record the chain does not hold is never pending (unaudited means
 unqueued). The change's kind is classified here, from its bytes against the live skill
 (kinds.what_changes), whoever proposed it. A candidate whose passport is worse than the waiting
 one's (blocked behind ready or needs-acknowledgement, or needs-acknowledgement behind ready)
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ingot.errors import IngotError, SkillChanged, WriteFailed, os_reason
 from optimize.control import evidence as evidence_mod
 from optimize.control.kinds import what_changes
-from optimize.control.lock import PromotionConflict, change_lock
+from optimize.control.lock import PromotionConflict
 from optimize.control.passport import STATES, passport
 from optimize.control.pending import PendingChange, new_change
 from optimize.control.promote import ABSENT, tree_revision
@@ -74,8 +75,35 @@ def propose(
     either) and is refused if the library says otherwise by the time the lock is held.
     `measured_against` is the champion revision the measurements were taken on: if the live
     skill has changed since, the evidence describes something else and is refused. `seen`: the
-    routing cases the author was shown (routing evidence leaves them out as leakage)."""
-    with change_lock(control.runs_dir, control.lock_wait_s):
+    routing cases the author was shown (routing evidence leaves them out as leakage).
+
+    The record and its `propose` line are one recoverable step (pending.py: stage, audit,
+    place); a write that fails leaves nothing queued and says so in one line."""
+    try:
+        return _propose(
+            control, skill, source, files, measurements, note, cost, measured_against, provenance, new, seen
+        )
+    except OSError as exc:
+        raise WriteFailed(
+            f"could not queue the change for {skill!r}: {os_reason(exc)}; nothing was queued and what "
+            "is served is unchanged. Free disk space or fix permissions, then retry"
+        ) from exc
+
+
+def _propose(
+    control: ChangeControl,
+    skill: str,
+    source: str,
+    files: Mapping[str, bytes] | None,
+    measurements: Mapping[str, Any],
+    note: str | None,
+    cost: Mapping[str, Any] | None,
+    measured_against: str | None,
+    provenance: Mapping[str, Any] | None,
+    new: bool | None,
+    seen: tuple[str, ...],
+) -> Proposed:
+    with control.writing():
         champion = control.live_revision(skill)
         if measured_against is not None and champion != measured_against:
             raise SkillChanged(
@@ -117,19 +145,12 @@ def propose(
             seen=seen,
         )
         withheld = _withheld(control, skill, bundle)
-        if withheld:
-            return _propose_withheld(control, change, bundle, withheld, source)
-        try:
-            displaced = control.queue.submit(change)
-        except OSError as exc:
-            raise WriteFailed(
-                f"could not queue the change for {skill!r}: {os_reason(exc)}; nothing was queued"
-            ) from exc
-        if control.prepare is not None and files is not None:
-            try:
-                control.prepare(skill, files)
-            except Exception as exc:  # an optimisation only: never block a proposal on it
-                log.warning("could not pre-embed the candidate for %s: %s", skill, exc)
+        archive = (
+            control.queue.withheld_path(change)
+            if withheld
+            else control.queue.displaced_path(skill, change.id)
+        )
+        staged = control.queue.stage(change)
         try:
             control.audit.append(
                 action="propose",
@@ -139,12 +160,28 @@ def propose(
                 evidence_digest=bundle.digest,
                 actor=source,
                 change_id=change.id,
-                archive=str(displaced.relative_to(control.runs_dir)) if displaced else None,
+                archive=str(archive.relative_to(control.runs_dir)) if archive else None,
+                reason=f"withheld: {withheld[0]}" if withheld else None,
             )
         except IngotError:
-            control.queue.withdraw(change, displaced)  # unaudited means unqueued
+            control.queue.discard(staged)  # unaudited means unqueued
             raise
-        return Proposed(change, displaced)
+        try:
+            control.queue.place(change, archive, withheld[0] if withheld else None)
+        except OSError as exc:
+            raise WriteFailed(
+                f"{change.id} for {skill!r} is in the audit chain, but its record could not be put in "
+                f"place: {os_reason(exc)}; the next change-control command finishes it (nothing is "
+                "served from the queue either way)"
+            ) from exc
+        if withheld:
+            return Proposed(change, None, withheld[0], withheld[1].id, archive)
+        if control.prepare is not None and files is not None:
+            try:
+                control.prepare(skill, files)
+            except Exception as exc:  # an optimisation only: never block a proposal on it
+                log.warning("could not pre-embed the candidate for %s: %s", skill, exc)
+        return Proposed(change, archive)
 
 
 def attach_evidence(
@@ -159,7 +196,27 @@ def attach_evidence(
 ) -> tuple[PendingChange, evidence_mod.Evidence]:
     """Rest a pending change on fresh evidence (`ingot evaluate`): a new bundle with a new id,
     the earlier one kept where it was and listed in the record, and an `evidence` line in the
-    chain that approval then checks instead of the `propose` line."""
+    chain that approval then checks instead of the `propose` line (pending.py: stage, audit,
+    place, one recoverable step)."""
+    try:
+        return _attach(control, skill, change_id, measurements, actor, cost, provenance, measured_against)
+    except OSError as exc:
+        raise WriteFailed(
+            f"could not record the new evidence of {change_id}: {os_reason(exc)}; it still rests on "
+            "its earlier evidence. Free disk space or fix permissions, then retry"
+        ) from exc
+
+
+def _attach(
+    control: ChangeControl,
+    skill: str,
+    change_id: str,
+    measurements: Mapping[str, Any],
+    actor: str,
+    cost: Mapping[str, Any] | None,
+    provenance: Mapping[str, Any] | None,
+    measured_against: str | None,
+) -> tuple[PendingChange, evidence_mod.Evidence]:
     with control.writing():
         change = control.pending_change(skill, change_id)
         live = control.live_revision(skill)
@@ -183,9 +240,8 @@ def attach_evidence(
             changes=changes.as_json(),
             provenance=provenance,
         )
-        updated = control.queue.replace_evidence(
-            change, str(bundle.path.relative_to(control.runs_dir)), bundle.digest
-        )
+        updated = change.with_evidence(str(bundle.path.relative_to(control.runs_dir)), bundle.digest)
+        staged = control.queue.stage(updated)
         try:
             control.audit.append(
                 action="evidence",
@@ -197,8 +253,15 @@ def attach_evidence(
                 change_id=change.id,
             )
         except IngotError:
-            control.queue.restore(change)  # the record rests only on what the chain records
+            control.queue.discard(staged)  # the record rests only on what the chain records
             raise
+        try:
+            control.queue.place(updated)
+        except OSError as exc:
+            raise WriteFailed(
+                f"the new evidence of {change.id} is in the audit chain, but the record could not be "
+                f"updated: {os_reason(exc)}; the next change-control command finishes it"
+            ) from exc
         return updated, bundle
 
 
@@ -228,26 +291,3 @@ def _withheld(
         "was archived instead of taking its slot",
         waiting,
     )
-
-
-def _propose_withheld(
-    control: ChangeControl,
-    change: PendingChange,
-    bundle: evidence_mod.Evidence,
-    found: tuple[str, PendingChange],
-    source: str,
-) -> Proposed:
-    why, waiting = found
-    path = control.queue.archive_new(change, why)
-    control.audit.append(
-        action="propose",
-        skill=change.skill,
-        from_revision=change.champion_revision,
-        to_revision=change.candidate_revision,
-        evidence_digest=bundle.digest,
-        actor=source,
-        change_id=change.id,
-        archive=str(path.relative_to(control.runs_dir)),
-        reason=f"withheld: {why}",
-    )
-    return Proposed(change, None, why, waiting.id, path)

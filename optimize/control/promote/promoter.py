@@ -33,8 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingot import faults
 from ingot.errors import PromotionError, SkillInvalid
-from ingot.fsutil import check_relative, fsync_dir, remove_stale_temps
+from ingot.fsutil import check_relative, fsync_dir, hidden_entries, remove_stale_temps
 from mcp_server.registry import Limits, read_skill
 from optimize.control.audit import AuditError, AuditLog
 from optimize.control.gitrepo import GitHistory
@@ -98,7 +99,7 @@ class Promoter:
     ) -> None:
         self.runs_dir = runs_dir
         self.revisions = runs_dir / "revisions"
-        self._on_step = on_step or (lambda _name: None)
+        self._on_step = on_step or faults.point
         self.audit = AuditLog(runs_dir, self._on_step)
         self.limits = limits or Limits()
         self.git = git or GitHistory(enabled=False)
@@ -204,7 +205,8 @@ class Promoter:
         change_id: str | None = None,
     ) -> Outcome:
         """Put `skill`'s folder back to its approved `revision` (None: approved absent, so the
-        folder goes) whatever is there now: an out-of-band edit, a broken folder, nothing.
+        folder goes) whatever is there now: an out-of-band edit, a broken folder, hidden files a
+        served revision leaves out, nothing.
 
         The guard's tool for LIVE_EDITS=quarantine; the caller has already kept what it finds
         (as a pending change, or a copy). Same sequence as `switch`: snapshot what is displaced
@@ -219,8 +221,11 @@ class Promoter:
             found = "missing" if from_revision is None else "edited"
         except SkillInvalid as exc:
             from_revision, found = None, f"invalid ({exc})"
-        if from_revision == revision and live.exists() == (revision is not None):
+        hidden = hidden_entries(live) if live.is_dir() else []
+        if from_revision == revision and live.exists() == (revision is not None) and not hidden:
             raise PromotionError(f"skill {skill!r} is already at its approved revision; nothing was changed")
+        if hidden:
+            found += f", with hidden files {', '.join(hidden)}"
         if from_revision is not None:
             self.snapshot_live(skill, root, from_revision)
         stage = None
@@ -344,6 +349,7 @@ class Promoter:
 
         The outcome is read from disk, not assumed: whichever revision is live is what happened."""
         notes: list[str] = []
+        self.audit.finish_key()
         self.audit.repair_torn_tail()
         self.audit.settle_head()
         state = self.audit.verify()

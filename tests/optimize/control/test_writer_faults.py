@@ -1,0 +1,253 @@
+"""Every way into the queue under SIGKILL at each of its fault points: `ingot propose` (displacing
+a waiting change, and withheld behind a better one), `ingot evaluate`'s new evidence, the
+inbox's ingest and withdraw, and `create_skill`. Whatever instant the kill hits, after recovery
+a pending record is pending only if the chain holds its line (so it stays approvable), the
+change it displaced is archived only if the chain says so, and a candidate deleted by its
+author is never left pending.
+
+Each writer runs in a forked child (killpoints.py) on a fresh copy of one prepared world."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ingot.home import establish
+from mcp_server.library import Library
+from optimize.control.audit import AuditLog
+from optimize.control.changes import ChangeControl
+from optimize.control.inbox import Inbox
+from optimize.control.pending import PendingChange
+from optimize.control.quarantine import agent_candidate
+from tests.conftest import BUNDLED_SKILLS
+from tests.optimize.conftest import body_rewrite, ready_body, replay_blocked
+from tests.optimize.control import killpoints
+
+SKILL = "release-notes"
+AGENT_SKILL = "kiln-firing"
+AGENT_DESCRIPTION = "Plans glaze firing schedules for a ceramic kiln."
+
+
+class World:
+    """The bundled skills under change control, a candidate folder for the inbox, and `prepare`
+    done to it; `reset()` puts it back to that moment."""
+
+    def __init__(self, base: Path, embedder, prepare: Callable[[World], None]) -> None:
+        self.base, self.world, self.template = base, base / "w", base / "template"
+        self.root, self.candidates = self.world / "skills", self.world / "candidates"
+        shutil.copytree(BUNDLED_SKILLS, self.root)
+        self.candidates.mkdir()
+        self.home = establish((self.root,)).path
+        library = Library((self.root,), embedder)
+        library.reload()
+        # Computed here, once: the child never runs the embedding model.
+        self._similar = {
+            SKILL: library.similarity(SKILL, library.get(SKILL).description),
+            AGENT_SKILL: library.similarity(AGENT_SKILL, AGENT_DESCRIPTION),
+        }
+        library.stop_watching()
+        prepare(self)
+        shutil.copytree(self.world, self.template, symlinks=True)
+
+    def similar_to(self, name: str, _description: str):  # noqa: ANN201 - a Similarity
+        return self._similar[name]
+
+    def control(self) -> ChangeControl:
+        return ChangeControl(self.home, (self.root,))
+
+    def inbox(self) -> Inbox:
+        return Inbox(self.control(), (self.candidates,), self.similar_to, settle_s=0, clock=lambda: 4e9)
+
+    def reset(self) -> None:
+        shutil.rmtree(self.world)
+        shutil.copytree(self.template, self.world, symlinks=True)
+
+    def lines(self, change_id: str) -> list[str]:
+        return [
+            str(e.get("action")) for e in AuditLog(self.home).entries() if e.get("change_id") == change_id
+        ]
+
+    def settled(self, where: str) -> tuple[ChangeControl, list[PendingChange]]:
+        """Recovery, as the next command runs it; then every pending record is approvable as far
+        as the chain goes, and nothing is left staged."""
+        control = self.control()
+        control.recover()
+        assert AuditLog(self.home).verify().ok, where
+        assert control.queue.staged() == [], where
+        pending = control.pending()
+        for change in pending:
+            control.verifier.check_proposed(change)  # raises if the chain does not hold it
+        return control, pending
+
+
+def waiting(world: World, measurements: dict | None = None, marker: str = "WAITING-MARK") -> None:
+    control = world.control()
+    control.propose(SKILL, "operator", body_rewrite(world.root, SKILL, marker), measurements or ready_body())
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory, embedder) -> dict[str, World]:
+    def candidate(world: World) -> None:
+        shutil.copytree(BUNDLED_SKILLS / SKILL, world.candidates / SKILL)
+        skill_md = world.candidates / SKILL / "SKILL.md"
+        skill_md.write_text(skill_md.read_text() + "\nINBOX-MARK: group the changes by theme.\n")
+
+    def deleted_candidate(world: World) -> None:
+        candidate(world)
+        [event] = world.inbox().scan()
+        assert event.did == "queued"
+        shutil.rmtree(world.candidates / SKILL)
+
+    prepare = {
+        "propose": waiting,
+        "withheld": waiting,
+        "evaluate": waiting,
+        "inbox": candidate,
+        "withdraw": deleted_candidate,
+        "create_skill": lambda world: None,
+    }
+    return {name: World(tmp_path_factory.mktemp(name), embedder, how) for name, how in prepare.items()}
+
+
+def every_kill(world: World, action: Callable[[], object], check: Callable[[str], None]) -> int:
+    world.reset()
+    names = killpoints.points(action)
+    assert any(n.startswith("audit") for n in names), names
+    for at, name in enumerate(names):
+        world.reset()
+        ended = killpoints.run(action, at, killpoints.KILL)
+        assert ended.killed, (at, name, ended.traceback)
+        check(f"killed at point {at} ({name})")
+    return len(names)
+
+
+def test_propose_killed_anywhere_leaves_the_new_change_or_the_displaced_one_pending(worlds):
+    world = worlds["propose"]
+    world.reset()
+    first = world.control().queue.get(SKILL).id
+
+    def propose() -> None:
+        world.control().propose(SKILL, "operator", body_rewrite(world.root, SKILL, "NEW-MARK"), ready_body())
+
+    def check(where: str) -> None:
+        control, pending = world.settled(where)
+        [change] = pending
+        if change.id == first:  # the new change never reached the chain: the first still waits
+            assert control.queue.decided(SKILL, first) is None, where
+            assert control.queue.archived(SKILL) == [], where
+        else:
+            assert b"NEW-MARK" in change.files["SKILL.md"], where
+            assert world.lines(change.id) == ["propose"], where
+            assert control.queue.decided(SKILL, first)["archived_status"] == "displaced", where
+
+    assert every_kill(world, propose, check) > 20
+
+
+def test_a_withheld_proposal_killed_anywhere_never_displaces_the_ready_change(worlds):
+    world = worlds["withheld"]
+    world.reset()
+    first = world.control().queue.get(SKILL).id
+
+    def propose() -> None:
+        blocked = {**ready_body(), **replay_blocked()}
+        world.control().propose(SKILL, "operator", body_rewrite(world.root, SKILL, "WORSE-MARK"), blocked)
+
+    def check(where: str) -> None:
+        control, pending = world.settled(where)
+        assert [c.id for c in pending] == [first], where
+        archived = control.queue.archived(SKILL)
+        assert all(r["archived_status"] == "withheld" for r in archived), where
+        proposed = [e for e in AuditLog(world.home).entries() if e.get("change_id") not in (None, first)]
+        assert len(archived) == len(proposed), where  # archived as withheld exactly when audited
+
+    every_kill(world, propose, check)
+
+
+def test_new_evidence_killed_anywhere_leaves_the_change_on_audited_evidence(worlds):
+    world = worlds["evaluate"]
+    world.reset()
+    change = world.control().queue.get(SKILL)
+
+    def evaluate() -> None:
+        world.control().attach_evidence(SKILL, change.id, ready_body([0.1, 0.1, 0.1, 0.1]), "operator")
+
+    def check(where: str) -> None:
+        _, pending = world.settled(where)
+        [now] = pending
+        assert now.id == change.id, where
+        if world.lines(change.id) == ["propose"]:
+            assert now.evidence_digest == change.evidence_digest, where
+        else:
+            assert world.lines(change.id) == ["propose", "evidence"], where
+            assert now.evidence_digest != change.evidence_digest, where
+
+    every_kill(world, evaluate, check)
+
+
+def test_an_inbox_ingest_killed_anywhere_queues_the_candidate_once_on_the_next_scan(worlds):
+    world = worlds["inbox"]
+
+    def scan() -> None:
+        world.inbox().scan()
+
+    def check(where: str) -> None:
+        world.settled(where)
+        world.inbox().scan()  # the next scan
+        _, pending = world.settled(where)
+        [change] = pending
+        assert change.source == "inbox" and b"INBOX-MARK" in change.files["SKILL.md"], where
+        [record] = json.loads((world.home / "inbox.json").read_text())["seen"].values()
+        assert record["change_id"] == change.id and record["did"] == "queued", where
+        proposals = [e for e in AuditLog(world.home).entries() if e.get("action") == "propose"]
+        assert len(proposals) == 1, where
+
+    every_kill(world, scan, check)
+
+
+def test_an_inbox_withdraw_killed_anywhere_never_leaves_a_deleted_candidate_pending(worlds):
+    world = worlds["withdraw"]
+    world.reset()
+    queued = world.control().queue.get(SKILL).id
+
+    def scan() -> None:
+        world.inbox().scan()
+
+    def check(where: str) -> None:
+        world.inbox().scan()  # the next scan finishes what the killed one started
+        control, pending = world.settled(where)
+        assert pending == [], where
+        assert control.queue.decided(SKILL, queued)["archived_status"] == "withdrawn", where
+        assert json.loads((world.home / "inbox.json").read_text())["seen"] == {}, where
+
+    every_kill(world, scan, check)
+
+
+def test_create_skill_killed_anywhere_is_queued_with_its_line_or_not_at_all(worlds):
+    world = worlds["create_skill"]
+
+    def create() -> None:
+        agent_candidate(
+            world.control(),
+            AGENT_SKILL,
+            AGENT_DESCRIPTION,
+            "Ramp slowly.\n",
+            world.similar_to,
+            note="client a",
+        )
+
+    def check(where: str) -> None:
+        control, pending = world.settled(where)
+        if pending:
+            [change] = pending
+            assert (change.skill, change.kind, change.source) == (AGENT_SKILL, "create", "agent"), where
+            assert world.lines(change.id) == ["propose"], where
+        else:
+            assert not [e for e in AuditLog(world.home).entries() if e.get("action") == "propose"], where
+            create()  # the agent's retry goes through
+            assert [c.skill for c in control.pending()] == [AGENT_SKILL], where
+
+    every_kill(world, create, check)
