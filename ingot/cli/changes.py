@@ -349,6 +349,12 @@ def _git_line(git) -> str:  # noqa: ANN001 - a GitState or None
         )
     if git.foreign:
         notes.append(f"{git.foreign} commit(s) since touch the skills without Ingot")
+    if git.stale_index:
+        notes.append(
+            f"the index holds old bytes of {len(git.stale_index)} file(s) Ingot committed "
+            f"({', '.join(git.stale_index[:3])}): a `git commit` now would revert them; run any change "
+            "command to re-sync it"
+        )
     return f"; git: {head} records {recorded}; " + "; ".join(notes)
 
 

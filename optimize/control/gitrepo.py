@@ -22,6 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingot import faults
 from ingot.errors import IngotError
 from mcp_server.registry import Limits
 
@@ -215,10 +216,31 @@ class GitRepo:
             return None
         parents = ["-p", head] if head is not None else []
         env_name = author.replace("<", "").replace(">", "").strip() or "ingot"
+        faults.point("git: commit-tree")
         commit = self._commit_tree(tree, parents, message, env_name)
+        faults.point("git: update-ref")
         self.git("update-ref", "-m", f"ingot: {message.splitlines()[0]}", "HEAD", commit, head or "0" * 40)
-        self.git("reset", "--quiet", "HEAD", "--", *rel_paths, ok=(0, 1))
+        # A kill here leaves the user's index holding the old files of these paths: their next
+        # `git commit` would revert the skill. Recovery re-syncs them (`stale_index`, `sync_index`).
+        faults.point("git: reset the index")
+        self.sync_index(rel_paths)
         return commit
+
+    def stale_index(self, rel_paths: list[str]) -> list[str]:
+        """Files under `rel_paths` whose index entry differs from HEAD while the work tree matches
+        HEAD: what an interrupted commit leaves (the user's index still holds the old files).
+        Anything the user changed in the work tree is theirs, and not listed."""
+        if not rel_paths or self.head() is None:
+            return []
+        staged = self.text("diff", "--cached", "--name-only", "--no-renames", "HEAD", "--", *rel_paths)
+        if not staged:
+            return []
+        edited = set(self.text("diff", "--name-only", "--no-renames", "HEAD", "--", *rel_paths).splitlines())
+        return [path for path in staged.splitlines() if path not in edited]
+
+    def sync_index(self, rel_paths: list[str]) -> None:
+        """Make the index match HEAD for `rel_paths` (what was just committed)."""
+        self.git("reset", "--quiet", "HEAD", "--", *rel_paths, ok=(0, 1))
 
     def _commit_tree(self, tree: str, parents: list[str], message: str, author: str) -> str:
         env = _git_env()

@@ -53,10 +53,16 @@ class GitState:
     audit_seq: int | None  # the chain's newest finished switch of a skill in this root
     foreign: int  # commits after Ingot's newest that touch the root without Ingot
     problem: str | None = None  # git could not be read
+    stale_index: tuple[str, ...] = ()  # files an interrupted commit left staged at their old bytes
 
     @property
     def in_step(self) -> bool:
-        return self.problem is None and self.recorded_seq == self.audit_seq and self.foreign == 0
+        return (
+            self.problem is None
+            and self.recorded_seq == self.audit_seq
+            and self.foreign == 0
+            and not self.stale_index
+        )
 
 
 @dataclass(frozen=True)
@@ -158,19 +164,26 @@ def _git_state(root: Path, audit: AuditLog) -> GitState | None:
         entries = audit.entries()
     except AuditError:
         entries = []
-    switches = [
-        e.seq
+    switched = [
+        e
         for e in entries
         if e.get("action") in FOLDER_SWITCHES
         and str(e.get("outcome", "")).startswith("done")
         and e.get("root") == str(root)
     ]
+    switches = [e.seq for e in switched]
     try:
         rel_root = repo.rel(root)
         newest = repo.last_ingot_commit(rel_root)
         foreign = len(repo.commits_since(newest.sha, rel_root)) if newest else 0
+        skills = sorted({str(e.get("skill")) for e in switched})
+        stale = repo.stale_index([f"{rel_root}/{s}" if rel_root else s for s in skills])
         return GitState(
-            repo.head(), newest.audit_seq if newest else None, max(switches, default=None), foreign
+            repo.head(),
+            newest.audit_seq if newest else None,
+            max(switches, default=None),
+            foreign,
+            stale_index=tuple(stale),
         )
     except GitError as exc:
         return GitState(None, None, max(switches, default=None), 0, str(exc))

@@ -3,7 +3,9 @@
 A commit is made after the audit outcome, of exactly that skill's folder, on the checked-out
 branch; it goes through gitrepo.py and never changes a skill folder. A git failure never undoes
 a promotion: it is logged, and `reconcile` (run by recovery) commits a switch the chain records
-as done but git does not. Pushes run in the background: a slow remote never holds the lock.
+as done but git does not, and re-syncs the user's index where a commit killed after moving HEAD
+left the old files staged (their next `git commit` would otherwise revert the skill).
+Pushes run in the background: a slow remote never holds the lock.
 """
 
 from __future__ import annotations
@@ -142,4 +144,19 @@ class GitCommits:
                     continue
                 if live == entry.get("to_revision") and self.commit(root, entry, reconciled=True):
                     notes.append(f"{skill}: committed to git after an interruption (audit line {entry.seq})")
+            notes += self._sync_index(repo, [_rel(repo, root, str(e.get("skill"))) for e in switched])
         return notes
+
+    def _sync_index(self, repo: GitRepo, rel_paths: list[str]) -> list[str]:
+        """Re-sync the user's index where a commit killed between update-ref and the index reset
+        left the old files staged (the work tree already matches HEAD there)."""
+        try:
+            stale = repo.stale_index(rel_paths)
+            if stale:
+                repo.sync_index(stale)
+        except GitError as exc:
+            log.warning("cannot re-sync the git index of %s: %s", repo.top, exc)
+            return []
+        return [
+            f"git index re-synced with HEAD for {len(stale)} file(s) an interrupted commit left staged"
+        ] * bool(stale)

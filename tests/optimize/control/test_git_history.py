@@ -216,3 +216,58 @@ def test_drift_is_never_committed_by_recovery(repo):
     control.recover()
     assert "hand edit" not in git(top, "show", f"HEAD:skills/{SKILL}/SKILL.md")
     assert f"skills/{SKILL}/SKILL.md" in git(top, "status", "--short")
+
+
+# -- a SIGKILL at every fault point of a switch and its commit --------------------------------
+
+
+def test_a_kill_at_any_point_of_a_commit_leaves_head_index_and_work_tree_in_step_after_recovery(tmp_path):
+    """Including the instant after HEAD moved and before the index was reset: recovery re-syncs
+    the user's index (else their next `git commit` reverts the skill), and `ingot status`'s git
+    state says so until it has. The user's own staged work stays staged throughout."""
+    from optimize.control.status import _git_state
+    from tests.optimize.control import killpoints
+
+    base = tmp_path / "w"
+
+    def fresh() -> tuple[Path, Path, Path, dict[str, bytes]]:
+        top, root, runs, candidate = world(base)
+        (top / "mine.txt").write_text("my own work\n")
+        git(top, "add", "mine.txt")
+        files = {
+            p.relative_to(candidate).as_posix(): p.read_bytes() for p in candidate.rglob("*") if p.is_file()
+        }
+        return top, root, runs, files
+
+    def switch(root: Path, runs: Path, files: dict[str, bytes]) -> None:
+        with change_lock(runs):
+            promoter = Promoter(runs, git=GitHistory(True))
+            promoter.switch(
+                "alpha",
+                root,
+                files,
+                expected_from=promoter.live_revision(root, "alpha"),
+                action="promote",
+                actor="t",
+            )
+
+    top, root, runs, files = fresh()
+    names = killpoints.points(lambda: switch(root, runs, files))
+    assert "git: reset the index" in names, names
+    stale_seen = False
+    for at, name in enumerate(names):
+        top, root, runs, files = fresh()
+        ended = killpoints.run(lambda: switch(root, runs, files), at)
+        assert ended.killed, (name, ended.traceback)
+        before = _git_state(root, AuditLog(runs))
+        stale_seen |= bool(before.stale_index)
+        assert not before.stale_index or not before.in_step, name
+        with change_lock(runs, wait_s=5):
+            Promoter(runs, git=GitHistory(True)).recover((root,))
+        after = _git_state(root, AuditLog(runs))
+        assert after.stale_index == () and after.foreign == 0, (name, after)
+        assert git(top, "status", "--porcelain") == "A  mine.txt\n", name  # only the user's own work
+        switched = Promoter(runs).live_revision(root, "alpha") == tree_revision(files)
+        assert git(top, "rev-list", "--count", "HEAD") == ("2\n" if switched else "1\n"), name
+        assert not switched or after.in_step, (name, after)
+    assert stale_seen  # the kill after update-ref was among them, and status saw it
