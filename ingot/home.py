@@ -7,7 +7,9 @@ change lock, pending changes, evidence, snapshots, traces and caches. Beside eve
 by a home sits a claim, `<root's parent>/.ingot/<root's name>.claim`, naming that home; a process
 that would manage a claimed root from another home, or a home with another set of roots, is
 refused with the command that fixes it. So two processes that write one root share one home,
-and with it one lock: one writer. Nothing is ever written inside a skills root (that is the job
+and with it one lock: one writer. Roots and homes are resolved to real paths (a root reached
+through a symlink is the same root). Every folder Ingot keeps state in gets a `.gitignore` of
+`*`, so a default home inside the skills' git repository is never committed (nor its key). Nothing is ever written inside a skills root (that is the job
 of optimize/control/promote/).
 Ground floor: imports only `ingot.errors`.
 """
@@ -50,7 +52,8 @@ def claim_path(root: Path) -> Path:
 def _absolute(roots: tuple[Path, ...]) -> tuple[Path, ...]:
     if not roots:
         raise ConfigError("no skills root is configured: pass --skills DIR or set SKILLS_DIRS")
-    out = tuple(Path(os.path.abspath(Path(r).expanduser())) for r in roots)
+    # Real paths: a root reached through a symlink is the same root, with the same home and lock.
+    out = tuple(Path(os.path.realpath(Path(r).expanduser())) for r in roots)
     if len(set(out)) != len(out):
         raise ConfigError(f"a skills root is listed twice: {', '.join(map(str, out))}")
     return out
@@ -85,7 +88,7 @@ def locate(roots: tuple[Path, ...], explicit: Path | None = None) -> StateHome:
     nothing. Raises `ConfigError` when the roots belong to another home or another set."""
     absolute = _absolute(roots)
     home = (
-        Path(os.path.abspath(explicit))
+        Path(os.path.realpath(Path(explicit).expanduser()))
         if explicit
         else (_claimed_home(absolute[0]) or default_home(absolute[0]))
     )
@@ -144,24 +147,39 @@ def establish(
 
 def _create(home: StateHome) -> None:
     home.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _ignore(home.path)
     relative = [os.path.relpath(r, home.path) for r in home.roots]
     _write_once(home.path / HOME_FILE, {"schema_version": SCHEMA_VERSION, "roots": relative})
     for root in home.roots:
         claim = claim_path(root)
         claim.parent.mkdir(parents=True, exist_ok=True)
+        _ignore(claim.parent)
         _write_once(claim, {"schema_version": SCHEMA_VERSION, "home": str(home.path)})
+
+
+def _ignore(folder: Path) -> None:
+    """A `.gitignore` of `*` in a folder Ingot keeps state in: a home or a claim folder inside a
+    git work tree (the default, beside a skills root in its repository) is never committed by a
+    `git add -A`, and with it `audit.key`."""
+    ignore = folder / ".gitignore"
+    if not ignore.exists():
+        _write_text_once(ignore, "# Ingot's state (audit key, chain, claims): never commit it.\n*\n")
 
 
 def _write_once(path: Path, data: dict) -> None:
     """Create `path`, complete, with `data` unless it exists: written to a temp file, then
     hard-linked into place (of two racing creators one wins; a crash never leaves half a file)."""
+    _write_text_once(path, json.dumps(data, indent=1))
+
+
+def _write_text_once(path: Path, text: str) -> None:
     if path.exists():
         return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
             os.fchmod(handle.fileno(), 0o644)
-            json.dump(data, handle, indent=1)
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.link(tmp, path)

@@ -41,6 +41,33 @@ def test_the_home_sits_beside_the_root_and_holds_no_file_inside_it(library):
     assert not any(p.name.startswith(".ingot") for p in library.iterdir())
 
 
+def test_a_root_reached_through_a_symlink_has_the_same_home_and_lock(library, tmp_path):
+    control, change_id = proposed(library)
+    linked = tmp_path / "elsewhere"
+    linked.symlink_to(library.parent, target_is_directory=True)
+    home = establish((linked / "skills",))
+    assert home.path == control.runs_dir and home.roots == (library,)
+    listed = ingot("pending", "--skills", str(linked / "skills"), cwd=tmp_path)
+    assert listed.returncode == 0 and change_id in listed.stdout, listed.stderr
+    assert not (linked / ".ingot" / "elsewhere").exists()  # no second state home
+
+
+def test_a_default_home_inside_a_git_work_tree_is_ignored_by_git_key_and_all(library):
+    top = library.parent
+    subprocess.run(["git", "init", "-q"], cwd=top, check=True)
+    proposed(library)  # the home now holds a chain and its key
+    assert (default_home(library) / "audit.key").exists()
+    listed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=top, capture_output=True, text=True
+    ).stdout
+    assert listed and ".ingot" not in listed and "audit.key" not in listed, listed
+    subprocess.run(["git", "add", "-A"], cwd=top, check=True)
+    staged = subprocess.run(
+        ["git", "diff", "--cached", "--name-only"], cwd=top, capture_output=True, text=True
+    )
+    assert "audit.key" not in staged.stdout and staged.stdout.startswith("skills/")
+
+
 def test_two_folders_see_the_same_pending_change(library, tmp_path):
     _, change_id = proposed(library)
     for folder in ("a", "b/c"):
