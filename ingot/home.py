@@ -9,7 +9,8 @@ that would manage a claimed root from another home, or a home with another set o
 refused with the command that fixes it. So two processes that write one root share one home,
 and with it one lock: one writer. Roots and homes are resolved to real paths (a root reached
 through a symlink is the same root). Every folder Ingot keeps state in gets a `.gitignore` of
-`*`, so a default home inside the skills' git repository is never committed (nor its key). Nothing is ever written inside a skills root (that is the job
+`*`, so a default home inside the skills' git repository is never committed (nor its key).
+Nothing is ever written inside a skills root (that is the job
 of optimize/control/promote/).
 Ground floor: imports only `ingot.errors`.
 """

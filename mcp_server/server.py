@@ -43,6 +43,7 @@ from mcp_server.router import MIN_SCORE_RANGE
 from mcp_server.sessions import SessionRoutes
 from optimize.control.changes import ChangeControl
 from optimize.control.lock import PromotionConflict
+from optimize.control.proposals import SlotTaken
 from optimize.control.quarantine import agent_candidate
 
 log = logging.getLogger(__name__)
@@ -326,6 +327,8 @@ def _add_create_skill(
             proposed = agent_candidate(
                 quick, name, description, body, library.similarity, note=source_note(source)
             )
+        except SlotTaken as exc:  # another client's change waits under that name: never displaced
+            raise ToolError(f"not queued: {exc}") from exc
         except PromotionConflict as exc:
             raise ToolError("not queued: Ingot is busy changing skills; retry in a few seconds") from exc
         except IngotError as exc:

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class SlotTaken(PromotionConflict):
+    """Another proposer's change waits in the skill's slot, and this proposal may not displace it."""
+
+
 class ProposalWithheld(PromotionConflict):
     """A candidate was archived as withheld instead of queued: a better change waits in its slot."""
 
@@ -67,6 +71,7 @@ def propose(
     provenance: Mapping[str, Any] | None = None,
     new: bool | None = None,
     seen: tuple[str, ...] = (),
+    own_slot_only: bool = False,
 ) -> Proposed:
     """Quarantine a candidate (`files` None: the skill's removal) with its evidence; returns it
     and where a displaced one went. Its kind is what the files change against the live skill.
@@ -76,12 +81,25 @@ def propose(
     `measured_against` is the champion revision the measurements were taken on: if the live
     skill has changed since, the evidence describes something else and is refused. `seen`: the
     routing cases the author was shown (routing evidence leaves them out as leakage).
+    `own_slot_only` (create_skill): a change waiting from another proposer (another source or
+    client note) is never displaced; the proposal is refused as a conflict instead.
 
     The record and its `propose` line are one recoverable step (pending.py: stage, audit,
     place); a write that fails leaves nothing queued and says so in one line."""
     try:
         return _propose(
-            control, skill, source, files, measurements, note, cost, measured_against, provenance, new, seen
+            control,
+            skill,
+            source,
+            files,
+            measurements,
+            note,
+            cost,
+            measured_against,
+            provenance,
+            new,
+            seen,
+            own_slot_only,
         )
     except OSError as exc:
         raise WriteFailed(
@@ -102,6 +120,7 @@ def _propose(
     provenance: Mapping[str, Any] | None,
     new: bool | None,
     seen: tuple[str, ...],
+    own_slot_only: bool = False,
 ) -> Proposed:
     with control.writing():
         champion = control.live_revision(skill)
@@ -145,6 +164,8 @@ def _propose(
             seen=seen,
         )
         withheld = _withheld(control, skill, bundle)
+        if own_slot_only and not withheld:  # it would take the slot: only from its own proposer
+            _refuse_others(control, skill, source, note)
         archive = (
             control.queue.withheld_path(change)
             if withheld
@@ -291,3 +312,17 @@ def _withheld(
         "was archived instead of taking its slot",
         waiting,
     )
+
+
+def _refuse_others(control: ChangeControl, skill: str, source: str, note: str | None) -> None:
+    """A change waiting for `skill` from another proposer keeps its slot: one client's
+    `create_skill` must not push another client's change out of review."""
+    try:
+        waiting = control.queue.get(skill)
+    except IngotError:
+        waiting = None  # an unreadable record: nobody's change to protect
+    if waiting is not None and (waiting.source, waiting.note) != (source, note):
+        raise SlotTaken(
+            f"a change for {skill!r} from another proposer ({waiting.source}) already waits for review "
+            f"({waiting.id}); pick another name, or ask the operator to decide that one first"
+        )

@@ -193,8 +193,8 @@ def agent_candidate(
     similar_to: Callable[[str, str], Similarity],
     note: str | None = None,
 ) -> Proposed:
-    """`create_skill`: sanitise, render, check, and queue a new skill; never overwrite one.
-    `note` says which client proposed it."""
+    """`create_skill`: sanitise, render, check, and queue a new skill; never overwrite one, and
+    never displace another client's waiting change (`note` says which client proposed it)."""
     slug = slugify(name)
     if control.live_revision(slug) is not None:
         raise CandidateRefused(
@@ -203,4 +203,5 @@ def agent_candidate(
         )
     cleaned = clean_description(description)
     files = {"SKILL.md": render_skill_md(slug, cleaned, clean_body(body), "agent")}
-    return admit(control, slug, files, "agent", similar_to(slug, cleaned), note, new=True)
+    measurements = admission(slug, files, lambda _name, _description: similar_to(slug, cleaned))
+    return control.propose(slug, "agent", files, measurements, note, new=True, own_slot_only=True)

@@ -107,14 +107,32 @@ def test_one_noisy_client_spends_only_its_own_rate_and_cap(world):
     assert notes == ["proposed over MCP by noisy-agent"] * 3 + ["proposed over MCP by quiet-agent"] * 2
 
 
+def test_create_skill_never_displaces_another_clients_waiting_change(world):
+    root, library, control = world
+    limits = ToolLimits(create_per_minute=10_000, create_burst=1000)
+    with running_mcp(library, control=control, limits=limits) as url:
+        [first] = asyncio.run(_as(url, "agent-a", [("create_skill", skill_args(4))]))
+        [taken] = asyncio.run(_as(url, "agent-b", [("create_skill", {**skill_args(4), "body": "Mine.\n"})]))
+        [again] = asyncio.run(_as(url, "agent-a", [("create_skill", {**skill_args(4), "body": "Better.\n"})]))
+    assert not first.is_error and taken.is_error
+    assert "from another proposer (agent) already waits for review" in taken.content[0].text
+    assert first.structured_content["change_id"] in taken.content[0].text
+    assert not again.is_error  # a client may replace its own change
+    [change] = control.pending()
+    assert change.id == again.structured_content["change_id"] and b"Better." in change.files["SKILL.md"]
+    assert change.note == "proposed over MCP by agent-a"
+
+
 def test_the_rate_is_per_client_and_all_clients_share_a_total(world):
     root, library, control = world
     limits = ToolLimits(create_per_minute=0.001, create_burst=2, create_total_per_minute=0.001)
     with running_mcp(library, control=control, limits=limits) as url:
         first = asyncio.run(_as(url, "agent-a", [("create_skill", skill_args(i)) for i in range(3)]))
-        others = [
-            asyncio.run(_as(url, f"agent-{n}", [("create_skill", skill_args(10 + k)) for k in range(2)]))
-            for n, k in zip("bcde", range(4), strict=True)
+        others = [  # distinct names: a name another client's change waits under is refused
+            asyncio.run(
+                _as(url, f"agent-{n}", [("create_skill", skill_args(10 + 2 * j + k)) for k in range(2)])
+            )
+            for j, n in enumerate("bcde")
         ]
     assert [r.is_error for r in first] == [False, False, True]
     assert "at most 0.001 a minute from 'agent-a'" in first[2].content[0].text

@@ -257,7 +257,7 @@ def test_a_kill_at_any_point_of_a_commit_leaves_head_index_and_work_tree_in_step
     stale_seen = False
     for at, name in enumerate(names):
         top, root, runs, files = fresh()
-        ended = killpoints.run(lambda: switch(root, runs, files), at)
+        ended = killpoints.run(lambda r=root, w=runs, f=files: switch(r, w, f), at)
         assert ended.killed, (name, ended.traceback)
         before = _git_state(root, AuditLog(runs))
         stale_seen |= bool(before.stale_index)
