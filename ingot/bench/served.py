@@ -73,10 +73,11 @@ def served(skills: tuple[Path, ...], vectors: Path, deadline_s: float = 900) -> 
     env = {**os.environ, "INGOT_HOME": str(home), "HF_HUB_OFFLINE": "1", "LOG_LEVEL": "WARNING"}
     command = [sys.executable, "-m", "ingot.cli", "serve", "--no-ui", "--mcp-port", str(port)]
     for n, root in enumerate(skills):
-        link = home / "roots" / str(n) / root.name
-        link.parent.mkdir(parents=True)
-        link.symlink_to(root.absolute(), target_is_directory=True)
-        command += ["--skills", str(link)]
+        # A copy, not a link: homes resolve real paths, so a link would put the child's claim
+        # beside the benchmarked root. The vector cache keys on content, so nothing is re-embedded.
+        copy = home / "roots" / str(n) / root.name
+        shutil.copytree(root, copy, symlinks=True)
+        command += ["--skills", str(copy)]
     log = home / "serve.log"
     with log.open("wb") as errors:
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=errors)

@@ -51,6 +51,9 @@ def show(skills: tuple[Path, ...], skill: str | None) -> None:
         click.echo(
             "every class of every skill is manual (nothing delegated yet): see `ingot autonomy allow --help`"
         )
+    problem = control.autonomy.mirror_problem()
+    if problem is not None:
+        click.echo(f"warning: {problem}", err=True)
     for name in names:
         for cls, trust in control.autonomy.table(name)[name].items():
             incident = f"  last incident: {trust.last_incident}" if trust.last_incident else ""

@@ -70,6 +70,7 @@ ALLOWED_FIELDS = frozenset(
         "accepted_missing",
         "acceptance_reason",
         "override_reason",
+        "trust",  # an autonomy line's whole trust for one class (optimize/control/autonomy.py)
     }
 )
 META = frozenset({"schema", "seq", "time", "prev", "hash", "mac"})

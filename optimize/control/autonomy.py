@@ -11,9 +11,14 @@ below the health bar, drift, an override) drops the class to `manual` at once. F
 change whose passport is not ready waits for a person at every level: autonomy never accepts
 missing evidence.
 
-State lives in `<home>/autonomy.json` (written atomically, under the change lock); every level
-change, ceiling and incident is an audited `autonomy` line with its reason. Deciding is pure
-(`decide`); promoting is the autopilot's job (autopilot.py), through the same `approve`.
+Trust is derived from the audit chain: every level change, ceiling and incident is an audited
+`autonomy` line carrying the class's whole trust (level, ceiling, streak, last incident), and
+the latest line per skill and class is what autonomy acts on. `<home>/autonomy.json` is a
+readable mirror of it (plus the mined scores and reported incidents, which promote nothing):
+a hand-edited mirror is never trusted; it is reported (`mirror_problem`), and the autopilot
+refuses to act while it disagrees with the chain (fail-closed). A chain that does not verify
+leaves every class manual. Deciding is pure (`decide`); promoting is the autopilot's job
+(autopilot.py), through the same `approve`.
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Mapping
+import os
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ingot.errors import ConfigError
 from ingot.fsutil import write_atomic
-from optimize.control.audit import AuditLog
+from optimize.control.audit import AuditEntry, AuditError, AuditLog
 from optimize.control.passport import Passport
 
 LEVELS = ("manual", "supervised", "auto")
@@ -95,13 +102,49 @@ def decide(
     )
 
 
+def trusts_in(entries: Iterable[AuditEntry]) -> dict[str, dict[str, Trust]]:
+    """Each skill's and class's latest trust, read from the chain's `autonomy` lines. A line
+    written before lines carried the whole trust gives its level (and a ceiling it set); its
+    streak counts from zero."""
+    found: dict[str, dict[str, Trust]] = {}
+    for entry in entries:
+        skill = entry.get("skill")
+        if entry.get("action") != "autonomy" or not skill:
+            continue
+        recorded = entry.get("trust")
+        if isinstance(recorded, Mapping):
+            cls = str(recorded.get("class"))
+            try:
+                trust = Trust(
+                    level=check_level(str(recorded.get("level"))),
+                    ceiling=check_level(str(recorded.get("ceiling"))),
+                    streak=int(recorded.get("streak", 0)),
+                    last_incident=recorded.get("last_incident"),
+                )
+            except (ConfigError, TypeError, ValueError):
+                continue
+        else:  # a line from before: "<class>: <reason>", outcome the level
+            cls, _, reason = str(entry.get("reason", "")).partition(": ")
+            before = found.get(skill, {}).get(cls, Trust())
+            ceiling = re.search(r"ceiling set to (\w+)", reason)
+            level, top = str(entry.get("outcome")), ceiling.group(1) if ceiling else before.ceiling
+            if level not in LEVELS or top not in LEVELS:
+                continue
+            trust = Trust(level, top, 0, before.last_incident)
+        if cls in CLASSES and LEVELS.index(trust.level) <= LEVELS.index(trust.ceiling):
+            found.setdefault(skill, {})[cls] = trust
+    return found
+
+
 class Autonomy:
-    """Reads and changes `<home>/autonomy.json`; callers hold the change lock when writing."""
+    """Trust from the chain; writes (under the change lock) append a line, then the mirror."""
 
     def __init__(self, runs_dir: Path, audit: AuditLog, streak_needed: int = 3) -> None:
         self.path = runs_dir / "autonomy.json"
         self.audit = audit
         self.streak_needed = streak_needed
+        self._stamp: tuple[int, int] | None = None
+        self._from_chain: dict[str, dict[str, Trust]] = {}
 
     def _load(self) -> dict[str, Any]:
         try:
@@ -115,30 +158,88 @@ class Autonomy:
         if data.get("schema_version") != SCHEMA_VERSION:
             raise ConfigError(f"{self.path} is not a version-{SCHEMA_VERSION} autonomy record")
         data.setdefault("mined", {})
+        data.setdefault("skills", {})
         return data
 
     def _save(self, data: Mapping[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
 
+    def _chain(self) -> dict[str, dict[str, Trust]]:
+        """Every class the chain records, by skill (re-read only when the chain's file changes);
+        a chain that does not verify grants nothing."""
+        try:
+            info = os.stat(self.audit.path)
+            stamp = (info.st_size, info.st_mtime_ns)
+        except FileNotFoundError:
+            stamp = (0, 0)
+        if stamp != self._stamp:
+            try:
+                ok = self.audit.verify().ok
+                entries = self.audit.entries() if ok else []
+            except AuditError:
+                ok, entries = False, []
+            self._from_chain = trusts_in(entries) if ok else {}
+            self._stamp = stamp if ok else None
+        return self._from_chain
+
     def trust(self, skill: str, cls: str) -> Trust:
-        raw = self._load()["skills"].get(skill, {}).get(check_class(cls))
-        return Trust(**raw) if isinstance(raw, Mapping) else Trust()
+        return self._chain().get(skill, {}).get(check_class(cls), Trust())
 
     def table(self, skill: str | None = None) -> dict[str, dict[str, Trust]]:
         """Every class of every skill with a record (or of `skill`), manual where none."""
-        skills = self._load()["skills"]
-        names = [skill] if skill else sorted(skills)
+        names = [skill] if skill else sorted(self._chain())
         return {name: {cls: self.trust(name, cls) for cls in CLASSES} for name in names}
 
+    def mirror_problem(self) -> str | None:
+        """Why `autonomy.json` cannot be believed, or None when it says what the chain says."""
+        try:
+            mirrored = self._load()["skills"]
+        except ConfigError as exc:
+            return str(exc)
+        chain = self._chain()
+        for name in sorted({*mirrored, *chain}):
+            for cls in CLASSES:
+                raw = mirrored.get(name, {}).get(cls) if isinstance(mirrored.get(name), Mapping) else None
+                try:
+                    said = Trust(**raw) if isinstance(raw, Mapping) else Trust()
+                except TypeError:
+                    said = None
+                recorded = chain.get(name, {}).get(cls, Trust())
+                # What grants power: the level and the ceiling (streaks are the chain's alone).
+                if said is None or (said.level, said.ceiling) != (recorded.level, recorded.ceiling):
+                    level = said.level if said else "unreadable"
+                    return (
+                        f"{self.path} does not match the audit chain ({name} {cls}: the file says "
+                        f"{level}, the chain says {self.trust(name, cls).level}): it was edited outside "
+                        "Ingot, so autonomy promotes nothing until it agrees. The chain's levels apply; "
+                        "`ingot autonomy allow` rewrites the file from the chain"
+                    )
+        return None
+
     def _put(self, skill: str, cls: str, trust: Trust, actor: str, reason: str) -> Trust:
-        data = self._load()
-        data["skills"].setdefault(skill, {})[cls] = dataclasses.asdict(trust)
         self.audit.append(
-            action="autonomy", skill=skill, actor=actor, reason=f"{cls}: {reason}", outcome=trust.level
+            action="autonomy",
+            skill=skill,
+            actor=actor,
+            reason=f"{cls}: {reason}",
+            outcome=trust.level,
+            trust={"class": cls, **dataclasses.asdict(trust)},
         )
+        data = self._load_or_empty()
+        data["skills"] = {
+            name: {c: dataclasses.asdict(t) for c, t in classes.items()}
+            for name, classes in self.table().items()
+        }
         self._save(data)
         return trust
+
+    def _load_or_empty(self) -> dict[str, Any]:
+        """The mirror's bookkeeping (mined scores, reported incidents), or a fresh one."""
+        try:
+            return self._load()
+        except ConfigError:
+            return {"schema_version": SCHEMA_VERSION, "skills": {}, "mined": {}}
 
     def allow(self, skill: str, cls: str, ceiling: str, actor: str) -> Trust:
         """The operator's ceiling for a class; a level above a lowered ceiling comes down to it."""
@@ -197,7 +298,7 @@ class Autonomy:
 
     def first_report(self, skill: str, key: str) -> bool:
         """True the first time an incident with this key (say, a drifted revision) is reported."""
-        data = self._load()
+        data = self._load_or_empty()
         seen = data.setdefault("reported", {})
         if seen.get(skill) == key:
             return False
@@ -208,7 +309,7 @@ class Autonomy:
     def mined(self, skill: str, score: float, health: float) -> bool:
         """Record a mined live score; True when it dropped below the health bar from at or above
         it (an incident: the caller reports it through `ChangeControl.report_incident`)."""
-        data = self._load()
+        data = self._load_or_empty()
         before = data["mined"].get(skill)
         data["mined"][skill] = score
         self._save(data)

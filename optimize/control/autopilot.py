@@ -138,6 +138,9 @@ class Autopilot:
     def tick(self) -> list[Step]:
         steps: list[Step] = []
         steps += self._watch()
+        problem = self.control.autonomy.mirror_problem()
+        if problem is not None:  # fail-closed: a state file that disagrees with the chain
+            return [*steps, Step("autonomy", None, "failed", problem)]
         for change in self.control.pending():
             try:
                 found = self.decision(change.skill)

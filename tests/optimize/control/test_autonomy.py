@@ -244,3 +244,48 @@ def test_an_incident_after_autonomy_created_a_skill_removes_it_again(control):
     notes = report_incident(control, "kiln-firing", "replay of the live revision failed", "test")
     assert any("rolled back to absent" in note for note in notes), notes
     assert control.live_revision("kiln-firing") is None and not control.status().drifted
+
+
+def test_a_hand_edited_autonomy_file_promotes_nothing_and_is_named_in_one_line(control, tmp_path):
+    """Trust is read from the chain: an autonomy.json edited to `auto` (never allowed, never
+    earned) is not believed, and while it disagrees the autopilot refuses to act at all."""
+    import json
+
+    from tests.ingot.cli.test_main import ingot
+
+    change, _ = propose(control, 1)
+    assert change_passport(control, change).state == "ready"
+    forged = {"level": "auto", "ceiling": "auto", "streak": 0, "last_incident": None}
+    path = control.runs_dir / "autonomy.json"
+    path.write_text(
+        json.dumps({"schema_version": 1, "skills": {SKILL: {"description": forged}}, "mined": {}})
+    )
+    assert control.autonomy.trust(SKILL, "description").level == "manual"  # the chain's word
+    steps = Autopilot(control).tick()
+    assert [s.did for s in steps] == ["failed"] and "autonomy.json does not match the audit chain" in steps[
+        0
+    ].why
+    assert (
+        control.live_revision(SKILL) == change.champion_revision and control.queue.get(SKILL).id == change.id
+    )
+    root = control.roots[0]
+    done = ingot("autonomy", "tick", "--skills", str(root), cwd=tmp_path)
+    assert control.live_revision(SKILL) == change.champion_revision, done.stdout
+    assert (
+        "autonomy.json does not match the audit chain (release-notes description" in done.stdout + done.stderr
+    )
+    allow(control, "supervised")  # an audited write rewrites the file from the chain
+    assert control.autonomy.mirror_problem() is None
+    assert control.autonomy.trust(SKILL, "description") == control.autonomy.table()[SKILL]["description"]
+    assert json.loads(path.read_text())["skills"][SKILL]["description"]["level"] == "manual"
+
+
+def test_trust_survives_only_through_the_chain_even_when_the_file_is_deleted(control):
+    allow(control, "auto")
+    with change_lock(control.runs_dir):
+        for _ in range(6):
+            control.autonomy.record(SKILL, "description", "clean", "test", "earned")
+    (control.runs_dir / "autonomy.json").unlink()
+    fresh = ChangeControl(control.runs_dir, control.roots)
+    assert fresh.autonomy.trust(SKILL, "description").level == "auto"
+    assert fresh.autonomy.mirror_problem() is not None  # the missing mirror disagrees: said once
