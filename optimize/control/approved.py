@@ -7,7 +7,9 @@ must already accept the new revision); an intent that recovery settles as aborte
 approval back to what was approved before it (never to what a restore found). `None` means
 "approved absent" (a skill Ingot removed).
 
-With LIVE_EDITS=quarantine the served library is pinned through `Pinned`: a skill whose folder
+With LIVE_EDITS=quarantine the served library is pinned through `Pinned` once protection has
+started (the guard's `protect` line in the chain; `protected.json` only mirrors it, so deleting
+the file protects nothing less): a skill whose folder
 holds its approved revision is served from the folder; one edited behind Ingot's back is
 served from the snapshot of its approved revision (`runs/revisions/<skill>/<revision>/`) until
 the guard restores the folder; a folder that was never approved is not served at all.
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 FOLDER_SWITCHES = ("promote", "create", "rollback", "restore")  # actions that change a live folder
 SWITCHES = (*FOLDER_SWITCHES, "adopt")  # and those that approve what a folder holds
 MARKER = "protected.json"  # in the state home: protection started (the baseline was adopted)
+PROTECT = "protect"  # the audit action recording the same, which a deleted marker cannot undo
 
 
 def approved_revisions(entries: Iterable[AuditEntry]) -> dict[str, str | None]:
@@ -76,6 +79,7 @@ class ApprovedRevisions:
         self.audit = audit
         self._stamp: tuple[int, int] | None = None
         self._approved: dict[str, str | None] = {}
+        self._protected = False
 
     def current(self) -> Mapping[str, str | None]:
         try:
@@ -90,7 +94,13 @@ class ApprovedRevisions:
                 log.warning("the audit chain cannot be read (%s); approvals as last read", exc)
                 return dict(self._approved)
             self._approved, self._stamp = approved_revisions(entries), stamp
+            self._protected = any(e.get("action") == PROTECT for e in entries)
         return dict(self._approved)
+
+    def protected(self) -> bool:
+        """Whether the chain records that protection started (the guard's `protect` line)."""
+        self.current()
+        return self._protected
 
 
 class Pinned:
@@ -111,7 +121,15 @@ class Pinned:
 
     def __call__(self, skills: Mapping[str, Skill], roots: tuple[Path, ...]) -> dict[str, Skill]:
         if not self.marker.exists():
-            return dict(skills)
+            if not self.approved.protected():
+                return dict(skills)
+            self._tell(
+                MARKER,
+                "missing",
+                "%s is missing but the audit chain says protection started: serving approved "
+                "revisions only (the guard writes it again)",
+                self.marker,
+            )
         approved = self.approved.current()
         served: dict[str, Skill] = {}
         for name, skill in skills.items():

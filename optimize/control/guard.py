@@ -42,7 +42,7 @@ from ingot.fsutil import check_relative, fsync_dir, hidden_entries, write_atomic
 from mcp_server.library import Similarity
 from mcp_server.registry import Registry, read_skill_files
 from mcp_server.skillfiles import read_folder
-from optimize.control.approved import MARKER
+from optimize.control.approved import MARKER, PROTECT
 from optimize.control.audit import AuditError
 from optimize.control.changes import ChangeControl
 from optimize.control.inbox import newest_mtime
@@ -97,16 +97,26 @@ class Guard:
     # -- the baseline ------------------------------------------------------------------------
 
     def adopt(self) -> list[GuardEvent]:
-        """The first time protection runs, approve what is live as the baseline; afterwards only
-        snapshot approved revisions that lack one (a folder that appears later is a new skill
-        waiting for review, never a baseline)."""
-        first = not self.marker.exists()
+        """The first time protection runs, approve what is live as the baseline and record that
+        protection started (an audited `protect` line, mirrored by protected.json); afterwards
+        only snapshot approved revisions that lack one (a folder that appears later is a new
+        skill waiting for review, never a baseline). A deleted protected.json is written again
+        from the chain: it never makes the next run adopt a new baseline."""
+        first = not self.control.approvals.protected() and not self.marker.exists()
         notes = self._adopt(baseline=first)
-        if first:
-            write_atomic(
-                self.marker,
-                json.dumps({"since": _now(), "roots": [str(r) for r in self.control.roots]}).encode(),
-            )
+        with self.control.writing():
+            if not self.control.approvals.protected():
+                self.control.audit.append(
+                    action=PROTECT,
+                    actor=ACTOR,
+                    reason="protection started"
+                    + (" (recorded from protected.json)" if self.marker.exists() else ""),
+                )
+            if not self.marker.exists():
+                write_atomic(
+                    self.marker,
+                    json.dumps({"since": _now(), "roots": [str(r) for r in self.control.roots]}).encode(),
+                )
         return [GuardEvent(n.split(":", 1)[0], "adopted", n.split(": ", 1)[-1]) for n in notes]
 
     def _adopt(self, baseline: bool) -> list[str]:
@@ -150,8 +160,10 @@ class Guard:
             GuardEvent(note.split(":", 1)[0], "recovered", note.split(": ", 1)[-1])
             for note in self.control.recover()
         ]
+        if not self.control.approvals.protected():
+            return events + self.adopt()  # the first tick: the baseline
         if not self.marker.exists():
-            return events + self.adopt()
+            events += self.adopt()  # the mirror was deleted: written again, nothing adopted
         approved = self.control.approvals.current()
         on_disk = self._on_disk()
         for kept in self.kept():  # kept and restored, then stopped before it was queued

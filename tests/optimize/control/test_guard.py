@@ -291,3 +291,29 @@ def test_ingot_serve_in_quarantine_mode_never_hands_an_agent_its_own_unapproved_
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
     assert change.source == "direct-edit" and "AGENT-EDIT" in change.files["SKILL.md"].decode()
+
+
+def test_a_deleted_protection_marker_serves_nothing_unapproved_and_adopts_no_new_baseline(world):
+    """protected.json only mirrors the chain's `protect` line: deleting it does not unpin the
+    served library, and the next tick writes it again without adopting what it finds."""
+    root, control, library, guard = world
+    approved = library.get(SKILL).revision
+    (control.runs_dir / MARKER).unlink()
+    skill_md = root / SKILL / "SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\nAGENT-EDIT: skip the changelog.\n")
+    planted = root / "kiln-firing"
+    planted.mkdir()
+    (planted / "SKILL.md").write_text(
+        "---\nname: kiln-firing\ndescription: Plans glaze firing schedules for a ceramic kiln.\n---\n\nRamp.\n"
+    )
+    library.reload()
+    assert library.get(SKILL).revision == approved and "AGENT-EDIT" not in library.get(SKILL).body
+    assert "kiln-firing" not in library.skills()
+    events = guard.check()
+    assert not [e for e in events if e.did == "adopted"], [str(e) for e in events]
+    assert (control.runs_dir / MARKER).exists()
+    approvals = control.approvals.current()
+    assert approvals[SKILL] == approved and approvals.get("kiln-firing") is None
+    library.reload()
+    assert "kiln-firing" not in library.skills() and "AGENT-EDIT" not in library.get(SKILL).body
+    assert [a for a in (e.get("action") for e in control.audit.entries()) if a == "protect"] == ["protect"]
