@@ -246,3 +246,112 @@ def test_lines_appended_after_a_verification_are_checked(log):
     log.path.write_bytes(log.path.read_bytes() + json.dumps(forged).encode() + b"\n")
     result = log.verify()
     assert not result.ok and result.bad_line == 6
+
+
+# -- anchors outside the state home: the key's fingerprint and the chain's length ----------------
+
+
+@pytest.fixture
+def homed(tmp_path) -> AuditLog:
+    """A chain in a real state home (claims beside its root), five lines long."""
+    from ingot.home import establish
+
+    root = tmp_path / "lib" / "skills"
+    root.mkdir(parents=True)
+    home = establish((root,))
+    audit = AuditLog(home.path)
+    for i in range(5):
+        audit.append(action="reject", skill=f"s{i}", actor="tester", reason=f"r{i}")
+    return audit
+
+
+def _rewrite_with(log: AuditLog, key: bytes, records: list[dict]) -> None:
+    """Both files rewritten consistently under `key`: what someone with write access to the state
+    home can do after replacing audit.key with their own."""
+    prev, out = "0" * 64, []
+    for record in records:
+        record = {k: v for k, v in record.items() if k not in ("hash", "mac")} | {"prev": prev}
+        record["hash"] = hashlib.sha256(rfc8785.dumps(record)).hexdigest()
+        record["mac"] = hmac.new(key, record["hash"].encode(), hashlib.sha256).hexdigest()
+        prev = record["hash"]
+        out.append(rfc8785.dumps(record) + b"\n")
+    log.path.write_bytes(b"".join(out))
+    message = rfc8785.dumps({"seq": len(records), "hash": prev, "next": None})
+    head = {
+        "seq": len(records),
+        "hash": prev,
+        "next": None,
+        "mac": hmac.new(key, message, hashlib.sha256).hexdigest(),
+    }
+    log.head_path.write_text(json.dumps(head))
+    log.key_path.write_bytes(key)
+
+
+def test_a_replaced_key_with_both_files_re_maced_is_refused(homed):
+    records = [json.loads(raw) for raw in homed.path.read_bytes().splitlines()]
+    records[2]["actor"] = "mallory"
+    _rewrite_with(homed, b"\x07" * 32, records)
+    result = AuditLog(homed.key_path.parent).verify()
+    assert not result.ok and "it was replaced" in result.problem and result.bad_line == 1
+    with pytest.raises(AuditError, match="replaced"):
+        AuditLog(homed.key_path.parent).append(action="reject", skill="x", actor="mallory", reason="r")
+
+
+def test_a_replaced_key_is_caught_by_the_claim_even_with_the_first_line_rewritten(homed):
+    from optimize.control.audit import key_fingerprint
+
+    key = b"\x07" * 32
+    records = [json.loads(raw) for raw in homed.path.read_bytes().splitlines()]
+    records[0]["key_fingerprint"] = key_fingerprint(key)
+    _rewrite_with(homed, key, records)
+    result = AuditLog(homed.key_path.parent).verify()
+    assert not result.ok and "the key the claim" in result.problem and ".claim" in result.problem
+
+
+def test_a_truncated_chain_with_a_head_captured_mid_append_is_refused(homed):
+    """The head is captured while line 6 is being appended (it announces it), the chain grows to
+    8 lines, then both are put back as they were at line 6: the claim remembers line 8."""
+    from tests.optimize.control import killpoints
+
+    def append_sixth() -> None:
+        AuditLog(homed.key_path.parent).append(action="reject", skill="s5", actor="tester", reason="r5")
+
+    from ingot.home import claim_path
+
+    claim = claim_path(homed.key_path.parent.parent.parent / "skills")
+    saved = {p: p.read_bytes() for p in (homed.path, homed.head_path, claim)}
+    names = killpoints.points(append_sixth)  # a dry run appends it: put the files back after
+    for path, data in saved.items():
+        path.write_bytes(data)
+    killed = killpoints.run(append_sixth, names.index("audit: write head"))
+    assert killed.killed
+    captured_head, captured_lines = homed.head_path.read_bytes(), homed.path.read_bytes()
+    log = AuditLog(homed.key_path.parent)
+    assert log.verify().ok and log.verify().behind  # a real crash: accepted, one announced line behind
+    for i in (6, 7):
+        log.append(action="reject", skill=f"s{i}", actor="tester", reason=f"r{i}")
+    assert log.verify().ok and log.verify().lines == 8
+    homed.path.write_bytes(captured_lines)
+    homed.head_path.write_bytes(captured_head)
+    result = AuditLog(homed.key_path.parent).verify()
+    assert not result.ok and "lacks line 8" in result.problem and "removed or rewritten" in result.problem
+
+
+def test_the_first_line_pins_the_key_and_each_claim_anchors_the_newest_line(homed):
+    from ingot.home import claim_path
+    from optimize.control.audit import key_fingerprint
+
+    fingerprint = key_fingerprint(homed.key_path.read_bytes())
+    assert json.loads(homed.path.read_bytes().splitlines()[0])["key_fingerprint"] == fingerprint
+    root = homed.key_path.parent.parent.parent / "skills"
+    anchor = json.loads(claim_path(root).read_text())["audit"]
+    assert anchor == {"key": fingerprint, "seq": 5, "hash": homed.entries()[-1].hash}
+
+
+def test_without_claims_the_first_lines_pin_still_catches_a_replaced_key(log):
+    """A chain with no home (no claims to anchor it): the first line's fingerprint is what a
+    re-MAC under a new key leaves behind, unless line 1 is rewritten too."""
+    records = [json.loads(raw) for raw in log.path.read_bytes().splitlines()]
+    _rewrite_with(log, b"\x09" * 32, records)
+    result = log.verify()
+    assert not result.ok and "its first line pins" in result.problem and result.bad_line == 1
