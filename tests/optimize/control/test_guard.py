@@ -304,7 +304,8 @@ def test_a_deleted_protection_marker_serves_nothing_unapproved_and_adopts_no_new
     planted = root / "kiln-firing"
     planted.mkdir()
     (planted / "SKILL.md").write_text(
-        "---\nname: kiln-firing\ndescription: Plans glaze firing schedules for a ceramic kiln.\n---\n\nRamp.\n"
+        "---\nname: kiln-firing\ndescription: Plans glaze firing schedules for a ceramic kiln.\n"
+        "---\n\nRamp.\n"
     )
     library.reload()
     assert library.get(SKILL).revision == approved and "AGENT-EDIT" not in library.get(SKILL).body
