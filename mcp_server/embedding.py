@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import sqlite3
 import tempfile
@@ -24,6 +25,8 @@ from typing import Protocol
 import numpy as np
 
 from ingot.errors import EmbeddingModelError, first_line
+
+log = logging.getLogger(__name__)
 
 MAX_TOKENS = 256
 BATCH_SIZE = 16
@@ -235,16 +238,34 @@ def text_digest(text: str) -> str:
 
 
 class VectorCache:
-    """Vectors on disk in SQLite, keyed by (model digest, text digest); safe across processes."""
+    """Vectors on disk in SQLite, keyed by (model digest, text digest); safe across processes.
+
+    A cache, never a dependency: when SQLite cannot read or write it (a full disk, an I/O error,
+    a damaged file), that is logged once and embedding goes on without it, so serving and
+    routing keep answering; only the speed-up is lost until the disk is fixed."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._path = path
         self._local = threading.local()
-        with self._connect() as db:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, text TEXT NOT NULL,"
-                " vector BLOB NOT NULL, PRIMARY KEY (model, text)) WITHOUT ROWID"
+        self.problem: str | None = None  # why the cache is not used, once it failed
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as db:
+                db.execute(
+                    "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, text TEXT NOT NULL,"
+                    " vector BLOB NOT NULL, PRIMARY KEY (model, text)) WITHOUT ROWID"
+                )
+        except (sqlite3.Error, OSError) as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        if self.problem is None:
+            self.problem = f"{type(exc).__name__}: {first_line(exc)}"
+            log.warning(
+                "the vector cache %s cannot be used (%s); embedding without it (slower, same "
+                "vectors). Free disk space or remove the file",
+                self._path,
+                self.problem,
             )
 
     def _connect(self) -> sqlite3.Connection:
@@ -258,24 +279,33 @@ class VectorCache:
 
     def get_many(self, model: str, digests: Sequence[str]) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
-        db = self._connect()
+        if self.problem is not None:
+            return found
         unique = list(dict.fromkeys(digests))
-        for start in range(0, len(unique), 500):
-            chunk = unique[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            query = f"SELECT text, vector FROM vectors WHERE model = ? AND text IN ({marks})"  # noqa: S608 - placeholders only
-            for digest, blob in db.execute(query, [model, *chunk]):
-                found[digest] = np.frombuffer(blob, dtype=np.float32)
+        try:
+            db = self._connect()
+            for start in range(0, len(unique), 500):
+                chunk = unique[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                query = f"SELECT text, vector FROM vectors WHERE model = ? AND text IN ({marks})"  # noqa: S608 - placeholders only
+                for digest, blob in db.execute(query, [model, *chunk]):
+                    found[digest] = np.frombuffer(blob, dtype=np.float32)
+        except (sqlite3.Error, OSError) as exc:
+            self._fail(exc)
+            return {}
         return found
 
     def put_many(self, model: str, items: dict[str, np.ndarray]) -> None:
-        if not items:
+        if not items or self.problem is not None:
             return
-        with self._connect() as db:
-            db.executemany(
-                "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)",
-                [(model, d, v.astype(np.float32).tobytes()) for d, v in items.items()],
-            )
+        try:
+            with self._connect() as db:
+                db.executemany(
+                    "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)",
+                    [(model, d, v.astype(np.float32).tobytes()) for d, v in items.items()],
+                )
+        except (sqlite3.Error, OSError) as exc:
+            self._fail(exc)
 
 
 class CachedEmbedder:

@@ -237,3 +237,60 @@ def test_a_write_refused_during_recovery_is_one_line_and_the_next_command_finish
     assert ingot(*rollback, cwd=tmp_path).returncode == 0  # recovery finishes, then the rollback
     status = ingot("status", "--skills", str(root), cwd=tmp_path)
     assert served(root) == v1 and "RECOVERY" not in status.stdout and AuditLog(control.runs_dir).verify().ok
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs: room for the bundled skills, their state home and little else."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip()}); CI runs as root and can")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_guard_and_route_on_a_full_disk_say_one_line_and_the_guard_restores_once_there_is_room(small_disk):
+    """No sqlite traceback: the vector cache is only a cache (routing answers without it), and a
+    guard that cannot keep or restore exits non-zero with one Error line saying what is served."""
+    import shutil
+
+    from tests.conftest import BUNDLED_SKILLS
+
+    root = small_disk / "lib" / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    quarantine = {"LIVE_EDITS": "quarantine", "INBOX_SETTLE_S": "0"}
+    adopted = ingot_env("guard", "--skills", str(root), cwd=small_disk, **quarantine)
+    assert adopted.returncode == 0, adopted.stderr
+    approved = (root / "release-notes" / "SKILL.md").read_bytes()
+    (root / "release-notes" / "SKILL.md").write_bytes(approved + b"\nAGENT-EDIT: skip the changelog.\n")
+    shutil.rmtree(small_disk / "lib" / ".ingot" / "skills" / "cache")  # the cache must be written again
+    filler = fill(small_disk)
+    guarded = ingot_env("guard", "--skills", str(root), cwd=small_disk, **quarantine)
+    assert guarded.returncode == 1 and "Traceback" not in guarded.stderr, guarded.stderr
+    error = [line for line in guarded.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1 and "MCP serves their approved revisions meanwhile" in error[0], guarded.stderr
+    routed = ingot_env(
+        "route", "Draft the release notes for v2.4", "--skills", str(root), cwd=small_disk, **quarantine
+    )
+    assert routed.returncode == 0 and "Traceback" not in routed.stderr, routed.stderr
+    assert routed.stdout.startswith("match: release-notes") and "cannot be used" in routed.stderr
+    filler.unlink()
+    healed = ingot_env("guard", "--skills", str(root), cwd=small_disk, **quarantine)
+    assert healed.returncode == 0 and "restored" in healed.stdout, healed.stderr
+    assert (root / "release-notes" / "SKILL.md").read_bytes() == approved
+
+
+def ingot_env(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k != "INGOT_HOME"} | {"HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "ingot.cli", *args],
+        cwd=cwd,
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
