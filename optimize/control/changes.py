@@ -318,8 +318,17 @@ class ChangeControl:
             why = f"{change.id} approved by {actor}" + (
                 f" with override: {acceptance.override}" if acceptance.override else ""
             )
-            for cls in AUTONOMY_CLASSES[change.kind if change.kind in AUTONOMY_CLASSES else "both"]:
-                self.autonomy.record(skill, cls, result, actor, why)
+            try:
+                for cls in AUTONOMY_CLASSES[change.kind if change.kind in AUTONOMY_CLASSES else "both"]:
+                    self.autonomy.record(skill, cls, result, actor, why)
+            except (OSError, IngotError) as exc:  # the promotion stands: say so, not "nothing changed"
+                reason = os_reason(exc) if isinstance(exc, OSError) else str(exc).split("; nothing was")[0]
+                now = "removed" if outcome.to_revision is None else f"served at {outcome.to_revision[:12]}"
+                raise WriteFailed(
+                    f"{skill!r} is now {now} (promoted, audit line {outcome.seq}), but recording it for "
+                    f"autonomy failed: {reason}. Its class keeps its earlier streak; free disk space or "
+                    "fix permissions"
+                ) from exc
             return outcome
 
     def _reviewed(self, skill: str, change_id: str | None) -> PendingChange:
@@ -422,7 +431,16 @@ class ChangeControl:
                 outcome = self.promoter.rollback(skill, root, matches[0], actor, reason)
             except (OSError, AuditError) as exc:
                 raise self.fault("roll back", skill, target, exc) from exc
-            self.autonomy.incident(skill, CLASSES, f"rolled back to {matches[0][:12]} by {actor}", actor)
+            try:
+                self.autonomy.incident(skill, CLASSES, f"rolled back to {matches[0][:12]} by {actor}", actor)
+            except (OSError, IngotError) as exc:  # the rollback stands: say so
+                reason = os_reason(exc) if isinstance(exc, OSError) else str(exc).split("; nothing was")[0]
+                now = "removed" if outcome.to_revision is None else f"served at {outcome.to_revision[:12]}"
+                raise WriteFailed(
+                    f"{skill!r} is now {now} (rolled back, audit line {outcome.seq}), but dropping its "
+                    f"autonomy to manual failed: {reason}. Free disk space or fix permissions, then run "
+                    f"`ingot autonomy allow {skill} CLASS manual`"
+                ) from exc
             return outcome
 
     def fault(self, what: str, skill: str, target: str | None, exc: Exception) -> WriteFailed:

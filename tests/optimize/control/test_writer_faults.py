@@ -251,3 +251,59 @@ def test_create_skill_killed_anywhere_is_queued_with_its_line_or_not_at_all(worl
             assert [c.skill for c in control.pending()] == [AGENT_SKILL], where
 
     every_kill(world, create, check)
+
+
+class _Neighbours:
+    """The served library's answer, computed once in the parent (the child runs no model)."""
+
+    def __init__(self, similarity) -> None:  # noqa: ANN001 - a Similarity
+        self._similarity = similarity
+
+    def similarity(self, _name: str, _description: str):  # noqa: ANN201
+        return self._similarity
+
+
+def test_an_io_error_at_any_point_of_an_approval_is_one_line_that_says_what_is_served(worlds):
+    """EIO at every fault point of `approve` (snapshot, stage, intent, switch, outcome, archive,
+    autonomy): the error is one Ingot error that says what is served now (never a bare OSError),
+    and after recovery the chain, the folder and the queue agree."""
+    from ingot.errors import IngotError
+    from optimize.control.promote import Promoter
+
+    world = worlds["evaluate"]  # a ready body change waits
+    world.reset()
+    change = world.control().queue.get(SKILL)
+    neighbours = _Neighbours(world.similar_to(SKILL, ""))
+
+    def approve() -> None:
+        control = ChangeControl(world.home, (world.root,), neighbours=lambda: neighbours)
+        control.approve(SKILL, "reviewer", change.id)
+
+    names = killpoints.points(approve)
+    assert "switch: rename" in names and any("autonomy" in n or "audit" in n for n in names)
+    for at, name in enumerate(names):
+        world.reset()
+        ended = killpoints.run(approve, at, killpoints.EIO)
+        where = f"EIO at point {at} ({name})"
+        live = Promoter(world.home).live_revision(world.root, SKILL)
+        if ended.code != 0:
+            kind, _, message = ended.error.partition(": ")
+            assert kind in {c.__name__ for c in _ingot_errors(IngotError)}, (where, ended.traceback)
+            served = "served at" in message or "still served" in message
+            assert served and "Input/output error" in message, (where, message)
+            assert (live[:12] in message) if live else True, (where, message)
+        control, pending = world.settled(where)
+        promoted = live == change.candidate_revision
+        assert (pending == []) == promoted, where
+        entries = AuditLog(world.home).entries()
+        done = [
+            e for e in entries if e.get("action") == "promote" and str(e.get("outcome")).startswith("done")
+        ]
+        assert bool(done) == promoted, where
+
+
+def _ingot_errors(base: type) -> list[type]:
+    found = [base]
+    for sub in base.__subclasses__():
+        found += _ingot_errors(sub)
+    return found
