@@ -293,7 +293,7 @@ def history(skills: tuple[Path, ...], skill: str) -> None:
 def status(skills: tuple[Path, ...]) -> None:
     """Live revisions, drift from the audited revision, pending changes and the audit chain.
 
-    Exits 1 when a skill has drifted or the audit chain is broken."""
+    Exits 1 when a skill has drifted, the audit chain is broken, or a pending record is not in it."""
     control, _ = _control(skills)
     report = control.status()
     for skill in report.skills:
@@ -314,6 +314,8 @@ def status(skills: tuple[Path, ...]) -> None:
         )
     for problem in report.invalid:
         click.echo(f"INVALID {problem}")
+    for problem in report.unaudited:
+        click.echo(f"UNAUDITED pending {problem}")
     audit = report.audit
     click.echo(
         f"audit: {'ok' if audit.ok else f'BROKEN at line {audit.bad_line}: {audit.problem}'}"
@@ -328,7 +330,7 @@ def status(skills: tuple[Path, ...]) -> None:
             "command (or `ingot serve`) settles it from what is live"
         )
     _echo_sandbox(skills)
-    if report.drifted or not audit.ok:
+    if report.drifted or not audit.ok or report.unaudited:
         sys.exit(1)
 
 

@@ -79,6 +79,10 @@ class Status:
     audit: Verification
     pending: int
     roots: tuple[RootStatus, ...] = ()
+    # Pending records the chain does not hold (no `propose` / `evidence` line with their id and
+    # evidence digest): hand-made, or edited since; never approvable. Also staged records a
+    # killed proposal left (recovery finishes or drops them).
+    unaudited: tuple[str, ...] = ()
 
     @property
     def drifted(self) -> tuple[SkillStatus, ...]:
@@ -151,7 +155,37 @@ def report(
     ]
     invalid = tuple(f"{p.folder}: {p.reason}" for p in registry.problems()) + tuple(unreadable)
     states = tuple(RootStatus(root, live_edits, _git_state(root, audit) if git else None) for root in roots)
-    return Status(tuple(sorted(skills, key=lambda s: s.name)), invalid, audit.verify(), len(pending), states)
+    return Status(
+        tuple(sorted(skills, key=lambda s: s.name)),
+        invalid,
+        audit.verify(),
+        len(pending),
+        states,
+        _unaudited(audit, changes, queue),
+    )
+
+
+def _unaudited(audit: AuditLog, changes: list, queue: PendingQueue) -> tuple[str, ...]:
+    """Each pending record the chain does not vouch for, and each staged one, with why."""
+    try:
+        lines = {
+            (e.get("change_id"), e.get("evidence_digest"))
+            for e in audit.entries()
+            if e.get("action") in ("propose", "evidence")
+        }
+    except AuditError:
+        return ()
+    found = [
+        f"{c.skill} {c.id}: no audit line holds this record (hand-made or edited): reject it"
+        for c in changes
+        if (c.id, c.evidence_digest) not in lines
+    ]
+    found += [
+        f"{change.skill if change else path.name}: a proposal was interrupted (staged); the next change "
+        "command finishes or drops it"
+        for path, change in queue.staged()
+    ]
+    return tuple(found)
 
 
 def _git_state(root: Path, audit: AuditLog) -> GitState | None:

@@ -364,6 +364,8 @@ def test_a_self_consistent_forged_pending_record_is_refused(control):
     files = {"SKILL.md": skill_md("alpha", "Alpha does alpha things.", "Forged step.")}
     forged = _forge_pending(control, "alpha", files, ready_body())
     assert control.refusal(control.queue.get("alpha")) is not None
+    [problem] = control.status().unaudited  # status says so too, not "ok"
+    assert forged in problem and "no audit line holds this record" in problem
     with pytest.raises(ApprovalRefused, match="no `propose` line"):
         control.approve("alpha", "reviewer", forged)
     assert served(control) == live
