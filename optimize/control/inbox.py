@@ -34,7 +34,6 @@ from mcp_server.library import Similarity
 from mcp_server.registry import NAME_PATTERN
 from optimize.control.changes import ChangeControl
 from optimize.control.gitrepo import GitError, GitRepo
-from optimize.control.lock import change_lock
 from optimize.control.promote import tree_revision
 from optimize.control.quarantine import CandidateRefused, admit, read_candidate
 
@@ -107,7 +106,7 @@ class Inbox:
         return dict(data.get("seen", {})) if data.get("schema_version") == SCHEMA_VERSION else {}
 
     def _remember(self, key: str, record: Mapping[str, Any] | None) -> None:
-        with change_lock(self.control.runs_dir, self.control.lock_wait_s):
+        with self.control.writing():  # recovery first, as before every write
             seen = self.seen()
             if record is None:
                 seen.pop(key, None)
