@@ -29,6 +29,7 @@ AGENT_FORBIDS = (
 # (module prefix, forbidden import prefixes)
 RULES: list[tuple[str, tuple[str, ...]]] = [
     ("ingot.errors", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
+    ("ingot.faults", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
     (
         "ingot.settings",
         ("ingot.cli", "ingot.bench", "ingot.runtime", "mcp_server", "optimize", "agent", "ui"),
