@@ -351,7 +351,8 @@ def approve_in_container(run: Run, compose: Callable, mcp: str) -> str:
     )
     proposed = compose("exec", "-T", "ui", "sh", "-c", edit).stdout
     change = re.search(r"pending (chg-[0-9a-f]{12}): body change of release-notes \w+ -> (\w+)", proposed)
-    if not change or "needs-acknowledgement" not in proposed:
+    accepting = re.search(r'--accepting "([^"]+)"', proposed)  # the cells it printed as missing
+    if not change or "needs-acknowledgement" not in proposed or not accepting:
         raise StepFailed(f"unexpected `ingot propose` output: {proposed[-400:]}")
     refused = compose(
         "exec", "-T", "ui", "ingot", "approve", "release-notes", "--change", change.group(1), check=False
@@ -370,6 +371,8 @@ def approve_in_container(run: Run, compose: Callable, mcp: str) -> str:
         change.group(1),
         "--accept-missing",
         "make test-image: no model configured",
+        "--accepting",
+        accepting.group(1),
     )
     new = change.group(2)
     wait(lambda: (served_revision(mcp) or "").startswith(new), 60, f"mcp serving {new}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingot.errors import IngotError
-from optimize.control.replay_rule import replay_rule
+from optimize.control.replay_rule import FINDING_OF, STATE_OF, replay_rule
 from optimize.measure.goldens import Stored
 from optimize.models.traces import TraceRecord
 
@@ -32,7 +32,7 @@ def _text(value: Any) -> str:
 class GoldenResult:
     id: str
     task: str
-    verdict: str  # PASS | WARN | BLOCK
+    verdict: str  # PASS | WARN | BLOCK: the record's word (CSS classes key on it); never shown
     tier: str  # where it was decided: L0..L3
     why: str
     ruling: str  # passes | world moved | held | regressed
@@ -40,6 +40,11 @@ class GoldenResult:
     criteria_status: str
     controls: str  # e.g. "0 of 2 failed"
     cited: str  # the cited step, readable
+
+    @property
+    def finding(self) -> str:
+        """What became of this blessed run: held, undecided or regressed."""
+        return FINDING_OF.get(self.verdict, "unreadable")
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ class TierCost:
 class ReplayView:
     measured: bool
     why: str | None  # why it was not measured
-    verdict: str | None = None
+    verdict: str | None = None  # the record's word; the card shows `state`
     needs: str | None = None  # None | "reason" | "override"
     reasons: tuple[str, ...] = ()
     rationale: str = ""
@@ -82,6 +87,11 @@ class ReplayView:
     all_strongest_usd: float | None = None
     judging_usd: float | None = None
     saving: float | None = None
+
+    @property
+    def state(self) -> str | None:
+        """The replay cell in the passport's words: pass, missing (could not decide) or fail."""
+        return STATE_OF.get(self.verdict or "", None) if self.verdict else None
 
 
 def replay_view(evidence: Mapping[str, Any]) -> ReplayView:

@@ -122,7 +122,7 @@ class Review:
     @property
     def needs(self) -> str:
         """What approving it takes: "nothing", "a reason" (missing cells), "an override" (a
-        replay BLOCK, plus a reason when cells are missing too) or "cannot" (refused)."""
+        replay BLOCK or no gain shown, plus a reason when cells are missing too) or "cannot" (refused)."""
         if self.refusal is not None:
             return "cannot"
         if self.passport.overridable:

@@ -94,7 +94,7 @@ def add_review_routes(app: FastAPI, site: Site) -> None:
         evidence_digest: Annotated[str, Form()] = "",
     ) -> RedirectResponse:
         check_skill_name(skill)
-        with exclusive():  # missing cells need `accept_missing`, a replay BLOCK `override_reason`
+        with exclusive():  # missing cells need `accept_missing`, an overridable failure `override_reason`
             control.approve(  # pinned to the evidence and the missing cells the confirmation showed
                 skill,
                 actor,

@@ -183,7 +183,8 @@ def list_pending(skills: tuple[Path, ...], as_json: bool) -> None:
 @click.option(
     "--override-reason",
     default=None,
-    help="Override a replay BLOCK: why this regression is acceptable (audited).",
+    help="Override an overridable failure (a replay BLOCK; an A/B or routing impact that measured no "
+    "gain, with no harm): why it is acceptable (audited).",
 )
 def approve(
     skills: tuple[Path, ...],
@@ -196,10 +197,20 @@ def approve(
     """Re-verify SKILL's pending change against its evidence and promote it.
 
     A ready change needs nothing more. One that needs acknowledgement (cells missing) needs
-    --accept-missing "REASON", naming why; a replay BLOCK needs --override-reason. Both are
-    audited with the cells they accept; any other failed cell cannot be approved."""
+    --accept-missing "REASON" and --accepting "CELLS", naming why and which; an overridable failure
+    (a replay BLOCK, a measurement that showed no gain and no harm) needs --override-reason. Both
+    are audited with the cells they accept; any other failed cell cannot be approved."""
     control, who = _control(skills)
     cells = None if accepting is None else [c.strip() for c in accepting.split(",") if c.strip()]
+    if accept_missing and cells is None:  # a person names the cells they accept, as they saw them
+        from optimize.control.verify import ApprovalRefused
+
+        verdict = control.passport(control.pending_change(skill, change_id))
+        missing = ",".join(c.name for c in verdict.missing) if verdict else ""
+        raise ApprovalRefused(
+            f'--accept-missing needs the cells it accepts, as you saw them: --accepting "{missing}" '
+            "(nothing missing is accepted unnamed; if another goes missing by then, nothing is approved)"
+        )
     outcome = control.approve(
         skill, who, change_id, accept_missing=accept_missing, override_reason=override_reason, accepting=cells
     )

@@ -231,8 +231,9 @@ def retire(skills: tuple[Path, ...], golden_id: str, reason: str) -> None:
 def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
     """Replay SKILL's goldens with its live revision alone (catches a serving-model change).
 
-    A BLOCK is an incident: every change class of SKILL drops to manual autonomy, and a revision
-    autonomy promoted is rolled back. Exits 0 on PASS, 1 on WARN, BLOCK or nothing to replay."""
+    A regression (the replay cell fails) is an incident: every change class of SKILL drops to
+    manual autonomy, and a revision autonomy promoted is rolled back. Exits 0 when the cell
+    passes, 1 when it fails, is missing (the replays could not decide) or has nothing to replay."""
     from ingot.runtime import change_control, llm_client, replay_context, run_id, sandbox
     from optimize.control.autopilot import report_incident
 
@@ -251,7 +252,8 @@ def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
         _echo_cell(skill, cell)
     if cell.get("verdict") == "BLOCK":
         live = control.live_revision(skill) or "none"
-        why = f"replay of the live revision {live[:12]} is BLOCK: {'; '.join(cell.get('reasons') or [])}"
+        reasons = "; ".join(cell.get("reasons") or [])
+        why = f"a blessed run regressed on the live revision {live[:12]}: {reasons}"
         for note in report_incident(control, skill, why, "ingot-replay", key=f"replay:{live}"):
             click.echo(f"incident: {note}", err=True)
     sys.exit(0 if cell.get("verdict") == "PASS" else 1)
@@ -262,6 +264,8 @@ def _usd(value: float | None) -> str:
 
 
 def _echo_cell(skill: str, cell: dict[str, Any]) -> None:
+    from optimize.control.replay_rule import FINDING_OF, STATE_OF
+
     if cell["status"] != "measured":
         click.echo(f"replay not measured: {cell['why']}")
         return
@@ -271,13 +275,15 @@ def _echo_cell(skill: str, cell: dict[str, Any]) -> None:
         f"{cell['serving_model']}; tiers {tiers})"
     )
     for entry in cell["goldens"]:
-        click.echo(f"  {entry['id']}  {entry['verdict']:<5} {entry['tier']}  {entry['why']}")
+        click.echo(
+            f"  {entry['id']}  {FINDING_OF.get(entry['verdict'], '?'):<9} {entry['tier']}  {entry['why']}"
+        )
         for card in entry["drift"]:
             click.echo(
                 f"      drift: {card['label']} {card['old']} -> {card['new']} "
                 f"({card['source']}; {card['corroboration']}): {card['ruling']}"
             )
-    click.echo(f"verdict: {cell['verdict']}")
+    click.echo(f"replay: {STATE_OF.get(cell['verdict'], 'fail')} (the passport's replay cell)")
     click.echo(cell["rationale"])
     cost = cell["cost"]
     tiers = ", ".join(f"{t} {_usd(b['usd'])} ({b['calls']} calls)" for t, b in cost["judging"].items())

@@ -39,7 +39,8 @@ def _evidence_table() -> str:
         + "\n".join(lines)
         + "\n\nEach cell is pass, fail, missing or n/a. A change is ready (every cell that applies\n"
         "passed), needs-acknowledgement (nothing failed, some missing: `ingot approve --accept-missing`)\n"
-        "or blocked (a cell failed; a replay BLOCK alone takes `--override-reason`)."
+        "or blocked (a cell failed; a replay BLOCK, or an A/B / routing impact that measured no gain\n"
+        "and no harm, takes `--override-reason`; harm cannot be approved)."
     )
 
 

@@ -137,8 +137,10 @@ def print_passport(verdict: Passport, skill: str, change_id: str) -> None:
             f'--accepting "{pinned}"'
         )
     elif verdict.overridable:
-        missing = ' --accept-missing "REASON"' if verdict.missing else ""
-        click.echo(f'blocked by the replay; an override is audited: {base} --override-reason "WHY"{missing}')
+        failed = ", ".join(c.name for c in verdict.failed)
+        pinned = ",".join(c.name for c in verdict.missing)
+        missing = f' --accept-missing "REASON" --accepting "{pinned}"' if verdict.missing else ""
+        click.echo(f'blocked by {failed}; an override is audited: {base} --override-reason "WHY"{missing}')
     else:
         click.echo("blocked: it cannot be approved; re-measure it, or reject it")
 

@@ -68,11 +68,12 @@ ALLOWED_FIELDS = frozenset(
         "legacy_head",
         "golden",  # a golden's digest: bless, criteria approval, retire (optimize/control/goldens_admin.py)
         # What an approval accepted (verify.Acceptance): the passport's state, the cells a person
-        # accepted as missing and why, a replay BLOCK's override.
+        # accepted as missing and why, an override and the failed cells it accepts.
         "passport",
         "accepted_missing",
         "acceptance_reason",
         "override_reason",
+        "overridden",
         "trust",  # an autonomy line's whole trust for one class (optimize/control/autonomy.py)
     }
 )

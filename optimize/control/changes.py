@@ -6,7 +6,7 @@ than trusting any record: approval checks that the pending record exists, that e
 still has the digest the record holds, that the live revision is the evidence's champion, that
 the candidate's files hash to the evidence's candidate revision, and that the passport,
 recomputed under the current thresholds, is ready, or is approved with a reason naming what is
-missing (and an override for a replay BLOCK). Each refusal says exactly which check failed, is
+missing (and an override for an overridable failure). Each refusal says exactly which check failed, is
 audited, and changes nothing. A candidate's way in (propose, attach_evidence) is proposals.py; the
 re-verification itself is verify.py.
 """
@@ -135,7 +135,7 @@ class ChangeControl:
 
         The same re-verification `approve` runs, without the lock and without writing anything:
         for showing a reviewer that a change is blocked or stale before they press a button. A
-        change that needs acknowledgement (or a replay override) is not refused here: the
+        change that needs acknowledgement (or an override) is not refused here: the
         confirmation asks for the reason `approve` then requires."""
         try:
             self.verifier.verify(change)
@@ -257,7 +257,8 @@ class ChangeControl:
         `change_id` pins the change the reviewer actually looked at: if another candidate has
         displaced it since, this is a conflict, never a promotion of something unreviewed. A
         change whose passport needs acknowledgement is promoted only with `accept_missing`, the
-        reason the missing cells are acceptable; a replay BLOCK only with `override_reason`.
+        reason the missing cells are acceptable; an overridable failure (a replay BLOCK, no gain
+        shown) only with `override_reason`.
         Both, and the cells accepted, are written into the promotion's audit lines. `accepting`
         (the cells the person saw missing) and `evidence_digest` (the bundle they saw) pin what was
         reviewed: a re-evaluation since, or a cell missing that they did not see, is a conflict."""

@@ -27,6 +27,7 @@ from ingot.errors import IngotError
 from ingot.fsutil import write_atomic
 from optimize.control.gate import METRIC_NAMES, Thresholds, p_clause
 from optimize.control.passport import Passport, passport
+from optimize.control.replay_rule import FINDING_OF, STATE_OF
 
 SCHEMA_VERSION = 1
 
@@ -146,7 +147,9 @@ def render_markdown(data: Mapping[str, Any], verdict: Passport) -> str:
     if verdict.statistics:
         lines += ["", "## Significance", ""]
         lines += [
-            f"- {s['test']}: n={s['n']}, statistic {s['statistic']}, {p_clause(s['p'])}"
+            f"- {s['test']}: n={s['n']}, "
+            + ("statistic undefined" if s.get("statistic") is None else f"statistic {s['statistic']}")
+            + f", {p_clause(s['p'])}"
             + (f" ({s['note']})" if s.get("note") else "")
             for s in verdict.statistics
         ]
@@ -155,10 +158,7 @@ def render_markdown(data: Mapping[str, Any], verdict: Passport) -> str:
         if not isinstance(block, Mapping) or block.get("status") != "measured":
             why = block.get("why", "no reason given") if isinstance(block, Mapping) else "malformed"
             applies = not (isinstance(block, Mapping) and block.get("status") == "not_applicable")
-            lines.append(
-                f"- {BLOCK_NAMES.get(name, name)}: "
-                f"{'nothing measured' if applies else 'does not apply'} ({why})"
-            )
+            lines.append(f"- {BLOCK_NAMES.get(name, name)}: {'missing' if applies else 'n/a'} ({why})")
             continue
         lines += _cell(name, block)
     if verdict.rules:
@@ -259,13 +259,11 @@ def _cell(name: str, block: Mapping[str, Any]) -> list[str]:
             out.append(f"  - SHADOWS {case.get('expected')}: {case.get('task')!r}")
         return out
     if name == "replay":  # the regression replay cell (optimize/measure/regress.py)
-        out = [
-            f"- replay: the replays' finding {block.get('verdict')} (the passport's replay cell says "
-            "what it means)"
-        ]
+        state = STATE_OF.get(str(block.get("verdict")), "fail (unreadable)")
+        out = [f"- replay: {state} (each blessed run replayed with the candidate)"]
         for golden in block.get("goldens", []):
-            verdict, tier, why = golden.get("verdict"), golden.get("tier"), golden.get("why")
-            out.append(f"  - {golden.get('id')}: {verdict} at {tier}: {why}")
+            finding = FINDING_OF.get(str(golden.get("verdict")), "unreadable")
+            out.append(f"  - {golden.get('id')}: {finding} at {golden.get('tier')}: {golden.get('why')}")
         return out
     if name == "sandbox_checks":
         sides = [

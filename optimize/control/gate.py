@@ -53,14 +53,17 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Judged:
-    """One measured cell's outcome: `pass`, `fail` or `missing` (measured, but too little to
-    judge), with why, every rule applied and, for the A/B, the significance tests as fields."""
+    """One measured cell's outcome: `pass`, `fail` or `missing` (measured, but too few cases to
+    judge), with why, every rule applied and, for the A/B, the significance tests as fields. A
+    measurement that answered "not shown better" (and found no harm) is a failure a person may
+    override with an audited reason; harm (a drop, a lost case, a lost route) is not."""
 
     state: str
     why: str
     rules: tuple[str, ...] = ()
     statistics: tuple[Mapping[str, Any], ...] = ()
     warnings: tuple[str, ...] = ()
+    overridable: bool = False  # fail: measured and not shown better (no harm), which a person may override
 
 
 class _Rules:
@@ -70,6 +73,7 @@ class _Rules:
         self.applied: list[str] = []
         self.failed: list[str] = []
         self.short: list[str] = []  # measured on too few cases to judge
+        self.unshown: list[str] = []  # measured, no harm, but not shown better: an overridable fail
         self.warnings: list[str] = []
 
     def check(self, name: str, ok: bool, failure: str) -> bool:
@@ -84,11 +88,19 @@ class _Rules:
             self.short.append(shortfall)
         return ok
 
+    def shown(self, name: str, ok: bool, failure: str) -> bool:
+        self.applied.append(f"{name}: {'ok' if ok else 'NOT SHOWN'}")
+        if not ok:
+            self.unshown.append(failure)
+        return ok
+
     def judged(self, why_if_ok: str, **extra: Any) -> Judged:
         if self.failed:
             return Judged("fail", "; ".join(self.failed), tuple(self.applied), **extra)
         if self.short:
             return Judged("missing", "; ".join(self.short), tuple(self.applied), **extra)
+        if self.unshown:
+            return Judged("fail", "; ".join(self.unshown), tuple(self.applied), overridable=True, **extra)
         return Judged("pass", why_if_ok, tuple(self.applied), **extra)
 
 
@@ -158,11 +170,13 @@ def _ab(evidence: Mapping[str, Any], t: Thresholds) -> Judged:
         rules.warnings.append(f"the challenger keeps {retention:.0%} of the champion's body")
     if rules.failed or rules.short:
         return rules.judged("", warnings=tuple(rules.warnings))
-    if not rules.enough(
+    # Measured and not shown better is a failure, never "missing": the cell asks whether the
+    # candidate is better on held-out cases, and the measurement answered.
+    if not rules.shown(
         f"mean margin >= {t.min_margin}",
         margin >= t.min_margin,
-        f"the A/B could not show an improvement: margin {margin:+.3f} is below the required "
-        f"{t.min_margin:.3f} (nothing got worse)",
+        f"measured no gain of the required size: margin {margin:+.3f} is below {t.min_margin:.3f} "
+        "(nothing got worse); a body change must be shown better on the holdout",
     ):
         return rules.judged("", warnings=tuple(rules.warnings))
     tests = paired_tests(champion, challenger)
@@ -171,11 +185,11 @@ def _ab(evidence: Mapping[str, Any], t: Thresholds) -> Judged:
     deciding = [test for test in tests if test.p is not None] if small else [tests[0]]
     shown = ", ".join(f"{test.name} {p_clause(test.p)}" for test in tests)
     significant = bool(deciding) and all(test.p is not None and test.p <= t.alpha for test in deciding)
-    rules.enough(
+    rules.shown(
         f"significance ({'both tests' if small else 'paired t-test'} p <= {t.alpha}; {shown})",
         significant,
-        f"not enough evidence that the challenger is better ({shown}; needed p <= {t.alpha}"
-        f"{' from both' if small else ''}): add distinct held-out cases",
+        f"not shown better: the gain is not significant ({shown}; needed p <= {t.alpha}"
+        f"{' from both' if small else ''}); more distinct held-out cases could show it",
     )
     return rules.judged(
         f"margin {margin:+.3f} over {n} distinct cases; {shown}",
@@ -264,11 +278,11 @@ def _routing(evidence: Mapping[str, Any], kind: str, t: Thresholds) -> Judged:
         ):
             usable.append(m)
     if kind == "description" and usable and len(usable) == len(names):
-        rules.enough(
+        rules.shown(
             "one routing metric strictly improves",
             any(after[m] > before[m] for m in usable),
-            "the routing impact could not show an improvement: no metric strictly improves on the "
-            "held-out cases (nothing regressed)",
+            "measured no routing gain: no metric strictly improves on the held-out cases (nothing "
+            "regressed); a description change must route better",
         )
     if kind in ("description", "both"):
         collisions = impact.get("collisions", [])

@@ -6,7 +6,9 @@ apply to which kind is kinds.APPLIES). A change is in exactly one state:
 - `ready`: every cell that applies passed;
 - `needs-acknowledgement`: nothing failed, some cells are missing: a person may approve it only
   by naming them with a reason (`ingot approve --accept-missing`), which is audited; autonomy never;
-- `blocked`: a cell failed. A replay BLOCK alone may be overridden with an audited reason.
+- `blocked`: a cell failed. A replay BLOCK, or a measurement that did not show the change better
+  (an A/B without the required gain, a description without a routing gain; no harm found), may
+  be overridden with an audited reason; harm may not.
 Pure: evidence, the live revision and the thresholds in, a `Passport` out. Evidence measured on
 a champion that is no longer live fails every cell that applies: it describes another change.
 """
@@ -45,7 +47,7 @@ class Cell:
     state: str  # pass | fail | missing | n/a
     why: str
     measure: str = ""  # missing: what would measure it
-    overridable: bool = False  # fail: a replay BLOCK, which an audited override may accept
+    overridable: bool = False  # fail: a replay BLOCK or no gain shown, which an audited override may accept
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"cell": self.name, "state": self.state, "why": self.why}
@@ -85,7 +87,8 @@ class Passport:
 
     @property
     def overridable(self) -> bool:
-        """Blocked only by a replay BLOCK, which a person may override with an audited reason."""
+        """Blocked only by failures a person may override with an audited reason: a replay BLOCK,
+        or a measurement that did not show the change better (and found no harm)."""
         return bool(self.failed) and all(c.overridable for c in self.failed)
 
     def cell(self, name: str) -> Cell:
@@ -169,7 +172,13 @@ def _not_measured(name: str, kind: str, block: Mapping[str, Any] | None, default
 
 
 def _from_judged(name: str, judged: Judged) -> Cell:
-    return Cell(name, judged.state, judged.why, MEASURE[name] if judged.state == MISSING else "")
+    return Cell(
+        name,
+        judged.state,
+        judged.why,
+        MEASURE[name] if judged.state == MISSING else "",
+        overridable=judged.overridable,
+    )
 
 
 def _ab(evidence: Mapping[str, Any], kind: str, judged: Judged | None) -> Cell:
@@ -195,10 +204,10 @@ def _replay(evidence: Mapping[str, Any], kind: str) -> Cell:
         return Cell(
             name,
             MISSING,
-            f"the replays could not decide (WARN): {reasons}",
+            f"the replays could not decide: {reasons}",
             "bless a run that exercises what changed, or accept it with a reason (--accept-missing)",
         )
-    return Cell(name, FAIL, f"a blessed run regressed (BLOCK): {reasons}", overridable=True)
+    return Cell(name, FAIL, f"a blessed run regressed: {reasons}", overridable=True)
 
 
 def _routing(evidence: Mapping[str, Any], kind: str, judged: Judged | None) -> Cell:

@@ -13,6 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# How people read a replay: the cell in the passport's words, each golden as what became of it.
+# PASS / WARN / BLOCK stay the replay's internal record (evidence.json); nobody is shown them.
+STATE_OF = {"PASS": "pass", "WARN": "missing", "BLOCK": "fail"}
+FINDING_OF = {"PASS": "held", "WARN": "undecided", "BLOCK": "regressed"}
+
 
 @dataclass(frozen=True)
 class ReplayRequirement:

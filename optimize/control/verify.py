@@ -8,7 +8,7 @@ files must hash to its revision and change what the evidence was measured for (i
 classified again from the bytes); no injection phrase; no collision with the library as it is
 now; and the passport, recomputed under today's thresholds, must not be blocked (a replay
 BLOCK alone can be overridden). What a passport that is not ready asks of the approver (a
-reason naming the missing cells, an override of a replay BLOCK) is `accepted`. Read-only: it
+reason naming the missing cells, an override of an overridable failure) is `accepted`. Read-only: it
 raises `ApprovalRefused` naming the failed check, and writes nothing.
 """
 
@@ -26,7 +26,7 @@ from mcp_server.registry import parse_skill_md
 from optimize.control import evidence as evidence_mod
 from optimize.control.audit import AuditLog
 from optimize.control.gate import Thresholds
-from optimize.control.kinds import what_changes
+from optimize.control.kinds import CELLS, what_changes
 from optimize.control.lock import PromotionConflict
 from optimize.control.passport import Passport, passport
 from optimize.control.pending import LEGACY_KINDS, PendingChange
@@ -42,19 +42,20 @@ class ApprovalRefused(IngotError):
 @dataclass(frozen=True)
 class Acceptance:
     """What a person accepted in approving a change that was not ready, for its audit lines:
-    the missing cells named with a reason, and a replay BLOCK's override."""
+    the missing cells named with a reason, and the overridable failed cells overridden with one."""
 
     state: str  # the passport's state at approval
     missing: tuple[str, ...] = ()
     reason: str | None = None
     override: str | None = None
+    overridden: tuple[str, ...] = ()  # the failed cells the override accepts
 
     def audit_fields(self) -> dict[str, object]:
         fields: dict[str, object] = {"passport": self.state}
         if self.missing:
             fields |= {"accepted_missing": list(self.missing), "acceptance_reason": self.reason}
         if self.override:
-            fields["override_reason"] = self.override
+            fields |= {"override_reason": self.override, "overridden": list(self.overridden)}
         return fields
 
     @property
@@ -64,7 +65,7 @@ class Acceptance:
         if self.missing:
             parts.append(f"accepted missing {', '.join(self.missing)}: {self.reason}")
         if self.override:
-            parts.append(f"replay BLOCK overridden: {self.override}")
+            parts.append(f"overrode failed {', '.join(self.overridden) or 'cells'}: {self.override}")
         return "".join(f"; {p}" for p in parts)
 
 
@@ -233,22 +234,22 @@ def accepted(
     accepting: Collection[str] | None = None,
 ) -> Acceptance:
     """What approving `change` with this passport takes: nothing when it is ready; a reason naming
-    its missing cells (`accept_missing`) when some are missing; an override reason when a replay
-    BLOCK fails it. `accepting`: the cells the person saw missing (the confirmation page always
+    its missing cells (`accept_missing`) when some are missing; an override reason when an overridable
+    failure blocks it (a replay BLOCK, a measurement that did not show a gain). `accepting`: the
+    cells the person saw missing (the confirmation page always
     sends them): a cell missing now that is not among them is a conflict, never accepted unseen.
     `ApprovalRefused` says what is lacking; autonomy never passes either."""
     reason, override = (accept_missing or "").strip()[:2000], (override or "").strip()[:2000]
-    unseen = [c.name for c in verdict.missing if accepting is not None and c.name not in set(accepting)]
-    if unseen:
-        raise PromotionConflict(
-            f"{change.id}'s passport changed since you looked: {', '.join(unseen)} "
-            f"{'is' if len(unseen) == 1 else 'are'} missing now and you did not accept "
-            f"{'it' if len(unseen) == 1 else 'them'}; review it again"
+    unknown = sorted(set(accepting or ()) - set(CELLS))
+    if unknown:
+        raise ApprovalRefused(
+            f"unknown cell(s) {', '.join(map(repr, unknown))} in --accepting; the cells are "
+            f"{', '.join(CELLS)}"
         )
     if verdict.failed and not override:
         raise ApprovalRefused(
-            f"{change.id} is blocked by the regression replay ("
-            + "; ".join(c.why for c in verdict.failed)
+            f"{change.id} is blocked ("
+            + "; ".join(f"{c.name} fail: {c.why}" for c in verdict.failed)
             + "); approve only with an explicit override and its reason (--override-reason), which is audited"
         )
     missing = tuple(c.name for c in verdict.missing)
@@ -257,6 +258,16 @@ def accepted(
         raise ApprovalRefused(
             f"{change.id} needs acknowledgement: {len(missing)} cell(s) missing: {listed}. Approve it only "
             "by naming why that is enough (the reason on the confirmation page, or `ingot approve "
-            '--accept-missing "REASON"`), audited with the cells'
+            f'--accept-missing "REASON" --accepting "{",".join(missing)}"`), audited with the cells'
         )
-    return Acceptance(verdict.state, missing, reason or None, override or None)
+    unseen = [name for name in missing if accepting is not None and name not in set(accepting)]
+    if unseen:
+        one = len(unseen) == 1
+        raise PromotionConflict(
+            f"{', '.join(unseen)} {'is' if one else 'are'} missing now and you did not accept "
+            f"{'it' if one else 'them'} (--accepting, or the confirmation page): if "
+            f"{'it was' if one else 'they were'} missing when you looked, name {'it' if one else 'them'} "
+            f"too; if not, {change.id}'s passport changed since: review it again"
+        )
+    overridden = tuple(c.name for c in verdict.failed) if override else ()
+    return Acceptance(verdict.state, missing, reason or None, override or None, overridden)

@@ -75,5 +75,5 @@ def cell_verdict(goldens: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
         if ORDER[found] > ORDER[verdict]:
             verdict = found
         if found != "PASS":
-            reasons.append(f"{entry.get('id')}: {found}: {why}")
+            reasons.append(f"{entry.get('id')}: {why}")  # `why` says what became of it
     return verdict, reasons

@@ -122,7 +122,7 @@ def test_an_operators_rewrite_is_measured_and_can_be_approved(library, tmp_path)
     refused = ingot("approve", "release-notes", "--change", change_id, "--skills", str(root), cwd=tmp_path)
     assert refused.returncode == 1 and "needs acknowledgement" in refused.stderr
     assert "replay" in refused.stderr and "cost" in refused.stderr and "--accept-missing" in refused.stderr
-    why = ("--accept-missing", "no blessed runs yet; prices unknown")
+    why = ("--accept-missing", "no blessed runs yet; prices unknown", "--accepting", "replay,cost")
     approved = ingot(
         "approve", "release-notes", "--change", change_id, *why, "--skills", str(root), cwd=tmp_path
     )
@@ -186,7 +186,7 @@ def test_a_tampered_champion_cache_entry_is_refused_at_approval(library, tmp_pat
     edited = json.loads(entry.read_text())
     edited["results"][0]["score"] = 0.0
     entry.write_text(json.dumps(edited))
-    why = ("--accept-missing", "no runs blessed yet")
+    why = ("--accept-missing", "no runs blessed yet", "--accepting", "replay,cost")
     refused = ingot(
         "approve", "release-notes", "--change", change_id, *why, "--skills", str(root), cwd=tmp_path
     )

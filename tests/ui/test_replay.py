@@ -96,7 +96,8 @@ def test_a_blocked_change_shows_its_replay_cell_and_needs_an_audited_override(ui
     page.goto(f"{ui_world.ui}/review")
     page.get_by_test_id("details").locator("summary").first.click()  # a blocked card folds its evidence
     cell = page.get_by_test_id("replay")
-    assert cell.get_by_test_id("replay-verdict").inner_text() == "BLOCK"
+    assert cell.get_by_test_id("replay-verdict").inner_text() == "fail"  # the passport's word
+    assert "regressed" in [f.inner_text() for f in cell.get_by_test_id("replay-finding").all()]
     state = page.locator("[data-testid=review-card][data-skill=fx-quote]").get_attribute("data-state")
     replay_cell_state = page.locator("[data-testid=passport-cell][data-cell=replay]").get_attribute(
         "data-state"
@@ -114,14 +115,14 @@ def test_a_blocked_change_shows_its_replay_cell_and_needs_an_audited_override(ui
         data={"change_id": change.id},
         headers={"Origin": ui_world.ui},
     )
-    assert forced.status_code == 422 and "blocked by the regression replay" in forced.text
+    assert forced.status_code == 422 and "is blocked (replay fail: a blessed run regressed" in forced.text
     page.get_by_test_id("approve").click()
     page.get_by_test_id("override-reason").fill("fees are printed on the invoice now")
     page.get_by_test_id("confirm-approve").click()
     page.wait_for_url("**/review?done=approved&skill=fx-quote")
     page.goto(f"{ui_world.ui}/history/fx-quote")
     assert (
-        "replay BLOCK overridden: fees are printed on the invoice now"
+        "overrode failed replay: fees are printed on the invoice now"
         in page.get_by_test_id("timeline").inner_text()
     )
 

@@ -147,6 +147,10 @@ def test_an_approved_new_skill_is_undone_from_the_command_line(tmp_path, library
     assert proposed.returncode == 0 and "create change of kiln-firing" in proposed.stdout, proposed.stderr
     change_id = control.queue.get("kiln-firing").id
     why = ("--accept-missing", "a first draft, measured once it has traffic")
+    unnamed = ingot("approve", "kiln-firing", "--change", change_id, *why, *args, cwd=tmp_path)
+    cells = error_line(unnamed, 1).split('--accepting "')[1].split('"')[0]
+    assert cells == "held-out A/B,routing impact,sandbox checks", cells
+    why += ("--accepting", cells)
     created = ingot("approve", "kiln-firing", "--change", change_id, *why, *args, cwd=tmp_path)
     assert created.returncode == 0, created.stderr
     live = control.live_revision("kiln-firing")
@@ -185,9 +189,26 @@ def test_a_body_change_with_no_model_is_approved_only_naming_the_missing_cells(t
     assert "needs acknowledgement" in line and "held-out A/B (no agent or judge model configured" in line
     assert '--accept-missing "REASON"' in line
     reason = "a typo fix; no model configured here"
-    done = ingot(
+    unnamed = ingot(
         "approve", "release-notes", "--change", change_id, "--accept-missing", reason, *args, cwd=tmp_path
     )
+    assert "--accept-missing needs the cells it accepts" in error_line(unnamed, 1)
+    cells = error_line(unnamed, 1).split('--accepting "')[1].split('"')[0]
+    bogus = ingot(
+        "approve", "release-notes", "--change", change_id, "--accept-missing", reason,
+        "--accepting", f"{cells},bogus", *args, cwd=tmp_path,
+    )  # fmt: skip
+    assert "unknown cell(s) 'bogus'" in error_line(bogus, 1)
+    partial = ingot(
+        "approve", "release-notes", "--change", change_id, "--accept-missing", reason,
+        "--accepting", cells.split(",")[0], *args, cwd=tmp_path,
+    )  # fmt: skip
+    assert "missing now and you did not accept" in error_line(partial, 3)
+    assert "Check every entry." not in (root / "release-notes" / "SKILL.md").read_text()
+    done = ingot(
+        "approve", "release-notes", "--change", change_id, "--accept-missing", reason,
+        "--accepting", cells, *args, cwd=tmp_path,
+    )  # fmt: skip
     assert done.returncode == 0 and done.stdout.startswith("promoted release-notes"), done.stderr
     assert "Check every entry." in (root / "release-notes" / "SKILL.md").read_text()
     home = establish((root,))

@@ -66,7 +66,7 @@ def test_traces_bless_goldens_approve_retire_and_replay(tmp_path, library_factor
 
         replayed = ingot("replay", "fx-quote", cwd=tmp_path, env=env)
         assert replayed.returncode == 0, replayed.stderr + replayed.stdout
-        assert "live revision alone" in replayed.stdout and "verdict: PASS" in replayed.stdout
+        assert "live revision alone" in replayed.stdout and "replay: pass" in replayed.stdout
         as_json = json.loads(ingot("replay", "fx-quote", "--json", cwd=tmp_path, env=env).stdout)
         assert as_json["verdict"] == "PASS" and as_json["noise_floor"]["status"] == "not_measured"
 
@@ -85,7 +85,7 @@ def test_a_model_change_that_breaks_a_golden_fails_ingot_replay(tmp_path, librar
             0, w.server.rules[0].__class__(model="agent-model-2", reply="250 EUR is about 271 USD.")
         )
         broken = ingot("replay", "fx-quote", cwd=tmp_path, env=env_for(w, AGENT_MODEL="agent-model-2"))
-        assert broken.returncode == 1 and "verdict: BLOCK" in broken.stdout  # the new model drops the quote
+        assert broken.returncode == 1 and "replay: fail" in broken.stdout  # the new model drops the quote
 
 
 def test_approve_takes_an_override_reason_for_a_blocked_change(tmp_path, library_factory):
@@ -109,7 +109,7 @@ def test_approve_takes_an_override_reason_for_a_blocked_change(tmp_path, library
         (listed,) = json.loads(ingot("pending", "--json", cwd=tmp_path, env=env).stdout)
         cells = {c["cell"]: c for c in listed["passport"]["cells"]}
         assert listed["passport"]["state"] == "blocked" and cells["replay"]["state"] == "fail"
-        assert cells["replay"]["overridable"] and "BLOCK" in cells["replay"]["why"]
+        assert cells["replay"]["overridable"] and "a blessed run regressed" in cells["replay"]["why"]
         refused = ingot("approve", "fx-quote", "--change", change.id, cwd=tmp_path, env=env)
         assert refused.returncode == 1 and "--override-reason" in refused.stderr
         done = ingot(
@@ -124,4 +124,4 @@ def test_approve_takes_an_override_reason_for_a_blocked_change(tmp_path, library
         )
         assert done.returncode == 0, done.stderr
         history = ingot("history", "fx-quote", cwd=tmp_path, env=env)
-        assert "replay BLOCK overridden: fees moved to the invoice" in history.stdout
+        assert "overrode failed replay: fees moved to the invoice" in history.stdout

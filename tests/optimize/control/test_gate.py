@@ -43,27 +43,28 @@ def test_a_clear_improvement_passes_with_its_margin_and_both_tests_as_fields():
     assert any(rule.startswith("significance") for rule in cell.rules)
 
 
-def test_too_few_samples_or_a_small_gain_are_missing_and_a_drop_by_the_margin_fails():
+def test_too_few_samples_are_missing_no_gain_is_an_overridable_fail_and_a_drop_a_hard_one():
     few = ab_cell(ab_evidence([0.5, 0.5], [0.9, 0.95]), Thresholds())
-    assert few.state == "missing" and "at least 3 needed" in few.why
+    assert few.state == "missing" and "at least 3 needed" in few.why  # not enough measured
     small = ab_cell(ab_evidence([0.5, 0.5, 0.5], [0.55, 0.6, 0.55]), Thresholds())
-    assert small.state == "missing" and "could not show an improvement" in small.why
-    assert "below the required 0.150" in small.why
+    assert (small.state, small.overridable) == ("fail", True)  # measured: the answer was no
+    assert "measured no gain of the required size" in small.why and "below 0.150" in small.why
     same = ab_cell(ab_evidence([0.6, 0.6, 0.6], [0.6, 0.6, 0.6]), Thresholds())  # a typo fix, say
-    assert same.state == "missing" and "nothing got worse" in same.why
+    assert (same.state, same.overridable) == ("fail", True) and "nothing got worse" in same.why
     worse = ab_cell(ab_evidence([0.45, 0.45, 0.45], [0.25, 0.3, 0.3]), Thresholds())
-    assert worse.state == "fail" and "the mean score drops -0.167" in worse.why
+    assert (worse.state, worse.overridable) == ("fail", False) and "the mean score drops -0.167" in worse.why
 
 
 def test_three_distinct_equal_gains_are_not_significant_whatever_the_t_test_says():
     cell = ab_cell(ab_evidence([0.5, 0.5, 0.5], [0.7, 0.7, 0.7]), Thresholds())
-    assert cell.state == "missing"  # measured, not enough to say it is better: a person decides
-    assert "undefined" in cell.why and "p = 0.125" in cell.why
+    assert (cell.state, cell.overridable) == ("fail", True)  # measured, not shown better: never "missing"
+    assert "undefined" in cell.why and "p = 0.125" in cell.why and "not shown better" in cell.why
 
 
-def test_a_paired_test_without_enough_evidence_leaves_the_cell_missing_saying_so():
+def test_a_paired_test_without_a_significant_gain_fails_saying_more_cases_could_show_it():
     cell = ab_cell(ab_evidence([0.1, 0.5, 0.5], [0.9, 0.5, 0.5]), Thresholds(alpha=0.05))
-    assert cell.state == "missing" and "not enough evidence" in cell.why and "paired t-test" in cell.why
+    assert cell.state == "fail" and "not significant" in cell.why and "paired t-test" in cell.why
+    assert "more distinct held-out cases could show it" in cell.why
 
 
 def test_pairwise_verdicts_that_contradict_the_rubric_gain_fail_and_unmeasured_ones_are_missing():
@@ -97,7 +98,8 @@ def test_description_changes_need_no_regression_one_strict_improvement_and_enoug
     regressed = judged(BASE, {**BASE, "top1": 0.9, "recall_at_3": 0.8})
     assert regressed.state == "fail" and "recall@3 regresses" in regressed.why
     flat = judged(BASE, BASE)
-    assert flat.state == "missing" and "strictly improves" in flat.why and "nothing regressed" in flat.why
+    assert (flat.state, flat.overridable) == ("fail", True)
+    assert "no metric strictly improves" in flat.why and "nothing regressed" in flat.why
     assert "shadow" in judged(BASE, {**BASE, "top1": 0.9}, collisions=["other"]).why
     leaked = {"excluded": 4, "seen": 3, "in_candidate": 1, "cases": []}
     few = judged(BASE, {**BASE, "top1": 0.9}, n=1, leakage=leaked)

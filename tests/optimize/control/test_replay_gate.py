@@ -78,7 +78,7 @@ def test_a_blocked_change_cannot_be_approved_without_an_audited_override(tmp_pat
         control = w.control
         change, _ = control.propose("fx-quote", "optimizer", candidate, {**ready_body(), "replay": replay})
         assert control.passport(change).state == "blocked" and control.passport(change).overridable
-        with pytest.raises(ApprovalRefused, match="blocked by the regression replay"):
+        with pytest.raises(ApprovalRefused, match=r"is blocked \(replay fail: a blessed run regressed"):
             control.approve("fx-quote", "ana", change.id)
         with pytest.raises(ApprovalRefused, match="--override-reason"):
             control.approve(
@@ -86,7 +86,7 @@ def test_a_blocked_change_cannot_be_approved_without_an_audited_override(tmp_pat
             )  # accepting missing cells is not an override
         refused = [e for e in AuditLog(control.runs_dir).entries() if e.get("action") == "approve-refused"]
         assert len(refused) == 2 and all(
-            "blocked by the regression replay" in e.get("reason") for e in refused
+            "is blocked (replay fail: a blessed run regressed" in e.get("reason") for e in refused
         )
         assert control.live_revision("fx-quote") == change.champion_revision
         outcome = control.approve(
@@ -96,8 +96,9 @@ def test_a_blocked_change_cannot_be_approved_without_an_audited_override(tmp_pat
         lines = [e for e in AuditLog(control.runs_dir).entries() if e.get("change_id") == change.id]
         promoted = [e for e in lines if e.get("action") in ("promote-intent", "promote")]
         assert len(promoted) == 2 and all(
-            e.get("reason").endswith("replay BLOCK overridden: fees are now shown on the invoice")
+            e.get("reason").endswith("overrode failed replay: fees are now shown on the invoice")
             and e.get("override_reason") == "fees are now shown on the invoice"
+            and e.get("overridden") == ["replay"]
             and e.get("passport") == "blocked"
             and e.get("actor") == "ana"
             for e in promoted
