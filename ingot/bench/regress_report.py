@@ -132,7 +132,7 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     complete = len(judging) == len(strongest) == len(rows)
     return {
         "headline": {
-            "detection (exercised regressions BLOCKed)": per_class["regressing"]["BLOCK"],
+            "exercised regressions BLOCKed": per_class["regressing"]["BLOCK"],
             "unexercised changes WARNed": per_class["unexercised"]["WARN"],
             "unexercised changes PASSed": per_class["unexercised"]["PASS"]["count"],
             "false blocks": {
