@@ -1,11 +1,11 @@
 """`ingot bench regress` against the scripted models: the labelled edit benchmark's mechanics.
 
 Starts the scripted OpenAI-compatible server from tests/ with the regression-replay stand-ins
-(tests/regress_sim.py: an agent that follows the skill in its prompt, three judge tiers that
-read the checklist) and prices them like a cheap serving model and a cheap / mid / strong judge,
-then runs ingot/bench/regress.py over every labelled edit. Deterministic: every number here is
-a function of the code, not of a model, and each edit's expected verdict and deciding tier is
-checked (`as_expected`). Prints JSON.
+(tests/regress_sim.py: an agent that follows the skill in its prompt, three judge tiers and a
+coverage judge that read only their prompts) and prices them like a cheap serving model and a
+cheap / mid / strong judge, then runs ingot/bench/regress.py over every labelled edit.
+Deterministic: every number here is a function of the code, not of a model. What it measures is
+the mechanics (scripted models: mechanics), not a model's detection. Prints JSON.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def run(work: Path | None = None) -> dict:
         llm = server.client("agent", "judge", ledger=ledger)
         report = run_bench(llm, JudgeTiers(TIERS["L1"], TIERS["L2"], TIERS["L3"]), work)
     return {
-        "models": "scripted (tests/regress_sim.py): the numbers test the mechanics, not a model",
+        "measures": "scripted models: mechanics (tests/regress_sim.py), not a model's detection",
         "prices_usd_per_million": {m: [p.input_per_million, p.output_per_million] for m, p in PRICES.items()},
         **report,
         "ledger": ledger.totals()["total"],

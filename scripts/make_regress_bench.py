@@ -1,11 +1,13 @@
-"""Record the goldens (and their cassettes) of the regression-replay benchmark.
+"""Record the goldens (and their cassettes) of the regression-replay benchmark, blind.
 
 For each skill in ingot/bench/regress_data/bench.yaml: its task is run once, for real, against
 the scripted models (tests/regress_sim.py): through the capture proxy from a stand-in harness (an
 OpenAI SDK tool loop whose tools answer what bench.yaml says), or by the reference agent over a
-real MCP server for `harness: ingot-agent`. The final trace is blessed with the criteria and
-world facts bench.yaml gives, approved as a person's, and the goldens store and the cassette of
-every model call are written into regress_data/. Run it again after changing a skill or a task:
+real MCP server for `harness: ingot-agent`. The final trace is blessed, and its criteria and
+world facts are drafted by the scripted teacher from the golden and the skill alone, left
+teacher-drafted: nobody writes a criterion, and the labelled edits (edits.yaml) are not read
+here (`load_skills`). The goldens store and the cassette of every model call are written into
+regress_data/. Run it again after changing a skill or a task:
 `.venv/bin/python scripts/make_regress_bench.py`.
 """
 
@@ -22,12 +24,13 @@ sys.path.insert(0, str(REPO))
 from agent.proxy import build_proxy  # noqa: E402
 from agent.run import ReferenceAgent  # noqa: E402
 from agent.workspace import revision_of  # noqa: E402
-from ingot.bench.regress import DATA, load  # noqa: E402
+from ingot.bench.regress import DATA, load_skills  # noqa: E402
 from mcp_server.embedding import load_embedder  # noqa: E402
 from mcp_server.library import Library  # noqa: E402
 from mcp_server.registry import parse_skill_md  # noqa: E402
 from optimize.control.changes import ChangeControl  # noqa: E402
 from optimize.control.goldens_admin import GoldenAdmin  # noqa: E402
+from optimize.measure.golden_criteria import draft_review  # noqa: E402
 from optimize.models.cassette import Cassette  # noqa: E402
 from optimize.models.traces import LocalTraceStore  # noqa: E402
 from tests.conftest import running_asgi, running_mcp, wait_for  # noqa: E402
@@ -38,7 +41,7 @@ ACTOR = "ingot-bench (scripts/make_regress_bench.py)"
 
 
 def main() -> None:
-    bench = load()
+    bench = load_skills()
     work = Path(tempfile.mkdtemp(prefix="ingot-make-regress-"))
     shutil.copytree(DATA / "skills", work / "skills")
     library = Library((work / "skills",), load_embedder(None, None, work / "vectors.sqlite"))
@@ -49,6 +52,7 @@ def main() -> None:
     admin = GoldenAdmin(control)
     with scripted_llm() as server:
         install(server)
+        teacher = server.client("teacher")
         proxy_cassette = Cassette(cassette_path, "record")
         for name, spec in bench.skills.items():
             files = bench.files(name)
@@ -69,9 +73,11 @@ def main() -> None:
                     calls = len(server.chat_requests()) - sent
                     wait_for(lambda n=before + calls: len(store.read().records) >= n)
                 record = store.read().records[-1]
-            stored, _ = admin.bless(record, ACTOR)
-            admin.approve(stored.id, ACTOR, spec["criteria"], spec["facts"])
-            print(f"{name}: {stored.id} ({len(stored.golden.steps)} tool calls)")
+            stored, _ = admin.bless(record, ACTOR, drafter=lambda golden: draft_review(teacher, golden)[0])
+            drafted = "; ".join(c.text for c in stored.review.criteria)
+            print(
+                f"{name}: {stored.id} ({len(stored.golden.steps)} tool calls); teacher's criteria: {drafted}"
+            )
     shutil.rmtree(DATA / "goldens", ignore_errors=True)
     shutil.copytree(work / "home" / "goldens", DATA / "goldens")
     (DATA / "cassettes").mkdir(exist_ok=True)

@@ -1,18 +1,18 @@
 """Scripted models for regression replay, served by tests/scripted_llm.py (real HTTP, no patches).
 
-Deterministic stand-ins with just enough behaviour to exercise the mechanics:
+Deterministic stand-ins that know only the text they are served (a test swaps every label of
+the benchmark and sees no verdict move). Here the agent, and the world tests build on it; the
+judges, the coverage judge and the teacher are in tests/regress_judges.py, installed with it.
 - `agent`: follows the skill in its system prompt (inside `<skill ...>` tags), or the one a
   `route_and_load` call returned when that tool is offered instead. Every step line
   (`1.` / `-` / `*`) becomes a line of the answer, markdown stripped (so a formatting-only edit
-  answers identically); a step naming an offered tool in backticks calls it first (arguments
-  `{"for": task}`, or `{"file_path": "/skill/<path>"}` for `read_file` with a backticked path)
-  (`{"command": ...}` for `execute` with a backticked command) and its answer line carries
-  the tool's result.
-- `judge(tier)`: reads the prompt's checklist. A criterion's quoted phrases ("...") and every
-  world fact's value (as the prompt states it now) must be in the replay's answer. L1 is also
-  nervous: it is "unsure" when the answer's line count moved by more than one. L2 cites the
-  golden answer's line that held a missing phrase; L3 agrees with the phrase check.
-- a rationale writer, and a teacher that drafts criteria from the quoted phrases it sees.
+  answers identically); prose between steps is not acted on. A step naming an offered tool in
+  backticks calls it first (arguments `{"for": task}`, `{"file_path": "/skill/<path>"}` for
+  `read_file` with a backticked path, `{"command": ...}` for `execute` with a backticked
+  command) and its answer line carries the tool's result. A step starting "If ..." is followed
+  only when every word of its condition is in the task or a tool result so far. A step asking
+  to "answer as" a format (JSON, a table, a bulleted or numbered list) is not said but obeyed:
+  the answer is rendered in it.
 `run_harness` is "another harness": an OpenAI SDK tool loop through the capture proxy.
 """
 
@@ -28,10 +28,19 @@ from typing import Any
 
 import openai
 
+from optimize.measure.passages import words
+from tests.regress_judges import coverage_judge, judge, rationale, teacher
+
 STEP = re.compile(r"^\s*(?:\d+[.)]|[-*+])\s+(.*\S)\s*$")
 TICKED = re.compile(r"`([^`]+)`")
-QUOTED = re.compile(r'"([^"]+)"')
 SKILL_TAG = re.compile(r"<skill[^>]*>(.*?)</skill>", re.S)
+CONDITION = re.compile(r"^(?:if|when)\s+(.+?)[,:]\s*(.+)$", re.I)
+FORMAT = re.compile(
+    r"\b(?:answer|reply|respond)\s+(?:as|in)\s+(?:an?\s+)?"
+    r"(JSON|table|bulleted list|bullet list|numbered list)\b",
+    re.I,
+)
+FILLER = words("a an the is are was were be it its of to in on at for and or any there this that")
 
 
 def _text(message: Mapping[str, Any]) -> str:
@@ -63,6 +72,26 @@ def _arguments(tool: str, step: str, task: str, offered: set[str]) -> dict[str, 
     return {"for": task}
 
 
+def _holds(condition: str, seen: str) -> bool:
+    """A step's condition holds when each of its words is in the task or a tool result so far."""
+    needed = [w for w in re.findall(r"[\w%.-]+", plain(condition).casefold()) if w not in FILLER]
+    return all(w in seen for w in needed)
+
+
+def render(lines: list[str], form: str | None) -> str:
+    """The answer's lines in the format a step asked for."""
+    if form == "json":
+        return json.dumps({"answer": lines}, ensure_ascii=False)
+    if form == "table":
+        rows = [f"| {line.replace('|', '/')} |" for line in lines]
+        return "\n".join(["| item |", "|---|", *rows])
+    if form == "bullets":
+        return "\n".join(f"- {line}" for line in lines)
+    if form == "numbered":
+        return "\n".join(f"{n}. {line}" for n, line in enumerate(lines, 1))
+    return "\n".join(lines)
+
+
 def agent(body: dict[str, Any]) -> str | dict[str, Any]:
     messages = body.get("messages", [])
     system = " ".join(_text(m) for m in messages if m.get("role") == "system")
@@ -77,8 +106,20 @@ def agent(body: dict[str, Any]) -> str | dict[str, Any]:
         call = {"id": "call_route", "name": "route_and_load", "arguments": {"task": task}}
         return {"reply": None, "tool_calls": [call]}
     routed = json.loads(results["route_and_load"]).get("skill_body") if "route_and_load" in results else None
-    lines = []
+    lines: list[str] = []
+    form = None
     for n, step in enumerate(skill_steps(system, routed)):
+        asked = FORMAT.search(step)
+        if asked:
+            form = {"json": "json", "table": "table", "numbered list": "numbered"}.get(
+                asked.group(1).casefold(), "bullets"
+            )
+            continue
+        condition = CONDITION.match(plain(step))
+        if condition:
+            seen = " ".join([task, *results.values()]).casefold()
+            if not _holds(condition.group(1), seen):
+                continue
         tools = [t for t in TICKED.findall(step) if t in offered]
         for tool in tools:
             if tool not in results:
@@ -92,95 +133,23 @@ def agent(body: dict[str, Any]) -> str | dict[str, Any]:
         if tools:
             said += ": " + " ".join(" ".join(results[t].split())[:300] for t in tools)
         lines.append(said)
-    return "\n".join(lines) or "Done."
-
-
-def _section(prompt: str, title: str) -> str:
-    found = re.search(rf"^{re.escape(title)}\n(.*?)(?:\n\n[A-Z][A-Z /()]+:|\Z)", prompt, re.S | re.M)
-    return found.group(1) if found else ""
-
-
-def _checklist(prompt: str) -> tuple[dict[str, list[str]], dict[str, str], str, str]:
-    criteria = {}
-    for line in _section(prompt, "SUCCESS CRITERIA:").splitlines():
-        found = re.match(r"- (c\d+): (.*)", line)
-        if found:
-            criteria[found.group(1)] = QUOTED.findall(found.group(2))
-    facts = {}
-    for line in _section(prompt, "WORLD FACTS (use these values):").splitlines():
-        found = re.match(r"- (f\d+): .*? = (.*?) \(from step", line)
-        if found:
-            facts[found.group(1)] = found.group(2)
-    golden = _section(prompt, "GOLDEN ANSWER:")
-    replay = prompt.split("REPLAY ANSWER:\n", 1)[-1]
-    return criteria, facts, golden, replay
-
-
-def _missing(prompt: str) -> tuple[list[str], str, str]:
-    criteria, facts, golden, replay = _checklist(prompt)
-    low = replay.casefold()
-    failed = [c for c, phrases in criteria.items() if any(p.casefold() not in low for p in phrases)]
-    failed += [f for f, value in facts.items() if value.casefold() not in low]
-    return failed, golden, replay
-
-
-def judge(tier: str) -> Callable[[dict[str, Any]], str]:
-    def decide(body: dict[str, Any]) -> str:
-        prompt = _text(body["messages"][-1])
-        failed, golden, replay = _missing(prompt)
-        if tier == "L1":
-            if failed:
-                return json.dumps(
-                    {"verdict": "fail", "failed": failed, "rationale": "a criterion is missing"}
-                )
-            jumpy = abs(len(golden.strip().splitlines()) - len(replay.strip().splitlines())) > 1
-            verdict = "unsure" if jumpy else "pass"
-            return json.dumps({"verdict": verdict, "failed": [], "rationale": f"screened: {verdict}"})
-        if not failed:
-            return json.dumps(
-                {"verdict": "pass", "failed": [], "cited_step": None, "rationale": "all criteria hold"}
-            )
-        criteria, facts, _, _ = _checklist(prompt)
-        phrase = next((p for p in criteria.get(failed[0], []) if p.casefold() not in replay.casefold()), None)
-        phrase = phrase or facts.get(failed[0], "")
-        line = next((x for x in golden.splitlines() if phrase.casefold() in x.casefold()), phrase)
-        reply: dict[str, Any] = {"verdict": "regressed", "failed": failed, "rationale": f"lost {phrase!r}"}
-        if tier == "L2":
-            reply["cited_step"] = {"run": "golden", "step": "answer", "quote": line.strip()[:120]}
-        return json.dumps(reply)
-
-    return decide
-
-
-def rationale(body: dict[str, Any]) -> str:
-    prompt = _text(body["messages"][-1])
-    verdict = re.search(r"VERDICT: (\w+)", prompt)
-    return f"Scripted rationale: the replay verdict is {verdict.group(1) if verdict else '?'}."
-
-
-def teacher(body: dict[str, Any]) -> str:
-    """Drafts one criterion per answer line that holds a quoted phrase, and every tool result's
-    first number as a world fact."""
-    prompt = _text(body["messages"][-1])
-    answer = prompt.split("ANSWER:\n", 2)[-1]
-    criteria = [f'keeps "{line.split(":")[0].strip()}"' for line in answer.splitlines() if line.strip()][:6]
-    facts = []
-    for found in re.finditer(r"Step (\d+): .*?\nResult: (.*)", prompt):
-        number = re.search(r"\d+\.\d+", found.group(2))
-        if number:
-            facts.append(
-                {"step": int(found.group(1)), "label": "a number from the tool", "value": number.group(0)}
-            )
-    return json.dumps({"criteria": criteria or ["answers the task"], "world_facts": facts})
+    return render(lines, form) if lines else "Done."
 
 
 TIERS = {"L1": "judge-l1", "L2": "judge-l2", "L3": "judge-l3"}
 
 
 def install(server: Any, agent_model: str = "agent-model") -> None:
-    """The scripted models on `server`: agent, the three judge tiers, rationale and teacher."""
+    """The scripted models on `server`: agent, the three judge tiers, the coverage ruling,
+    rationale and teacher."""
     server.add(
         user_contains="Write the rationale", compute=rationale, prompt_tokens=None, completion_tokens=None
+    )
+    server.add(
+        user_contains="ALTERED INSTRUCTIONS:",
+        compute=coverage_judge,
+        prompt_tokens=None,
+        completion_tokens=None,
     )
     for tier, model in TIERS.items():
         server.add(model=model, compute=judge(tier), prompt_tokens=None, completion_tokens=None)

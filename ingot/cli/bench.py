@@ -121,8 +121,9 @@ def bench_agent() -> None:
     help="Folder for the run: goldens, caches, cassettes and report.json (default: a temp folder).",
 )
 def bench_regress(endpoint: str | None, out: Path | None) -> None:
-    """The labelled edit benchmark for regression replay: detection, false blocks per class, drift
-    recognised, cost per verdict, the all-strongest counterfactual, tiers per class."""
+    """The labelled edit benchmark for regression replay, built blind: per class the share of edits
+    BLOCKed, WARNed and PASSed with 95% intervals, drift recognised, cost per verdict. On the
+    scripted models (default) it measures the mechanics; --endpoint measures a real model."""
     setup_logging("WARNING")
     if endpoint is None:
         repo = Path(__file__).resolve().parents[2]

@@ -39,6 +39,11 @@ MEASURE = {
     "safety": "`ingot evaluate SKILL --change ID`",
     "cost": "a price for the serving model in PRICES_FILE, then `ingot evaluate SKILL --change ID`",
 }
+# What closes a replay cell that is missing because a changed instruction is in no blessed run.
+UNEXERCISED = (
+    "bless a run that uses it (`ingot bless TRACE_ID`, then `ingot evaluate SKILL --change ID`), "
+    'or accept it with a reason (`ingot approve SKILL --change ID --accept-missing "REASON"`)'
+)
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,15 @@ def _replay(evidence: Mapping[str, Any], kind: str) -> Cell:
         return _not_measured(name, kind, _block(evidence, "replay"), "no replay in the evidence")
     if requirement.verdict == "PASS":
         return Cell(name, PASS, reasons or "every blessed run still passes")
+    if requirement.verdict == "WARN" and requirement.unexercised:  # evidence no blessed run holds
+        others = [r for r in requirement.reasons if not r.startswith("not exercised by any blessed run")]
+        return Cell(
+            name,
+            MISSING,
+            f"not exercised by any blessed run: {'; '.join(requirement.unexercised)}"
+            + (f"; also: {'; '.join(others)}" if others else ""),
+            UNEXERCISED,
+        )
     if requirement.verdict == "WARN":  # the replays could not decide: a person names why it is enough
         return Cell(
             name,

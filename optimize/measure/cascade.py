@@ -3,12 +3,17 @@
 L0, no model: the final answer compared with the golden's after normalising (identical, or
 identical to what the unchanged champion answers now: pass), the tool-call sequence, and the
 side effects (calls of side-effecting tools, e.g. write_file, added or missing: that is L0
-evidence of a regression). L1, a cheap model, screens the answer against the golden's criteria
-and world facts. L2, a mid model, re-checks what L1 contested and must cite the divergent step
-(a citation that does not quote the run is not one). L3, the strongest, adjudicates what is
-left. A regression is established only by L0 evidence or by L2 and L3 agreeing; anything else
-that is not a pass is "contested" (a WARN upstream). A tier without a model is skipped, and the
-decision says so. Every model decision records tier, model, tokens and cost.
+evidence of a regression); then the golden answer's commitments (commitments.py: passages,
+numbers, units, times, decisions, negations, facts, format) looked for in the replay. A lost
+commitment is not evidence on its own: it skips L1 (a cheap screen may not pass it) and goes to
+L2 and L3 with the passage it came from. L1, a cheap model, screens the answer against the
+golden's commitments, criteria and world facts. L2, a mid model, re-checks what L1 or L0
+contested and must cite the divergent step (a citation that does not quote the run is not one).
+L3, the strongest, adjudicates what is left. Every prompt separates commitments (must survive,
+named or not) from wording (free). A regression is established only by L0 side-effect evidence
+or by L2 and L3 agreeing; anything else that is not a pass is "contested" (a WARN upstream). A
+tier without a model is skipped, and the decision says so. Every model decision records tier,
+model, tokens and cost.
 """
 
 from __future__ import annotations
@@ -21,7 +26,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ingot.errors import IngotError
-from optimize.measure.level0 import SIDE_EFFECT_TOOLS, Decision, Expected, Judgement, args_text, level0
+from optimize.measure.commitments import Comparison
+from optimize.measure.level0 import (
+    SIDE_EFFECT_TOOLS,
+    Decision,
+    Expected,
+    Judgement,
+    args_text,
+    level0,
+    lost_commitments,
+)
 from optimize.measure.replay import ReplayRun
 from optimize.models.ledger import BudgetExceeded
 from optimize.models.llm import Completion, LLMClient
@@ -97,17 +111,22 @@ def citation_holds(cited: Mapping[str, Any] | None, expected: Expected, replay: 
     return norm(cited["quote"]) in norm(text)
 
 
-def prompt_values(expected: Expected, replay: ReplayRun) -> dict[str, str]:
+def prompt_values(
+    expected: Expected, replay: ReplayRun, comparison: Comparison | None = None
+) -> dict[str, str]:
     """What every tier reads about one replay."""
+    comparison = comparison or lost_commitments(expected, replay)
     return {
         "task": expected.golden.task,
         "criteria": expected.criteria_text(),
         "facts": expected.facts_text(),
+        "commitments": comparison.text(),
         "golden_answer": expected.answer,
         "replay_answer": replay.answer or "",
         "golden_steps": _steps_text(expected.golden.steps),
         "replay_steps": _steps_text(replay.steps),
         "partial": "yes: some tools were unavailable during the replay" if replay.partial else "no",
+        "l0": "",
         "l1": "",
         "l2": "",
     }
@@ -123,12 +142,21 @@ class Cascade:
         decided = level0(expected, replay, self.side_effects, controls)
         if decided is not None:
             return decided
-        values = prompt_values(expected, replay)
+        comparison = lost_commitments(expected, replay)
+        values = prompt_values(expected, replay, comparison)
         decisions: list[Decision] = []
-        l1 = self._ask("L1", self.tiers.l1, "judge_replay_screen", values, _Screen, decisions)
-        if l1 is not None and l1.verdict == "pass":
-            return Judgement("pass", "L1", tuple(decisions), note=l1.rationale)
-        values["l1"] = _finding(decisions[-1]) if l1 is not None else "(no L1 tier)"
+        l1 = None
+        if comparison.lost:
+            decisions.append(_lost(comparison))
+            values["l0"] = _finding(decisions[-1])
+            values["l1"] = (
+                "(skipped: commitments of the golden are missing, so a cheap screen may not pass it)"
+            )
+        else:
+            l1 = self._ask("L1", self.tiers.l1, "judge_replay_screen", values, _Screen, decisions)
+            if l1 is not None and l1.verdict == "pass":
+                return Judgement("pass", "L1", tuple(decisions), note=l1.rationale)
+            values["l1"] = _finding(decisions[-1]) if l1 is not None else "(no L1 tier)"
         l2 = self._ask("L2", self.tiers.l2, "judge_replay_recheck", values, _Recheck, decisions)
         cited = None
         if l2 is not None:
@@ -161,7 +189,7 @@ class Cascade:
                 "regressed", "L3", tuple(decisions), "L2+L3", signature or failed, cited, l3.rationale
             )
         tier = "L3" if l3 is not None else "L2" if l2 is not None else "L1" if l1 is not None else "L0"
-        why = _why_not_block(l1, l2, l3, l2_cited)
+        why = _why_not_block(l1, l2, l3, l2_cited, comparison.lost)
         return Judgement("contested", tier, tuple(decisions), signature=failed, cited=cited, note=why)
 
     def _ask(
@@ -215,15 +243,29 @@ def _usage(calls: Sequence[Completion]) -> tuple[int, int, float | None, bool]:
     )
 
 
+def _lost(comparison: Comparison) -> Decision:
+    """L0's finding that the golden's commitments are missing: it blocks nothing by itself."""
+    labels = comparison.labels()
+    return Decision(
+        "L0",
+        None,
+        "fail",
+        tuple(c.id for c in comparison.missing),
+        None,
+        "commitments of the golden missing from the replay: " + "; ".join(labels),
+    )
+
+
 def _finding(decision: Decision) -> str:
     cited = f"; cites {json.dumps(decision.cited)}" if decision.cited else ""
     said = f"{decision.tier} ({decision.model}) said {decision.verdict}"
     return f"{said}; failed {list(decision.failed)}{cited}: {decision.rationale}"
 
 
-def _why_not_block(l1: Any, l2: Any, l3: Any, l2_cited: bool) -> str:
+def _why_not_block(l1: Any, l2: Any, l3: Any, l2_cited: bool, lost: bool) -> str:
     if l1 is None and l2 is None and l3 is None:
-        return "the answer differs and no judge tier is configured: a person must look"
+        what = "commitments of the golden are missing" if lost else "the answer differs"
+        return f"{what} and no judge tier is configured to decide: a person must look"
     if l3 is None and l2_cited:
         return (
             "L2 found a regression and cited it, but no L3 tier is configured to agree (a BLOCK needs both)"

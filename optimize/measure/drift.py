@@ -156,7 +156,8 @@ class World:
 
 
 def locate(old_result: str, old_value: str, new_result: str) -> str | None:
-    """Where `old_value` sat in `old_result`, what sits there in `new_result` (None: cannot tell)."""
+    """Where `old_value` sat in `old_result` (after the nearest text before it that is still
+    there), what sits there in `new_result` (None: cannot tell)."""
     try:
         old_json, new_json = json.loads(old_result), json.loads(new_result)
     except ValueError:
@@ -171,10 +172,11 @@ def locate(old_result: str, old_value: str, new_result: str) -> str | None:
         return None
     line_start = old_result.rfind("\n", 0, at) + 1
     prefix = old_result[max(line_start, at - 32) : at]
-    start = new_result.find(prefix) if prefix else 0
-    if start < 0:
+    # The nearest text before the value that is still there (a neighbour may have moved too).
+    anchor = next((prefix[-k:] for k in range(len(prefix), 2, -1) if prefix[-k:] in new_result), "")
+    if prefix and not anchor:
         return None
-    start += len(prefix)
+    start = new_result.find(anchor) + len(anchor) if anchor else 0
     if NUMBER.fullmatch(old_value):
         found = NUMBER.match(new_result, start)
         return found.group(0) if found else None

@@ -1,12 +1,14 @@
 """A golden's success criteria and world facts: drafted by the teacher, or approved by a person.
 
-`draft_review` asks the teacher for a checklist and the world facts the answer relied on, with
-the passages of the answer that state each (its quotes), and drops every fact that does not hold
-in the recorded run and every quote that is not such a passage (with a note saying why); the
-result is marked teacher-drafted. `approved` is a person's review, refused (`GoldenError`) if a
-fact does not hold or a quote is not a passage of the answer stating its value. Storing a
-review is golden_store.py's job; who may approve, and auditing it, is change control's
-(optimize/control/goldens_admin.py).
+`draft_review` asks the teacher, from the golden and the skill as it was served to the run, for a
+checklist and the world facts the answer relied on, with the passages of the answer that state
+each (its quotes), and drops every fact that does not hold in the recorded run and every quote
+that is not such a passage (with a note saying why). A format the golden's answer has (JSON, a
+table, bullets, numbered steps) is made a criterion without a model when the teacher named
+none, so it is never left to a judge's tolerance. The result is marked teacher-drafted.
+`approved` is a person's review, refused (`GoldenError`) if a fact does not hold or a quote is
+not a passage of the answer stating its value. Storing a review is golden_store.py's job;
+who may approve, and auditing it, is change control's (optimize/control/goldens_admin.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from optimize.measure.commitments import FORMATS
 from optimize.measure.goldens import (
     Criterion,
     Golden,
@@ -27,11 +30,14 @@ from optimize.measure.goldens import (
     WorldFact,
     check_facts,
     quote_problem,
+    text_of,
 )
+from optimize.measure.passages import shape
 from optimize.models.llm import Completion, LLMClient
 from optimize.models.prompting import render
 
 MAX_SHOWN = 1500  # characters of a tool result the teacher sees per step
+MAX_SKILL = 6000  # characters of the served skill (the run's system prompt) the teacher sees
 
 
 class _FactReply(BaseModel):
@@ -58,13 +64,20 @@ def draft_review(llm: LLMClient, golden: Golden) -> tuple[Review, list[Completio
     """The teacher's checklist and world facts for `golden`; facts that do not hold in the
     recorded run, and quotes that are not passages of the answer stating the fact's value, are
     dropped, with a note saying why. Marked teacher-drafted until a person approves them."""
-    prompt = render("golden_draft", task=golden.task, steps=_steps_text(golden), answer=golden.answer)
+    served = "\n".join(text_of(m) for m in golden.messages if m.get("role") == "system")
+    prompt = render(
+        "golden_draft",
+        task=golden.task,
+        skill=served[:MAX_SKILL] or "(no system prompt: the skill reached the run through a tool call)",
+        steps=_steps_text(golden),
+        answer=golden.answer,
+    )
     reply, calls = llm.complete_json(
         "teacher", [{"role": "user", "content": prompt}], _DraftReply, temperature=0
     )
-    criteria = tuple(
-        Criterion(f"c{i}", text.strip()) for i, text in enumerate(reply.criteria, 1) if text.strip()
-    )
+    texts = [text.strip() for text in reply.criteria if text.strip()]
+    form, notes = format_criterion(golden.answer, texts)
+    criteria = tuple(Criterion(f"c{i}", text) for i, text in enumerate(texts + form, 1))
     steps = {s.index: s for s in golden.steps}
     candidates = [
         WorldFact(
@@ -79,13 +92,26 @@ def draft_review(llm: LLMClient, golden: Golden) -> tuple[Review, list[Completio
     ]
     problems = dict.fromkeys(check_facts(golden, [replace(f, quotes=()) for f in candidates]))
     bad = {p.split(":", 1)[0] for p in problems}
-    facts, notes = [], [f"dropped {p}" for p in problems]
+    facts = []
+    notes += [f"dropped {p}" for p in problems]
     for fact in (f for f in candidates if f.id not in bad):
         kept, dropped = _checked_quotes(golden, fact)
         facts.append(kept)
         notes.extend(dropped)
     review = Review(criteria, tuple(facts), "teacher-drafted", drafted_by=calls[-1].model, notes=tuple(notes))
     return review, calls
+
+
+def format_criterion(answer: str, criteria: list[str]) -> tuple[list[str], list[str]]:
+    """([the criterion], [a note]) naming the answer's format when it has one and no criterion
+    names a format already; ([], []) otherwise. Model-free."""
+    form = shape(answer)
+    named = any(word in FORMATS for c in criteria for word in c.casefold().replace(",", " ").split())
+    if form is None or named:
+        return [], []
+    return [f"answers as {form} (the golden's format)"], [
+        f"added without a model: the golden answers as {form}"
+    ]
 
 
 def _checked_quotes(golden: Golden, fact: WorldFact) -> tuple[WorldFact, list[str]]:

@@ -4,7 +4,9 @@ A replay is first compared with its golden without any model: the final answer a
 case, Unicode forms and whitespace (identical, or identical to what the unchanged champion answers
 now: pass), the tool-call sequence, and the side effects (calls of side-effecting tools added or
 missing: L0 evidence of a regression). `level0` returns None when a model must look
-(cascade.py). `Decision` and `Judgement` are what every tier records, serialisable to evidence.
+(cascade.py); `lost_commitments` then says which of the golden answer's commitments the replay
+lost (commitments.py), a finding for the judges, never evidence by itself. `Decision` and
+`Judgement` are what every tier records, serialisable to evidence.
 `Expected` is the golden as the world is now: a moved fact's value is replaced only inside the
 passages of the answer that quote it, never by a search-and-replace over the whole text.
 """
@@ -18,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from optimize.measure.commitments import Comparison, answer_facts, compare
 from optimize.measure.goldens import Golden, Review, call_key, quote_spans, value_spans
 from optimize.measure.replay import ReplayRun
 
@@ -182,6 +185,16 @@ def sequence_diff(golden: Golden, replay: ReplayRun) -> dict[str, Any]:
         "missing": [f"step {s.index}: {s.name}({args_text(s.arguments)})" for s in missing],
         "extra": [f"step {s.index}: {s.name}({args_text(s.arguments)})" for s in extra],
     }
+
+
+def lost_commitments(expected: Expected, replay: ReplayRun) -> Comparison:
+    """The golden answer's commitments (commitments.py) and which the replay lost; a moved world
+    fact counts at its recorded value or its value now."""
+    moved = {f.value: expected.now[f.id] for f in expected.review.facts if expected.now.get(f.id)}
+    facts = answer_facts(
+        expected.golden.steps, [f.value for f in expected.review.facts] + list(moved.values())
+    )
+    return compare(expected.answer, replay.answer or "", facts, moved)
 
 
 def args_text(arguments: Any) -> str:

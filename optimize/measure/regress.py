@@ -6,7 +6,9 @@ the same way (REPLAY_CONTROLS per golden, cached by champion revision, golden, c
 serving model, tiers and world, like the A/B champion); drift cards for world facts that read
 differently now (drift.py); the cascade's judgement of every replay (cascade.py); and the
 golden's verdict (replay_verdict.py), where a difference the controls also show is never
-blamed on the candidate. The cell holds the PASS / WARN / BLOCK verdict with a paragraph of
+blamed on the candidate. Then the change's coverage (coverage.py): each instruction it alters
+is exercised by a blessed run or named as not exercised (a WARN, never a silent PASS). The
+cell holds the PASS / WARN / BLOCK verdict with a paragraph of
 rationale by the strongest tier used, the noise floor, per-tier tokens and cost (which add up
 to the ledger's), the all-strongest counterfactual, and every input needed to recompute it.
 This module runs the replays and judges them; replay_cache.py keeps the controls and
@@ -24,6 +26,7 @@ from typing import Any
 
 from agent.workspace import revision_of
 from optimize.measure.cascade import Cascade, JudgeTiers
+from optimize.measure.coverage import coverage
 from optimize.measure.drift import ResearchCheck, World, WorldSource, drift_cards
 from optimize.measure.golden_store import GoldenStore
 from optimize.measure.goldens import GoldenError
@@ -39,7 +42,7 @@ from optimize.measure.replay_report import (
     noise_floor,
     not_measured,
 )
-from optimize.measure.replay_verdict import cell_verdict
+from optimize.measure.replay_verdict import replay_cell_verdict
 from optimize.measure.sandbox import Sandbox
 from optimize.models.ledger import BudgetExceeded
 from optimize.models.llm import LLMClient
@@ -215,8 +218,11 @@ def _measure(
     for work, judgement in zip(works, candidates, strict=True):
         work.judgement = judgement
     entries = [golden_entry(w) for w in works]
-    verdict, reasons = cell_verdict(entries)
-    rationale, by = _rationale(llm, skill, verdict, entries, works)
+    covered = _coverage(skill, champion_files, candidate_files, works, llm, tiers, settings)
+    verdict, reasons, _ = replay_cell_verdict(
+        {"goldens": entries, "coverage": covered, "champion_revision": champion}
+    )
+    rationale, by = _rationale(llm, skill, verdict, entries, works, covered)
     return {
         "status": "measured",
         "verdict": verdict,
@@ -232,7 +238,8 @@ def _measure(
         "samples": len(entries),
         "noise_floor": noise_floor(works, champion, settings.controls),
         "drift": [card.to_json() for w in works for card in w.drift],
-        "cost": costs(works, by),
+        "coverage": covered,
+        "cost": costs(works, by, covered.get("decision")),
         "counterfactual": counterfactual(llm, tiers, works, by),
         "warnings": _warnings(tiers, teacher_model)
         + [
@@ -256,8 +263,32 @@ def _measure(
     }
 
 
+def _coverage(
+    skill: str,
+    champion_files: Mapping[str, bytes] | None,
+    candidate_files: Mapping[str, bytes],
+    works: list[GoldenWork],
+    llm: LLMClient,
+    tiers: JudgeTiers,
+    settings: ReplaySettings,
+) -> dict[str, Any]:
+    """The change's coverage; not applicable when the live revision is replayed alone."""
+    if champion_files is None:
+        return {"status": "not_applicable", "why": "no change: the live revision is replayed alone"}
+    strongest = next(((t, m) for t, m in reversed(tiers.models().items()) if m), None)
+    runs = [(w.stored.golden, w.candidate) for w in works]
+    return coverage(
+        skill, champion_files, candidate_files, runs, llm, strongest, settings.limits.sandbox_tools
+    )
+
+
 def _rationale(
-    llm: LLMClient, skill: str, verdict: str, entries: list[dict], works: list[GoldenWork]
+    llm: LLMClient,
+    skill: str,
+    verdict: str,
+    entries: list[dict],
+    works: list[GoldenWork],
+    covered: Mapping[str, Any],
 ) -> tuple[str, dict[str, Any]]:
     """One paragraph by the strongest tier used; with no model used, written from the L0 findings."""
     used = [
@@ -272,10 +303,15 @@ def _rationale(
         + "".join(f"; world fact {d['label']} {d['old']} -> {d['new']} ({d['ruling']})" for d in e["drift"])
         for e in entries
     )
+    unexercised = [i["label"] for i in covered.get("instructions") or () if i["status"] == "not exercised"]
+    if unexercised:
+        findings += "\n- not exercised by any blessed run: " + "; ".join(unexercised)
     if not used:
         text = f"{verdict}: {len(entries)} golden(s) replayed; decided without a model (L0). " + " ".join(
             f"{e['id']}: {e['why']}." for e in entries
         )
+        if unexercised:
+            text += " Not exercised by any blessed run: " + "; ".join(unexercised) + "."
         return text, {"tier": "L0", "model": None}
     tier, model = max(used, key=lambda u: TIER_RANK.get(u[0], 0))
     prompt = render("replay_rationale", skill=skill, verdict=verdict, findings=findings)

@@ -2,7 +2,8 @@
 
 Keyed by the SHA-256 of everything that conditions a control (champion revision, golden and
 review digests, serving model, judge tiers, controls per golden, the world's answers to the
-golden's calls, the side-effecting tools), so a hit is only ever a control that would be
+golden's calls, the side-effecting tools, the judge prompts and CACHE_VERSION, bumped when
+the cascade's own rules change), so a hit is only ever a control that would be
 measured the same way again. An unreadable or malformed entry is a miss, never a crash.
 """
 
@@ -20,8 +21,9 @@ from optimize.measure.drift import World
 from optimize.measure.goldens import Stored
 from optimize.measure.level0 import Judgement
 from optimize.measure.replay import ReplayRun
+from optimize.models.prompting import templates_digest
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: L0 finds lost commitments (commitments.py)
 
 
 def cache_key(
@@ -46,6 +48,7 @@ def cache_key(
         "controls": controls,
         "world": world.digest(calls),
         "side_effects": sorted(side_effects),
+        "prompts": templates_digest("judge_replay_screen", "judge_replay_recheck", "judge_replay_adjudicate"),
     }
     return hashlib.sha256(rfc8785.dumps(key)).hexdigest()
 

@@ -133,9 +133,12 @@ def _add(bucket: dict[str, Any], tokens_in: int, tokens_out: int, cost: float | 
         bucket["usd"] += cost
 
 
-def costs(works: list[GoldenWork], rationale: Mapping[str, Any]) -> dict[str, Any]:
+def costs(
+    works: list[GoldenWork], rationale: Mapping[str, Any], coverage: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Tokens and cost of what this measurement sent (cached controls and cassette replays sent
-    nothing). A bucket with a call of unknown cost has `usd` None, never a partial sum."""
+    nothing), the coverage ruling included. A bucket with a call of unknown cost has `usd` None,
+    never a partial sum."""
     by_tier: dict[str, dict[str, Any]] = {}
     serving, controls = _bucket(), _bucket()
     fresh = [(w.candidate, w.judgement, serving) for w in works]
@@ -155,6 +158,9 @@ def costs(works: list[GoldenWork], rationale: Mapping[str, Any]) -> dict[str, An
     if rationale.get("model") and not rationale.get("from_cassette"):
         bucket = by_tier.setdefault("rationale", _bucket())
         _add(bucket, rationale["tokens_in"], rationale["tokens_out"], rationale.get("cost_usd"))
+    if coverage and coverage.get("model") and "tokens_in" in coverage and not coverage.get("from_cassette"):
+        bucket = by_tier.setdefault("coverage", _bucket())
+        _add(bucket, coverage["tokens_in"], coverage["tokens_out"], coverage.get("cost_usd"))
     buckets = [serving, controls, *by_tier.values()]
     known = round(sum(b["usd"] for b in buckets), 8)
     unknown = any(b["unknown_cost_calls"] for b in buckets)

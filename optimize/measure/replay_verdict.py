@@ -4,9 +4,13 @@ One golden's verdict: BLOCK for a regression established by L0 evidence or by L2
 agreeing, on a complete replay, in something the controls (the unchanged champion replayed the
 same way) do not also show; WARN for a contested or partial finding, a replay that did not
 finish, a world fact that moved without corroboration, or a golden the unchanged champion
-itself fails every time (stale); PASS otherwise. The cell's verdict is the worst of its
-goldens'. The cell records every input here, and gate.py recomputes the verdict from them with
-these same functions, so a verdict can always be re-derived from the bundle alone.
+itself fails every time (stale); PASS otherwise. The change's coverage: an instruction it
+alters that no blessed run exercised (shown by no replay, and not ruled wording only or
+exercised by a model), or that nothing could decide, is a WARN "not exercised by any blessed
+run"; coverage missing from a cell that replayed a change is a WARN too, never a PASS. The
+cell's verdict is the worst of its goldens' and its coverage's. The cell records every input
+here, and replay_rule.py recomputes the verdict from them with these same functions, so a
+verdict can always be re-derived from the bundle alone.
 """
 
 from __future__ import annotations
@@ -77,3 +81,60 @@ def cell_verdict(goldens: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
         if found != "PASS":
             reasons.append(f"{entry.get('id')}: {why}")  # `why` says what became of it
     return verdict, reasons
+
+
+def instruction_status(entry: Mapping[str, Any]) -> tuple[str, str]:
+    """(exercised | wording | not exercised, why) for one altered instruction of a coverage
+    block: model-free evidence first (a replay showed it), then the model's ruling."""
+    served, shown = list(entry.get("served_to") or ()), list(entry.get("shown_by") or ())
+    if shown:
+        return "exercised", f"shown by the replay of {', '.join(shown)} (model-free)"
+    if not served:
+        return "not exercised", "no blessed run was served it (model-free: its file never reached a run)"
+    ruling = entry.get("model")
+    if not isinstance(ruling, Mapping):
+        return "not exercised", "no replay showed it and no model could rule whether it is wording only"
+    by = f"{ruling.get('tier')} ({ruling.get('model')})"
+    if ruling.get("behaviour") == "unchanged":
+        return "wording", f"wording only, ruled by {by}: {ruling.get('rationale') or ''}".rstrip(": ")
+    exercised = [g for g in ruling.get("exercised_by") or () if g in served]
+    if exercised:
+        return "exercised", f"{by} rules that {', '.join(exercised)} call for it, though no replay showed it"
+    return "not exercised", f"it changes behaviour ({by}) in no situation a blessed run has"
+
+
+def coverage_verdict(coverage: Any, replayed_a_change: bool = True) -> tuple[str, list[str], list[str]]:
+    """(PASS | WARN | BLOCK, reasons, labels of the instructions not exercised) for a cell's
+    coverage block. Missing where a change was replayed: WARN; malformed: BLOCK."""
+    if coverage is None:
+        if not replayed_a_change:
+            return "PASS", [], []
+        return (
+            "WARN",
+            ["the change's coverage was not recorded (measured before coverage existed): re-evaluate"],
+            [],
+        )
+    if not isinstance(coverage, Mapping):
+        raise ValueError(f"coverage {coverage!r}")
+    if coverage.get("status") == "not_applicable":
+        return "PASS", [], []
+    if coverage.get("status") != "measured" or not isinstance(coverage.get("instructions"), list):
+        raise ValueError("coverage without its instructions")
+    missing = []
+    for entry in coverage["instructions"]:
+        status, _ = instruction_status(entry)
+        if status == "not exercised":
+            missing.append(str(entry.get("label") or entry.get("id")))
+    if not missing:
+        return "PASS", [], []
+    return "WARN", [f"not exercised by any blessed run: {'; '.join(missing)}"], missing
+
+
+def replay_cell_verdict(block: Mapping[str, Any]) -> tuple[str, list[str], list[str]]:
+    """The verdict of a measured replay cell from its goldens and its coverage: (verdict,
+    reasons, instructions not exercised). Raises (KeyError, ValueError, ...) when malformed."""
+    verdict, reasons = cell_verdict(block["goldens"])
+    found, why, missing = coverage_verdict(block.get("coverage"), block.get("champion_revision") is not None)
+    if ORDER[found] > ORDER[verdict]:
+        verdict = found
+    return verdict, why + reasons, missing

@@ -313,6 +313,7 @@ def test_ingot_evaluate_replays_the_skills_blessed_runs_with_the_candidate(
     from agent.run import skill_system_prompt
     from optimize.control.goldens_admin import GoldenAdmin
     from optimize.models.traces import TraceRecord
+    from tests.regress_judges import exercised_by
     from tests.scripted_llm import Rule
 
     root, tasks = library
@@ -343,6 +344,11 @@ def test_ingot_evaluate_replays_the_skills_blessed_runs_with_the_candidate(
         server.rules[:0] = [
             Rule(model="judge-model", user_contains="You adjudicate", reply=verdict),
             Rule(model="judge-model", user_contains="Write the rationale", reply="All good."),
+            Rule(
+                model="judge-model",
+                user_contains="ALTERED INSTRUCTIONS",
+                compute=exercised_by(golden.id),  # its task calls for grouping changes
+            ),
         ]
         server.script_optimizer()
         done = propose(root, folder, tmp_path, **models(server, tasks))
@@ -353,6 +359,8 @@ def test_ingot_evaluate_replays_the_skills_blessed_runs_with_the_candidate(
     (replayed,) = cell["goldens"]
     assert replayed["id"] == golden.id and replayed["answer"] == "strong answer"  # the candidate's bytes ran
     assert cell["candidate_revision"] == data["candidate_revision"]
+    (altered,) = cell["coverage"]["instructions"]  # the line the candidate adds, ruled by the model
+    assert altered["status"] == "exercised" and altered["model"]["exercised_by"] == [golden.id]
 
 
 def test_routing_impact_counts_recent_real_traffic_when_no_task_set_has_cases(tmp_path):

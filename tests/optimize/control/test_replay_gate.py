@@ -61,6 +61,54 @@ def test_a_difference_the_controls_show_and_a_partial_replay_never_block():
     assert replay_rule(cell(stale, verdict="WARN")).verdict == "WARN"
 
 
+def instruction(**extra) -> dict:
+    base = {
+        "id": "i1",
+        "label": "'go only when green' -> 'go unless red'",
+        "served_to": ["g-1"],
+        "shown_by": [],
+    }
+    return {**base, "model": None, **extra}
+
+
+def covered(*instructions: dict, verdict: str = "PASS") -> dict:
+    data = cell(golden("pass"), verdict=verdict)
+    data["measurements"]["replay"] |= {
+        "champion_revision": "c" * 64,
+        "coverage": {"status": "measured", "instructions": list(instructions)},
+    }
+    return data
+
+
+def test_coverage_is_recomputed_from_its_evidence_and_a_claimed_exercise_without_any_is_not_one():
+    shown = replay_rule(covered(instruction(shown_by=["g-1"], status="exercised")))
+    assert (shown.verdict, shown.unexercised) == ("PASS", ())
+    forged = replay_rule(covered(instruction(status="exercised")))  # nothing showed it, no model ruled
+    assert forged.verdict == "WARN" and forged.needs == "reason"
+    assert forged.unexercised == ("'go only when green' -> 'go unless red'",)
+    assert forged.reasons[0] == "not exercised by any blessed run: 'go only when green' -> 'go unless red'"
+    wording = {"tier": "L3", "model": "m", "behaviour": "unchanged", "exercised_by": []}
+    assert replay_rule(covered(instruction(model=wording))).verdict == "PASS"
+    elsewhere = {**wording, "behaviour": "changed"}
+    assert replay_rule(covered(instruction(model=elsewhere))).verdict == "WARN"
+    strangers = {**elsewhere, "exercised_by": ["g-9"]}  # a run that was never served it
+    assert replay_rule(covered(instruction(model=strangers))).verdict == "WARN"
+    assert replay_rule(covered(instruction(model={**elsewhere, "exercised_by": ["g-1"]}))).verdict == "PASS"
+    unread = instruction(served_to=[], model={**wording})
+    assert replay_rule(covered(unread)).verdict == "WARN"  # a run never served it cannot exercise it
+
+
+def test_a_change_cell_without_coverage_warns_and_a_malformed_one_blocks():
+    data = covered()
+    del data["measurements"]["replay"]["coverage"]
+    missing = replay_rule(data)
+    assert missing.verdict == "WARN" and "coverage was not recorded" in missing.reasons[0]
+    data["measurements"]["replay"]["coverage"] = {"status": "measured"}
+    assert replay_rule(data).verdict == "BLOCK"
+    data["measurements"]["replay"]["coverage"] = {"status": "not_applicable"}
+    assert replay_rule(data).verdict == "PASS"
+
+
 def test_a_blocked_change_cannot_be_approved_without_an_audited_override(tmp_path, library_factory):
     with regress_world(tmp_path, library_factory) as w:
         w.bless(w.record(), ['keeps "no fees"'])

@@ -22,6 +22,8 @@ from tests.optimize.search.test_research import fake_search
         ('{"quote": {"source": "ECB"}}', "ECB", '{"quote": {"source": "Fed"}}', "Fed"),
         ("status: green, checked", "green", "status: amber, checked", "amber"),
         ("EUR/USD 1.0842", "1.0842", "the service is down", None),
+        # the value's neighbour moved too: it is found after the nearest text still there
+        ("status: green, p99 210 ms", "210", "status: amber, p99 840 ms", "840"),
     ],
 )
 def test_a_facts_new_value_is_read_where_the_old_one_sat(old, value, new, found):

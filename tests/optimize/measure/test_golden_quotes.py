@@ -6,7 +6,6 @@ whole expected answer, so "green" -> "amber" also rewrote a rule the answer quot
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +16,6 @@ from optimize.measure.level0 import Expected, level0
 from optimize.measure.replay import ReplayRun
 from optimize.models.traces import TraceRecord
 from tests.scripted_llm import scripted_llm
-
-BENCH_GOLDENS = Path(__file__).parents[3] / "ingot" / "bench" / "regress_data" / "goldens"
 
 
 def golden_answering(answer: str, result: str = "status: green, p99 205 ms, build 12"):
@@ -172,14 +169,6 @@ def test_a_review_without_quotes_keeps_the_digest_it_had_before_facts_had_quotes
     assert review.digest == "e7d75921ee65a3ca6262e677ef80a8efa55c838d205bc2acb636ba77725a737a"
     quoted = Review(review.criteria, (WorldFact("f1", 1, "ci_status", "CI status", "green", ("CI: green",)),))
     assert quoted.digest != review.digest  # a quote changes what the replay is judged against
-
-
-def test_the_shipped_bench_reviews_load_without_quotes_and_keep_their_digests():
-    store = GoldenStore(BENCH_GOLDENS)
-    digests = {s.golden.skill: s.review.digest for s in store.all()[0]}
-    assert digests["fx-quote"] == "6b0a0602f5bef4e06a1174b50790b71794023fceef087b5af11ae45818d16520"
-    assert digests["deploy-check"] == "163825cba93874524ddc735d7584a7c8585a34243bff58134ee5739f93579f38"
-    assert all(f.quotes == () for s in store.all()[0] for f in s.review.facts)
 
 
 def test_quotes_are_stored_with_the_review_and_an_older_review_file_without_them_loads(tmp_path):

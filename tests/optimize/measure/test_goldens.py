@@ -146,6 +146,36 @@ def test_the_teacher_drafts_criteria_and_facts_that_hold_and_drops_the_rest():
     assert [(f.tool, f.value) for f in review.facts] == [("get_rate", "1.0842")]
     assert len(review.notes) == 2 and "'1.2000' is not in step 1's result" in review.notes[0]
     assert "Step 1: get_rate" in prompt and "EUR/USD 1.0842" in prompt
+    assert "THE SKILL AS SERVED TO THIS RUN" in prompt and "1. Look up the rate with `get_rate`." in prompt
+
+
+def test_the_goldens_format_becomes_a_criterion_without_a_model_unless_the_teacher_named_one():
+    table = "| currency | amount |\n|---|---|\n| EUR | 250.00 |\n| USD | 271.05 |"
+    golden = golden_from_trace(trace(answer=table))
+    with scripted_llm() as server:
+        server.add(model="teacher-model", reply=json.dumps({"criteria": ["states both amounts"]}))
+        review, _ = draft_review(server.client("teacher"), golden)
+        assert [c.text for c in review.criteria] == [
+            "states both amounts",
+            "answers as a markdown table (the golden's format)",
+        ]
+        assert review.notes == ("added without a model: the golden answers as a markdown table",)
+        server.rules.insert(
+            0,
+            server.rules[0].__class__(
+                model="teacher-model", reply=json.dumps({"criteria": ["a table of both"]})
+            ),
+        )
+        named, _ = draft_review(server.client("teacher"), golden)
+    assert [c.text for c in named.criteria] == ["a table of both"]  # the teacher named it: no duplicate
+    plain, _ = draft_review_with(["states both amounts"], golden_from_trace(trace()))
+    assert [c.text for c in plain.criteria] == ["states both amounts"]  # no format of its own
+
+
+def draft_review_with(criteria: list[str], golden) -> tuple[Review, list]:
+    with scripted_llm() as server:
+        server.add(model="teacher-model", reply=json.dumps({"criteria": criteria}))
+        return draft_review(server.client("teacher"), golden)
 
 
 def test_a_person_approves_criteria_only_with_facts_that_hold():

@@ -92,9 +92,28 @@ def test_an_edit_that_drops_a_required_step_is_blocked_with_the_cited_step(world
     assert result["verdict"] == "BLOCK"
     assert golden["evidence"] == "L2+L3" and golden["tier"] == "L3"
     assert golden["cited"]["run"] == "golden" and "no fees" in golden["cited"]["quote"]
-    assert [d["tier"] for d in golden["decisions"]] == ["L1", "L2", "L3"]
+    # L0 found the golden's passage (its 1000 EUR, its negation) missing: no cheap screen may pass it.
+    assert [(d["tier"], d["verdict"]) for d in golden["decisions"]] == [
+        ("L0", "fail"),
+        ("L2", "regressed"),
+        ("L3", "regressed"),
+    ]
+    assert (
+        "'1000'" in golden["decisions"][0]["rationale"] and "no fees" in golden["decisions"][0]["rationale"]
+    )
     assert "no fees" in result["reasons"][0] and result["rationale"]
     assert result["rationale_by"]["tier"] == "L3"
+
+
+def test_a_lost_commitment_no_criterion_names_is_blocked_by_L2_and_L3_never_by_L0_alone(world):
+    threshold = edited(world.files(), "under 1000 EUR", "under 10 EUR")  # every criterion phrase kept
+    result = cell(world, threshold)
+    golden = only(result)
+    assert result["verdict"] == "BLOCK" and golden["evidence"] == "L2+L3"
+    assert "1000" in golden["cited"]["quote"]
+    alone = cell(world, threshold, tiers=JudgeTiers())
+    assert alone["verdict"] == "WARN" and only(alone)["verdict_found"] == "contested"
+    assert only(alone)["note"].startswith("commitments of the golden are missing and no judge tier")
 
 
 def test_dropping_a_side_effect_is_L0_evidence_and_blocks_without_a_model(world):
@@ -186,7 +205,7 @@ def test_a_difference_the_controls_also_show_does_not_block_but_a_new_one_does(w
     with noisy_model(world, "no fees", every=(1, 3)):
         blamed = cell(world, dropped, settings=serial)
     assert blamed["verdict"] == "BLOCK"  # c1 is lost only by the candidate
-    assert only(blamed)["signature"] == ["c1", "c2"] and only(blamed)["controls_from_cache"] is True
+    assert {"c1", "c2"} <= set(only(blamed)["signature"]) and only(blamed)["controls_from_cache"] is True
 
 
 def test_the_same_answer_as_the_unchanged_champion_passes_at_L0(world):
@@ -221,7 +240,7 @@ def test_costs_per_tier_add_up_to_the_ledgers(world):
     assert judging == pytest.approx(
         totals["by_role"]["judge"]["usd"], abs=1e-6
     )  # the ledger reports 6 decimals
-    assert set(cost["judging"]) == {"L1", "L2", "L3", "rationale"}
+    assert set(cost["judging"]) == {"L2", "L3", "rationale"}  # L0 found commitments missing: no L1
     counter = result["counterfactual"]
     assert (
         counter["strongest_model"] == "judge-l3" and counter["replays_judged"] == 3

@@ -12,6 +12,7 @@ from optimize.measure.judge import Judge
 from optimize.search.pipeline import optimize_body
 from tests.conftest import write_skill
 from tests.optimize.conftest import STALE, TASKS
+from tests.regress_judges import exercised_by
 from tests.scripted_llm import grade_json as grade
 from tests.scripted_llm import scripted_llm
 
@@ -196,6 +197,14 @@ def test_the_body_pass_replays_the_skills_goldens_with_the_winner_and_records_th
     adjudicate = json.dumps({"verdict": "pass", "failed": [], "rationale": "the new answer is stronger"})
     server.rules.insert(
         0, server.rules[0].__class__(model="judge-model", user_contains="You adjudicate", reply=adjudicate)
+    )
+    server.rules.insert(
+        0,
+        server.rules[0].__class__(
+            model="judge-model",
+            user_contains="ALTERED INSTRUCTIONS",
+            compute=exercised_by(stored.id),  # its task calls for grouping changes
+        ),
     )
     server.rules.insert(
         0,

@@ -1,0 +1,164 @@
+"""The regression-replay benchmark's report: one row per edit, and per class the share of edits
+BLOCKed, WARNed and PASSed with 95% intervals, the headline rates, how many edits L0 alone
+flagged as losing a commitment of the golden (`l0_flagged`), and cost per verdict.
+
+Pure: rows in, JSON out. Each rate counts distinct edits (n is the class's edit count); an edit
+whose replay could not be measured is counted apart, never as a pass. Intervals: a percentile
+bootstrap over the class's edits (BOOTSTRAP_DRAWS resamples, fixed seed) as asked, which
+collapses to a point at 0 or 1; beside it the Wilson score interval, which does not.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+CLASSES = ("regressing", "unexercised", "cosmetic", "improving", "world-drift")
+VERDICTS = ("BLOCK", "WARN", "PASS")
+TIERS = ("L0", "L1", "L2", "L3")
+BOOTSTRAP_DRAWS = 10_000
+SEED = 20261201
+Z95 = 1.959964
+
+
+def expected_verdict(cls: str, expect: Mapping[str, Any]) -> str:
+    """What a working replay decides for an edit of class `cls` (drift edits say it themselves)."""
+    if "verdict" in expect:
+        return str(expect["verdict"])
+    return {"regressing": "BLOCK", "unexercised": "WARN"}.get(cls, "PASS")
+
+
+def row(edit: Any, cell: Mapping[str, Any]) -> dict[str, Any]:
+    """One edit's line of the report, from its replay cell."""
+    expected = expected_verdict(edit.cls, edit.expect)
+    base = {
+        "id": edit.id,
+        "skill": edit.skill,
+        "class": edit.cls,
+        "kind": edit.kind,
+        "expected": expected,
+        "expected_drift": edit.expect.get("drift"),
+    }
+    if cell.get("status") != "measured":
+        return {**base, "verdict": None, "why": cell.get("why")}
+    drift = [d["ruling"] for d in cell.get("drift") or ()]
+    covered = cell.get("coverage") or {}
+    instructions = covered.get("instructions") or ()
+    cost, counter = cell["cost"], cell["counterfactual"]
+    tiers = [g["tier"] for g in cell.get("goldens") or () if g.get("tier") in TIERS]
+    return {
+        **base,
+        "verdict": cell["verdict"],
+        "as_expected": cell["verdict"] == expected
+        and (not edit.expect.get("drift") or _drift_as_labelled(drift, edit.expect["drift"])),
+        "tier": max(tiers, key=TIERS.index) if tiers else None,
+        "l0_lost_commitments": any(
+            d.get("tier") == "L0" and d.get("verdict") == "fail"
+            for g in cell.get("goldens") or ()
+            for d in g.get("decisions") or ()
+        ),
+        "drift": drift,
+        "unexercised": [i["label"] for i in instructions if i["status"] == "not exercised"],
+        "coverage": dict(Counter(i["status"] for i in instructions)),
+        "coverage_by_model": sum(1 for i in instructions if i.get("model")),
+        "usd": cost.get("usd"),
+        "judging_usd": counter.get("judging_usd"),
+        "all_strongest_usd": counter.get("all_strongest_usd"),
+        "calls": cost.get("calls"),
+        "noise_floor": (cell.get("noise_floor") or {}).get("pass_rate"),
+        "reasons": cell.get("reasons"),
+    }
+
+
+def bootstrap(hits: Sequence[bool], draws: int = BOOTSTRAP_DRAWS, seed: int = SEED) -> list[float] | None:
+    """95% percentile bootstrap interval of the share of `hits` (resampling the items)."""
+    n = len(hits)
+    if not n:
+        return None
+    rng = random.Random(seed)
+    shares = sorted(sum(rng.choices(hits, k=n)) / n for _ in range(draws))
+    return [round(shares[int(0.025 * draws)], 4), round(shares[int(0.975 * draws) - 1], 4)]
+
+
+def wilson(hits: int, n: int) -> list[float] | None:
+    """95% Wilson score interval of hits / n."""
+    if not n:
+        return None
+    p, z2 = hits / n, Z95 * Z95
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
+
+
+def share(rows: Sequence[Mapping[str, Any]], verdict: str) -> dict[str, Any]:
+    hits = [r.get("verdict") == verdict for r in rows]
+    n = len(rows)
+    return {
+        "count": sum(hits),
+        "n": n,
+        "rate": round(sum(hits) / n, 4) if n else None,
+        "ci95_bootstrap": bootstrap(hits),
+        "ci95_wilson": wilson(sum(hits), n),
+    }
+
+
+def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per class and headline rates (see the module docstring), tiers, drift, cost per verdict."""
+    by_class: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_class[r["class"]].append(r)
+    per_class = {}
+    for cls in CLASSES:
+        mine = by_class[cls]
+        usd = [r["usd"] for r in mine if r.get("usd") is not None]
+        per_class[cls] = {
+            "n": len(mine),
+            **{verdict: share(mine, verdict) for verdict in VERDICTS},
+            "not_measured": sum(r.get("verdict") is None for r in mine),
+            "l0_flagged": sum(bool(r.get("l0_lost_commitments")) for r in mine),
+            "tiers": dict(Counter(r.get("tier") for r in mine)),
+            "cost_per_verdict_usd": round(statistics.fmean(usd), 6)
+            if usd and len(usd) == len(mine)
+            else None,
+        }
+    drifted = by_class["world-drift"]
+    usd = [r["usd"] for r in rows if r.get("usd") is not None]
+    judging = [r["judging_usd"] for r in rows if r.get("judging_usd") is not None]
+    strongest = [r["all_strongest_usd"] for r in rows if r.get("all_strongest_usd") is not None]
+    complete = len(judging) == len(strongest) == len(rows)
+    return {
+        "headline": {
+            "exercised regressions BLOCKed": per_class["regressing"]["BLOCK"],
+            "unexercised changes WARNed": per_class["unexercised"]["WARN"],
+            "unexercised changes PASSed": per_class["unexercised"]["PASS"]["count"],
+            "false blocks": {
+                c: per_class[c]["BLOCK"]["count"] for c in ("cosmetic", "world-drift", "improving")
+            },
+        },
+        "per_class": per_class,
+        "missed": [r["id"] for r in by_class["regressing"] if r.get("verdict") != "BLOCK"],
+        "drift_recognised": f"{sum(_recognised(r) for r in drifted)} of {len(drifted)}",
+        "as_expected": f"{sum(bool(r.get('as_expected')) for r in rows)} of {len(rows)}",
+        "cost_per_verdict_usd": round(statistics.fmean(usd), 6) if usd and len(usd) == len(rows) else None,
+        "judging_usd": round(sum(judging), 6) if complete else None,
+        "all_strongest_judging_usd": round(sum(strongest), 6) if complete else None,
+        "noise_floor_pass_rate": _noise(rows),
+    }
+
+
+def _recognised(row: Mapping[str, Any]) -> bool:
+    return _drift_as_labelled(row.get("drift"), row.get("expected_drift"))
+
+
+def _drift_as_labelled(drift: Sequence[str] | None, expected: str | None) -> bool:
+    """The edit's drift cards (at least one) all carry the ruling its label expects."""
+    return bool(drift) and all(ruling == expected for ruling in drift or ())
+
+
+def _noise(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    rates = [r["noise_floor"] for r in rows if r.get("noise_floor") is not None]
+    return round(statistics.fmean(rates), 4) if rates else None
