@@ -192,7 +192,7 @@ def _measure(
     embed_floor = percentiles(_embedding_floor(embedder, query_count, tasks))
     del library
     # The child gets its own state home that reads the vector cache this process just warmed.
-    with served((root,), cache / "cache" / "vectors.sqlite", 900) as server:
+    with served((root,), cache / "cache" / "vectors.sqlite", 900, copy=False) as server:  # it edits root
         round_trips = asyncio.run(_round_trips(server.url, query_count, tasks))
         to_served = asyncio.run(_edits(server.url, root, edit_name, 7))
         rss = psutil.Process(server.pid).memory_info().rss / 2**20

@@ -62,9 +62,13 @@ class Served:
 
 
 @contextmanager
-def served(skills: tuple[Path, ...], vectors: Path, deadline_s: float = 900) -> Iterator[Served]:
+def served(
+    skills: tuple[Path, ...], vectors: Path, deadline_s: float = 900, copy: bool = True
+) -> Iterator[Served]:
     """A child `ingot serve --no-ui` for `skills`, ready to answer, reading the vector cache at
-    `vectors` through its own throw-away state home."""
+    `vectors` through its own throw-away state home. `copy` (default) serves copies, so no claim
+    is left beside a benchmarked library; without it the roots themselves are served (a caller's
+    own temporary copy that it edits while the child serves it)."""
     port = free_port()
     home = Path(tempfile.mkdtemp(prefix="ingot-bench-home-"))
     (home / "cache").mkdir()
@@ -75,9 +79,10 @@ def served(skills: tuple[Path, ...], vectors: Path, deadline_s: float = 900) -> 
     for n, root in enumerate(skills):
         # A copy, not a link: homes resolve real paths, so a link would put the child's claim
         # beside the benchmarked root. The vector cache keys on content, so nothing is re-embedded.
-        copy = home / "roots" / str(n) / root.name
-        shutil.copytree(root, copy, symlinks=True)
-        command += ["--skills", str(copy)]
+        served_root = home / "roots" / str(n) / root.name if copy else root
+        if copy:
+            shutil.copytree(root, served_root, symlinks=True)
+        command += ["--skills", str(served_root)]
     log = home / "serve.log"
     with log.open("wb") as errors:
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=errors)

@@ -76,8 +76,13 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
                 recent_traffic(settings),
             )
             click.echo(reason)
+            queued = control.queue.get(skill) if change_id else None
+            verdict = control.passport(queued) if queued is not None and queued.id == change_id else None
             if change_id:
-                click.echo(f"queued {change_id} for review; see `ingot pending`")
+                state = verdict.summary if verdict else "passport not readable"
+                click.echo(
+                    f"queued {change_id} for review ({state}): description change; see `ingot pending`"
+                )
             return
         if not (settings.tasks_dir / f"{skill}.yaml").exists():
             path = draft_task_set(llm, champion, settings.tasks_dir)

@@ -219,7 +219,8 @@ def _replay(evidence: Mapping[str, Any], kind: str) -> Cell:
             name,
             MISSING,
             f"the replays could not decide: {reasons}",
-            "bless a run that exercises what changed, or accept it with a reason (--accept-missing)",
+            "look at the undecided runs (the review card, `ingot replay`); re-evaluate once the judges "
+            "can decide (`ingot evaluate SKILL --change ID`), or accept it with a reason (--accept-missing)",
         )
     return Cell(name, FAIL, f"a blessed run regressed: {reasons}", overridable=True)
 

@@ -189,7 +189,7 @@ class Cascade:
                 "regressed", "L3", tuple(decisions), "L2+L3", signature or failed, cited, l3.rationale
             )
         tier = "L3" if l3 is not None else "L2" if l2 is not None else "L1" if l1 is not None else "L0"
-        why = _why_not_block(l1, l2, l3, l2_cited, comparison.lost)
+        why = _why_not_block(l1, l2, l3, l2_cited, comparison.lost, decisions)
         return Judgement("contested", tier, tuple(decisions), signature=failed, cited=cited, note=why)
 
     def _ask(
@@ -262,14 +262,30 @@ def _finding(decision: Decision) -> str:
     return f"{said}; failed {list(decision.failed)}{cited}: {decision.rationale}"
 
 
-def _why_not_block(l1: Any, l2: Any, l3: Any, l2_cited: bool, lost: bool) -> str:
+def _why_not_block(
+    l1: Any, l2: Any, l3: Any, l2_cited: bool, lost: bool, decisions: Sequence[Decision] = ()
+) -> str:
+    """Why this replay is contested, not blocked: which tier was missing, and whether it was
+    never configured or failed to answer (a judge that errored is not "no judge")."""
+
+    def absent(tier: str) -> str:
+        failed = next((d for d in decisions if d.tier == tier and d.model and d.verdict == "skipped"), None)
+        return f"{tier} failed to answer ({failed.rationale})" if failed else f"no {tier} tier is configured"
+
     if l1 is None and l2 is None and l3 is None:
         what = "commitments of the golden are missing" if lost else "the answer differs"
+        tried = [d for d in decisions if d.model and d.verdict == "skipped"]
+        if tried:
+            errors = "; ".join(d.rationale for d in tried)
+            return (
+                f"{what} and every judge tier failed to answer ({errors}): re-evaluate when the "
+                "judges answer, or a person must look"
+            )
         return f"{what} and no judge tier is configured to decide: a person must look"
     if l3 is None and l2_cited:
-        return (
-            "L2 found a regression and cited it, but no L3 tier is configured to agree (a BLOCK needs both)"
-        )
+        return f"L2 found a regression and cited it, but {absent('L3')} to agree (a BLOCK needs both)"
     if l3 is not None and l3.verdict == "regressed":
         return "L3 found a regression but L2 did not cite one (a BLOCK needs L2 and L3 agreeing)"
+    if l3 is None:
+        return f"contested below L3: {absent('L3')}"
     return "contested below L3 and no stronger tier is configured"

@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from mcp_server.library import Library
 from mcp_server.router import Router
 from mcp_server.skillfiles import read_served_files
+from optimize.control.gate import METRIC_NAMES
 from optimize.measure.checks import collision_check
 from optimize.measure.evaluate import Candidate, Inputs
 from optimize.measure.evaluate import evaluate as measure_cells
@@ -153,7 +154,17 @@ def optimize_description(
         }
     }
     seen = tuple(sorted(case_key(c.task) for c in select))
-    return DescriptionOutcome(chosen, measurements, f"held-out half: {before} -> {after}", seen)
+    shown = ", ".join(
+        f"{METRIC_NAMES.get(m, m)} {before[m]:.3f} -> {after[m]:.3f}"
+        for m in before
+        if isinstance(before.get(m), int | float) and isinstance(after.get(m), int | float)
+    )
+    why = (
+        f"picked on the select half of its routing cases ({len(select)}); on the other half "
+        f"({len(gate)}): {shown or 'no metric measured'}. The passport (routing impact, leaving out "
+        "what the author saw) decides"
+    )
+    return DescriptionOutcome(chosen, measurements, why, seen)
 
 
 def description_files(library: Library, skill: str, description: str) -> Mapping[str, bytes]:

@@ -116,6 +116,22 @@ def test_a_lost_commitment_no_criterion_names_is_blocked_by_L2_and_L3_never_by_L
     assert only(alone)["note"].startswith("commitments of the golden are missing and no judge tier")
 
 
+def test_judges_that_fail_to_answer_are_named_as_failing_never_as_not_configured(world):
+    """A judge endpoint answering 500 is not "no judge tier": the contested note says which
+    tiers failed and how, so a person re-evaluates instead of configuring judges they have."""
+    for model in ("judge-l1", "judge-l2", "judge-l3"):
+        rule = world.server.add(model=model, error_status=500, error_times=10_000, reply="unused")
+        world.server.rules.insert(0, world.server.rules.pop())  # ahead of the scripted judges
+        assert rule.error_status == 500
+    threshold = edited(world.files(), "under 1000 EUR", "under 10 EUR")
+    result = cell(world, threshold)
+    golden = only(result)
+    assert result["verdict"] == "WARN" and golden["verdict_found"] == "contested"
+    assert "every judge tier failed to answer" in golden["note"], golden["note"]
+    assert "no judge tier is configured" not in golden["note"]
+    assert "L2 failed" in golden["note"] and "re-evaluate" in golden["note"]
+
+
 def test_dropping_a_side_effect_is_L0_evidence_and_blocks_without_a_model(world):
     result = cell(world, edited(world.files(), "4. Send the quote with `send_quote`.\n", ""))
     golden = only(result)

@@ -157,8 +157,13 @@ def test_ingot_optimize_description_command_queues_the_change(served_copy, tmp_p
             timeout=180,
         )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "queued chg-" in done.stdout
-    assert control.queue.get(SKILL).kind == "description"
+    change = control.queue.get(SKILL)
+    assert change.kind == "description"
+    state = control.passport(change).summary
+    # One verdict: the passport's, in the words the card uses; never the raw metric fields.
+    assert f"queued {change.id} for review ({state}): description change" in done.stdout, done.stdout
+    assert "top1" not in done.stdout and "no_route_precision" not in done.stdout
+    assert "picked on the select half" in done.stdout and "top-1 " in done.stdout
 
 
 def test_a_metric_with_no_cases_is_missing_not_perfect(tmp_path, library_factory):
