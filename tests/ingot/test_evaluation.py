@@ -426,3 +426,40 @@ def test_a_candidate_is_measured_before_it_is_queued_so_a_blocked_one_never_disp
     )
     assert "blocked: routing impact fail" in second.stderr  # judged on its measured evidence
     assert bundle(root)[1] == waiting
+
+
+def test_prices_set_after_a_cached_run_measure_the_cost_cell_without_running_the_champion_again(
+    library, tmp_path
+):
+    """The champion's holdout answers come from the sealed cache on the second evaluation; their
+    cost is recomputed from the token counts it recorded under the prices set since, so the cost
+    cell goes from missing to measured (it used to stay missing: the cache ignored prices)."""
+    root, tasks = library
+    folder = candidate(tmp_path, root, lambda text: text + "\nNEW-MARK: group the changes by theme.\n")
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        json.dumps(
+            {m: {"input": 1.0, "output": 2.0} for m in ("agent-model", "judge-model", "teacher-model")}
+        )
+    )
+    with scripted_llm() as server:
+        server.script_optimizer()
+        done = propose(root, folder, tmp_path, **models(server, tasks))
+        assert done.returncode == 0, done.stderr
+        assert re.search(r"^  cost +missing .*no price", done.stdout, re.M), done.stdout
+        _, change_id = bundle(root)
+        champion_runs = sum("weak answer" in json.dumps(r.body) for r in server.chat_requests())
+        again = ingot(
+            "evaluate", "release-notes", "--change", change_id, "--skills", str(root), cwd=tmp_path,
+            **models(server, tasks), PRICES_FILE=str(prices),
+        )  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        rerun = sum("weak answer" in json.dumps(r.body) for r in server.chat_requests()) - champion_runs
+    assert re.search(r"^  cost +(pass|fail) +serving cost [+-]\d+% over the holdout", again.stdout, re.M), (
+        again.stdout
+    )
+    data, _ = bundle(root)
+    ab = data["measurements"]["ab"]
+    assert ab["cost_basis"]["champion"] == "recomputed from cached token counts"
+    assert isinstance(ab["champion_usd"], float) and ab["champion_usd"] > 0
+    assert rerun < champion_runs  # the champion's answers were not asked for again

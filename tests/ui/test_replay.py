@@ -104,6 +104,14 @@ def test_a_blocked_change_shows_its_replay_cell_and_needs_an_audited_override(ui
         "data-state"
     )
     assert (state, replay_cell_state) == ("blocked", "fail")
+    card = page.locator("[data-testid=review-card][data-skill=fx-quote]")
+    # "pass" appears only as the state of a cell that passed, never as the change's or the replay's verdict.
+    elsewhere = card.evaluate(
+        """card => [...card.querySelectorAll('*')]
+             .filter(e => /^\\s*(pass(ed|es)?|ok)\\s*$/i.test(e.textContent))
+             .filter(e => !e.closest('[data-testid=passport-cell]')).map(e => e.outerHTML)"""
+    )
+    assert elsewhere == []
     row = cell.get_by_test_id("replay-golden")
     assert row.get_attribute("data-tier") == "L3" and "no fees" in row.inner_text()
     assert "passes its own goldens in 100% of 2 controls" in cell.get_by_test_id("noise-floor").inner_text()

@@ -215,3 +215,29 @@ def test_a_case_pasted_into_the_candidate_is_leakage_not_evidence(tmp_path, serv
     assert cell["leakage"]["in_candidate"] == 1 and cell["leakage"]["cases"][0]["task"] == pasted
     assert cell["metrics"]["n"]["top1"] == sum(bool(c.expected) for c in CASES) - 1
     assert cell["cases"]["total"] == len(CASES)  # still routed, and checked for shadowing
+
+
+def test_a_select_case_the_teacher_pasted_into_its_description_is_never_counted_as_evidence(
+    tmp_path, served_copy
+):
+    """The issue's own reproduction: a select-half case pasted verbatim into the optimizer's
+    candidate. The routing impact the passport reads leaves out the whole select half (the author
+    saw it) and the pasted case (it is in the candidate); each is listed as leakage."""
+    _, library, control, _ = served_copy
+    tasks = write_routing_cases(tmp_path / "tasks")
+    select, gate = split(CASES)
+    pasted = next(c for c in select if c.expected == SKILL)
+    cm, llm = llm_with(f"{BETTER} For example: {pasted.task}")
+    try:
+        change_id, _ = propose_description(SKILL, library, control, llm, CASES, 1, None, tasks)
+    finally:
+        cm.__exit__(None, None, None)
+    assert change_id, "the description change was not queued"
+    data = evidence_of(control, change_id)
+    impact = data["measurements"]["routing_impact"]
+    leaked = {c["task"] for c in impact["leakage"]["cases"]}
+    assert pasted.task in leaked and {c.task for c in select} <= leaked
+    held_out = [c for c in gate if c.expected == SKILL]
+    assert impact["metrics"]["n"]["top1"] == len(held_out)  # only cases the author never saw
+    cell = control.passport(control.queue.get(SKILL)).cell("routing impact")
+    assert "left out as leakage" in cell.why or cell.state == "missing", cell
