@@ -23,6 +23,7 @@ from tqdm import tqdm
 from agent.run import serve, skill_system_prompt
 from optimize.measure.cache import SealedCache
 from optimize.measure.judge import Judge
+from optimize.measure.size import change_size
 from optimize.measure.taskset import Task
 from optimize.models.llm import LLMClient
 from optimize.models.prompting import render, templates_digest
@@ -127,7 +128,8 @@ class CandidateSearch:
             best,
             tuple(candidates),
             tuple(diagnosis.issues),
-            f"{best.id} won the train race {best.mean:.3f} vs seed {baseline:.3f} "
+            f"{best.id} won the train race {best.mean:.3f} vs seed {baseline:.3f}: "
+            f"{change_size(name, {'SKILL.md': seed.encode()}, {'SKILL.md': best.body.encode()}).label} "
             f"(asked for: {best.angle.split(':')[0]})",
         )
 
