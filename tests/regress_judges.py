@@ -136,8 +136,8 @@ def judge(tier: str) -> Callable[[dict[str, Any]], str]:
 
 def rationale(body: dict[str, Any]) -> str:
     prompt = _text(body["messages"][-1])
-    verdict = re.search(r"VERDICT: (\w+)", prompt)
-    return f"Scripted rationale: the replay verdict is {verdict.group(1) if verdict else '?'}."
+    verdict = re.search(r"VERDICT: ([^\n]+)", prompt)
+    return f"Scripted rationale: the replay cell is {verdict.group(1) if verdict else '?'}."
 
 
 ANCHOR_WORDS = words(

@@ -14,10 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# How people read a replay: the cell in the passport's words, each golden as what became of it.
-# PASS / WARN / BLOCK stay the replay's internal record (evidence.json); nobody is shown them.
-STATE_OF = {"PASS": "pass", "WARN": "missing", "BLOCK": "fail"}
-FINDING_OF = {"PASS": "held", "WARN": "undecided", "BLOCK": "regressed"}
+# How people read a replay (measure/replay_verdict.py keeps the words beside the rules).
+from optimize.measure.replay_verdict import FINDING_OF, STATE_OF  # noqa: E402, F401 - re-exported
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from optimize.measure.replay_report import (
     noise_floor,
     not_measured,
 )
-from optimize.measure.replay_verdict import replay_cell_verdict
+from optimize.measure.replay_verdict import FINDING_OF, SAID, replay_cell_verdict
 from optimize.measure.sandbox import Sandbox
 from optimize.models.ledger import BudgetExceeded
 from optimize.models.llm import LLMClient
@@ -298,7 +298,8 @@ def _rationale(
         if d.model and d.verdict != "skipped"
     ]
     findings = "\n".join(
-        f"- {e['id']} ({e['task'][:80]!r}): {e['verdict']} at {e['tier']}: {e['why']}; controls "
+        f"- {e['id']} ({e['task'][:80]!r}): {FINDING_OF.get(e['verdict'], e['verdict'])} at {e['tier']}: "
+        f"{e['why']}; controls "
         f"{sum(c['verdict'] != 'pass' for c in e['controls'])} of {len(e['controls'])} failed"
         + "".join(f"; world fact {d['label']} {d['old']} -> {d['new']} ({d['ruling']})" for d in e["drift"])
         for e in entries
@@ -307,14 +308,15 @@ def _rationale(
     if unexercised:
         findings += "\n- not exercised by any blessed run: " + "; ".join(unexercised)
     if not used:
-        text = f"{verdict}: {len(entries)} golden(s) replayed; decided without a model (L0). " + " ".join(
-            f"{e['id']}: {e['why']}." for e in entries
+        text = (
+            f"{SAID.get(verdict, verdict)}: {len(entries)} golden(s) replayed; decided without a model (L0). "
+            + " ".join(f"{e['id']}: {e['why']}." for e in entries)
         )
         if unexercised:
             text += " Not exercised by any blessed run: " + "; ".join(unexercised) + "."
         return text, {"tier": "L0", "model": None}
     tier, model = max(used, key=lambda u: TIER_RANK.get(u[0], 0))
-    prompt = render("replay_rationale", skill=skill, verdict=verdict, findings=findings)
+    prompt = render("replay_rationale", skill=skill, verdict=SAID.get(verdict, verdict), findings=findings)
     completion = llm.complete("judge", [{"role": "user", "content": prompt}], model=model, temperature=0)
     return (completion.text or "").strip(), {
         "tier": tier,

@@ -19,6 +19,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 ORDER = {"PASS": 0, "WARN": 1, "BLOCK": 2}
+# How people read a replay: the cell in the passport's words, each golden as what became of it.
+# PASS / WARN / BLOCK stay the replay's record (evidence.json); nobody is shown them.
+STATE_OF = {"PASS": "pass", "WARN": "missing", "BLOCK": "fail"}
+FINDING_OF = {"PASS": "held", "WARN": "undecided", "BLOCK": "regressed"}
+SAID = {
+    "PASS": "pass: every blessed run held",
+    "WARN": "missing: the replays could not decide",
+    "BLOCK": "fail: a blessed run regressed",
+}
 
 
 def blamed(signature: Iterable[str], controls: Sequence[Mapping[str, Any]]) -> set[str]:
