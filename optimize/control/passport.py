@@ -42,8 +42,8 @@ MEASURE = {
 # What closes a replay cell that is missing because a changed instruction is in no blessed run.
 UNEXERCISED = (
     "bless a run that uses it (`ingot bless TRACE_ID`, then `ingot evaluate SKILL --change ID`), "
-    "or accept it with a reason (`ingot approve SKILL --change ID --accept-missing \"REASON\" "
-    '--accepting replay`)'
+    'or accept it with a reason (`ingot approve SKILL --change ID --accept-missing "REASON" '
+    "--accepting replay`)"
 )
 
 
