@@ -21,9 +21,9 @@ from optimize.control import evidence as evidence_mod
 from optimize.control.autonomy import decide
 from optimize.control.autopilot import change_passport, change_trust, queued_at
 from optimize.control.changes import ChangeControl
-from optimize.control.gate import METRIC_NAMES
 from optimize.control.passport import Cell, Passport
 from optimize.control.pending import PendingChange
+from optimize.measure.impact import METRIC_NAMES
 from ui import lifecycle
 from ui.diffs import FileDiff, Risk, file_diffs, risk
 from ui.lifecycle import Stage

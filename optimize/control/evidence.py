@@ -25,9 +25,10 @@ from typing import Any
 
 from ingot.errors import IngotError
 from ingot.fsutil import write_atomic
-from optimize.control.gate import METRIC_NAMES, Thresholds, p_clause
+from optimize.control.gate import Thresholds, p_clause
 from optimize.control.passport import Passport, passport
 from optimize.control.replay_rule import FINDING_OF, STATE_OF
+from optimize.measure.impact import METRIC_NAMES
 
 SCHEMA_VERSION = 1
 

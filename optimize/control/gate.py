@@ -19,16 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from optimize.measure.impact import METRIC_NAMES
 from optimize.measure.stats import finite, paired_tests, variance_is_zero
 
 SMALL_N = 12  # below this many cases (or with zero variance) both tests must agree
 ROUTING_METRICS = ("top1", "recall_at_3", "no_route_precision")
-METRIC_NAMES = {
-    "top1": "top-1",
-    "recall_at_3": "recall@3",
-    "no_route_precision": "no-route precision",
-    "others_top1": "top-1 of other skills' cases",
-}
 # Which routing metrics each kind must keep, each on enough held-out cases (fewer: missing).
 _ROUTING_RULES: Mapping[str, tuple[str, ...]] = {
     "description": ROUTING_METRICS,

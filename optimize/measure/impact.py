@@ -29,6 +29,13 @@ from mcp_server.router import Router
 
 TRAFFIC_LIMIT = 500  # most recent distinct routed tasks considered
 NONE = "(nothing)"
+# Each library-wide metric in readable words, for every card, report and reason line.
+METRIC_NAMES = {
+    "top1": "top-1",
+    "recall_at_3": "recall@3",
+    "no_route_precision": "no-route precision",
+    "others_top1": "top-1 of other skills' cases",
+}
 
 
 @dataclass(frozen=True)

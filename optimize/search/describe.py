@@ -28,11 +28,10 @@ from pydantic import BaseModel
 from mcp_server.library import Library
 from mcp_server.router import Router
 from mcp_server.skillfiles import read_served_files
-from optimize.control.gate import METRIC_NAMES
 from optimize.measure.checks import collision_check
 from optimize.measure.evaluate import Candidate, Inputs
 from optimize.measure.evaluate import evaluate as measure_cells
-from optimize.measure.impact import case_key
+from optimize.measure.impact import METRIC_NAMES, case_key
 from optimize.measure.taskset import RoutingCase
 from optimize.models.llm import LLMClient
 from optimize.models.prompting import render
