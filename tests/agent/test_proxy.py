@@ -77,7 +77,9 @@ def test_both_kinds_are_recorded_with_the_header_attribution_and_no_key(proxied)
     url, store, _, cassette, tmp_path = proxied
     ask(url, "a story", headers={"X-Ingot-Skill": "storytelling@rev123"})
     ask(url, "a story", stream=True, headers={"X-Ingot-Skill": "storytelling@rev123"})
+    # Each call's trace, then its cassette entry, is written after the answer went out.
     wait_for(lambda: len(store.read().records) == 2)
+    wait_for(lambda: cassette.path.exists() and len(cassette.path.read_text().splitlines()) == 2)
     records = store.read().records
     assert {r.revision for r in records} == {"rev123"} and {r.skill for r in records} == {"storytelling"}
     assert [r.answer for r in records] == ["once upon a time, far far away"] * 2
