@@ -89,11 +89,15 @@ def allow(skills: tuple[Path, ...], skill: str, change_class: str, level: str) -
 def tick(skills: tuple[Path, ...]) -> None:
     """Run the autopilot once: promote what autonomy may, report incidents (for cron or Compose;
     `ingot serve` does this every AUTOPILOT_TICK_S)."""
+    from ingot.errors import WriteFailed
     from optimize.control.autopilot import Autopilot
 
     settings, control = _control(skills)
-    for step in Autopilot(control).tick():
+    steps = Autopilot(control).tick()
+    for step in steps:
         click.echo(f"{step.skill}  {step.change_id or '-'}  {step.did}: {step.why}")
+    if any(s.did == "failed" for s in steps):  # for cron: a tick that could not do its job failed
+        raise WriteFailed("the autopilot tick failed (see above); nothing it failed on was promoted")
 
 
 COMMANDS = (autonomy,)

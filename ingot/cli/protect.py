@@ -66,7 +66,7 @@ def guard(skills: tuple[Path, ...]) -> None:
     as a pending change (source direct-edit). Lists the kept edits.
 
     The first run adopts the skills as they are as the approved baseline (audited)."""
-    from ingot.errors import ConfigError, WriteFailed
+    from ingot.errors import ConfigError, WriteFailed, os_reason
     from ingot.runtime import change_control, open_library
     from optimize.control.guard import Guard
 
@@ -81,7 +81,15 @@ def guard(skills: tuple[Path, ...]) -> None:
     found = Guard(
         change_control(settings, library=library), library.similarity, settle_s=settings.inbox_settle_s
     )
-    events = found.check()
+    try:
+        events = found.check()
+    except OSError as exc:  # e.g. a read-only or full state home: before anything was restored
+        raise WriteFailed(
+            f"the guard stopped: {os_reason(exc)}. A folder it did not restore still holds what it "
+            "found (`ingot status` shows each); MCP serves the approved revisions meanwhile, but a "
+            "harness reading the folders directly sees what is there. Fix the permissions or free "
+            "disk space, then run `ingot guard` again"
+        ) from exc
     for event in events:
         click.echo(str(event))
     if not events:

@@ -73,32 +73,61 @@ def _unmatched(entry: AuditEntry, approved: Mapping[str, str | None]) -> tuple[b
 
 
 class ApprovedRevisions:
-    """`approved_revisions` of one chain, re-read only when the chain's file changes."""
+    """`approved_revisions` of one chain, re-read only when the chain's file changes, and only
+    from a chain that verifies: a line edited, forged or removed without the key (or a chain
+    deleted whose claims remember it) approves nothing. While the chain does not verify, the
+    approvals last verified stand and protection counts as started (fail closed): a process
+    that never saw it verify serves no folder under quarantine."""
 
     def __init__(self, audit: AuditLog) -> None:
         self.audit = audit
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
         self._approved: dict[str, str | None] = {}
         self._protected = False
+        self._problem: str | None = None  # why the chain does not verify, or None
+        self._ever_verified = False  # whether this process ever read a chain that verified
 
-    def current(self) -> Mapping[str, str | None]:
+    def _stamp_now(self) -> tuple[int, ...]:
+        """The chain file's identity and change time (ctime and inode: an edit that restores the
+        size and mtime still moves them)."""
         try:
             info = os.stat(self.audit.path)
-            stamp = (info.st_size, info.st_mtime_ns)
         except FileNotFoundError:
-            stamp = (0, 0)
+            return (0,)
+        return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+    def current(self) -> Mapping[str, str | None]:
+        stamp = self._stamp_now()
         if stamp != self._stamp:
+            self._stamp = stamp
             try:
-                entries = self.audit.entries() if stamp != (0, 0) else []
-            except AuditError as exc:  # keep what was last read from a chain that verified
-                log.warning("the audit chain cannot be read (%s); approvals as last read", exc)
+                state, entries = self.audit.verified_entries()
+                problem = None if state.ok else f"line {state.bad_line}: {state.problem}"
+            except AuditError as exc:
+                problem, entries = str(exc), []
+            if problem is not None:
+                if problem != self._problem:
+                    log.warning(
+                        "the audit chain does not verify (%s): only approvals read before from a "
+                        "chain that verified count%s; run `ingot audit verify`",
+                        problem,
+                        "" if self._ever_verified else " (none were, so no folder is approved)",
+                    )
+                self._problem, self._protected = problem, True
                 return dict(self._approved)
-            self._approved, self._stamp = approved_revisions(entries), stamp
+            self._problem, self._ever_verified = None, True
+            self._approved = approved_revisions(entries)
             self._protected = any(e.get("action") == PROTECT for e in entries)
         return dict(self._approved)
 
+    def problem(self) -> str | None:
+        """Why the chain does not verify (approvals are then those last verified), or None."""
+        self.current()
+        return self._problem
+
     def protected(self) -> bool:
-        """Whether the chain records that protection started (the guard's `protect` line)."""
+        """Whether the chain records that protection started (the guard's `protect` line), or
+        does not verify (fail closed)."""
         self.current()
         return self._protected
 
@@ -137,7 +166,8 @@ class Pinned:
             if revision == skill.revision:
                 served[name] = skill
             elif revision == "unapproved":
-                self._tell(name, skill.revision, "not serving %s: its folder was never approved", name)
+                if self.approved.problem() is None:  # else the chain's warning already says why
+                    self._tell(name, skill.revision, "not serving %s: its folder was never approved", name)
             elif revision is not None:
                 pinned = self._snapshot(name, revision, skill.root)
                 if pinned is not None:

@@ -345,10 +345,11 @@ class AuditLog:
         except (OSError, ValueError, KeyError, TypeError):
             return {"unreadable": True}
 
-    def entries(self) -> list[AuditEntry]:
-        """Every record, parsed (no verification; call `verify` for that)."""
+    def entries(self, data: bytes | None = None) -> list[AuditEntry]:
+        """Every record of the chain (or of `data`, bytes read from it), parsed, with no
+        verification: call `verify` for that, or `verified_entries`."""
         out = []
-        for number, raw in enumerate(self._read().splitlines(), start=1):
+        for number, raw in enumerate((self._read() if data is None else data).splitlines(), start=1):
             try:
                 record = json.loads(raw)
                 record["seq"], record["time"], record["prev"], record["hash"]  # noqa: B018 - shape check
@@ -362,9 +363,17 @@ class AuditLog:
 
     # -- verifying ---------------------------------------------------------------------------
 
-    def verify(self) -> Verification:
-        """Check every line's hash, MAC and link, sequence numbers, and the head anchor."""
+    def verified_entries(self) -> tuple[Verification, list[AuditEntry]]:
+        """The chain's verification and, when it verifies, its records, both from one read (so
+        no line appended in between is taken unchecked); no records when it does not."""
         data = self._read()
+        state = self.verify(data)
+        return state, self.entries(data) if state.ok else []
+
+    def verify(self, data: bytes | None = None) -> Verification:
+        """Check every line's hash, MAC and link, sequence numbers, the head anchor and the
+        claims' anchors (of the chain as it is now, or of `data`, bytes read from it)."""
+        data = self._read() if data is None else data
         if data and not data.endswith(b"\n"):
             count = data.count(b"\n") + 1
             return Verification(False, count, "", "the last line is incomplete (torn write)", count)

@@ -208,12 +208,16 @@ class Autonomy:
                 recorded = chain.get(name, {}).get(cls, Trust())
                 # What grants power: the level and the ceiling (streaks are the chain's alone).
                 if said is None or (said.level, said.ceiling) != (recorded.level, recorded.ceiling):
-                    level = said.level if said else "unreadable"
+                    if not self.path.exists():
+                        file_says, how = "nothing", "is missing"
+                    else:
+                        file_says = f"level {said.level}, ceiling {said.ceiling}" if said else "unreadable"
+                        how = "was edited outside Ingot"
                     return (
                         f"{self.path} does not match the audit chain ({name} {cls}: the file says "
-                        f"{level}, the chain says {self.trust(name, cls).level}): it was edited outside "
-                        "Ingot, so autonomy promotes nothing until it agrees. The chain's levels apply; "
-                        "`ingot autonomy allow` rewrites the file from the chain"
+                        f"{file_says}, the chain says level {recorded.level}, ceiling {recorded.ceiling}): "
+                        f"it {how}, so autonomy promotes nothing until it agrees. The chain's levels "
+                        "apply; `ingot autonomy allow` rewrites the file from the chain"
                     )
         return None
 

@@ -463,7 +463,13 @@ class ChangeControl:
                 f"{skill!r} is now {now}, but finishing the record failed: {reason}. "
                 "The next change-control command completes it (`ingot status` shows recovery pending)"
             )
+        served, aside = live, ""
+        if self.live_edits == "quarantine" and self.approvals.protected():
+            approved = self.approvals.current().get(skill, "unapproved")
+            served = approved if approved != "unapproved" else None
+            if served != live:  # the folder holds what the guard found: MCP serves the approval
+                aside = f" (its folder holds {(live or 'nothing')[:12]}, which is not served)"
         return WriteFailed(
-            f"could not {what} {skill!r}: {reason}. Nothing was changed: {(live or 'nothing')[:12]} is "
-            "still served. Free disk space or fix permissions, then retry"
+            f"could not {what} {skill!r}: {reason}. Nothing was changed: {(served or 'nothing')[:12]} is "
+            f"still served{aside}. Free disk space or fix permissions, then retry"
         )

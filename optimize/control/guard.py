@@ -57,9 +57,14 @@ SimilarTo = Callable[[str, str], Similarity]
 @dataclass(frozen=True)
 class GuardEvent:
     skill: str
-    did: str  # "adopted" | "recovered" | "queued" | "kept" | "restored" | "failed"
+    did: str  # "adopted" | "recovered" | "queued" | "kept" | "restored" | "failed" | "waiting"
     detail: str
     change_id: str | None = None
+
+    @property
+    def quiet(self) -> bool:
+        """A folder still being written is logged at debug level by `ingot serve`'s ticks."""
+        return self.did == "waiting"
 
     def __str__(self) -> str:
         return f"{self.skill} {self.did}: {self.detail}"
@@ -177,7 +182,16 @@ class Guard:
                 continue
             folder = root / name
             if folder.exists() and self.clock() - newest_mtime(folder) < self.settle_s:
-                continue  # still being written: the library serves the approved revision meanwhile
+                served = f"served at {revision[:12]}" if known and revision else "not served"
+                events.append(  # still being written: the library serves the approval meanwhile
+                    GuardEvent(
+                        name,
+                        "waiting",
+                        f"changed less than {self.settle_s:g} s ago (INBOX_SETTLE_S): {served} "
+                        "meanwhile; handled once it stops changing",
+                    )
+                )
+                continue
             events += self._handle(name, root, state, known)
         for name, revision in approved.items():  # approved, and the folder is gone
             if revision is not None and self.control.root_of(name) is None:

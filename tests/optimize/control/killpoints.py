@@ -80,6 +80,10 @@ def run(action: Callable[[], object], at: int = -1, fault: str = KILL) -> Ended:
                     target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                     os.dup2(target, fd)
                     os.close(target)
+                # pytest's capture replaced sys.stdout / sys.stderr with its own files: print
+                # and logging must reach the child's fds 1 and 2, which the parent reads.
+                sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - lives as long as the child
+                sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
                 _child(action, at, fault, out)
             finally:
                 os._exit(0)

@@ -271,8 +271,10 @@ def test_a_hand_edited_autonomy_file_promotes_nothing_and_is_named_in_one_line(c
     root = control.roots[0]
     done = ingot("autonomy", "tick", "--skills", str(root), cwd=tmp_path)
     assert control.live_revision(SKILL) == change.champion_revision, done.stdout
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert (
-        "autonomy.json does not match the audit chain (release-notes description" in done.stdout + done.stderr
+        "autonomy.json does not match the audit chain (release-notes description: the file says level "
+        "auto, ceiling auto, the chain says level manual" in done.stdout
     )
     allow(control, "supervised")  # an audited write rewrites the file from the chain
     assert control.autonomy.mirror_problem() is None

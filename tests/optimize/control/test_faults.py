@@ -294,3 +294,23 @@ def ingot_env(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=180,
     )
+
+
+def test_a_guard_that_cannot_take_the_change_lock_says_what_is_served_in_one_line(tmp_path):
+    """An OSError before any restore (here the lock file is a folder, as root cannot be denied
+    a write): exit 1, one Error line naming the file and what MCP serves, no traceback."""
+    import shutil
+
+    from tests.conftest import BUNDLED_SKILLS
+
+    root = tmp_path / "lib" / "skills"
+    shutil.copytree(BUNDLED_SKILLS, root)
+    quarantine = {"LIVE_EDITS": "quarantine", "INBOX_SETTLE_S": "0"}
+    assert ingot_env("guard", "--skills", str(root), cwd=tmp_path, **quarantine).returncode == 0
+    lock = establish((root,)).path / "change.lock"
+    lock.unlink(missing_ok=True)
+    lock.mkdir()
+    guarded = ingot_env("guard", "--skills", str(root), cwd=tmp_path, **quarantine)
+    assert guarded.returncode == 1, guarded.stderr
+    line = one_clean_line(guarded)
+    assert "the guard stopped" in line and str(lock) in line and "MCP serves the approved revisions" in line

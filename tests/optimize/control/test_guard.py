@@ -131,7 +131,9 @@ def test_an_edit_still_being_written_waits_and_the_library_serves_the_approved_r
     skill_md = root / SKILL / "SKILL.md"
     skill_md.write_text(skill_md.read_text() + "\nhalf")
     guard.clock.now = os.stat(skill_md).st_mtime + 1
-    assert guard.check() == [] and "half" in skill_md.read_text()
+    waiting = guard.check()
+    assert [(e.skill, e.did) for e in waiting] == [(SKILL, "waiting")] and "half" in skill_md.read_text()
+    assert f"served at {library.get(SKILL).revision[:12]}" in waiting[0].detail
     library.reload()
     assert "half" not in library.get(SKILL).body
     guard.clock.now += 120
@@ -318,3 +320,48 @@ def test_a_deleted_protection_marker_serves_nothing_unapproved_and_adopts_no_new
     library.reload()
     assert "kiln-firing" not in library.skills() and "AGENT-EDIT" not in library.get(SKILL).body
     assert [a for a in (e.get("action") for e in control.audit.entries()) if a == "protect"] == ["protect"]
+
+
+def _forge_approval(chain: Path, skill: str, old: str, new: str) -> None:
+    """Write `new` over `old` in the skill's adopt line, without the key (the MAC no longer fits)."""
+    lines = chain.read_text().splitlines(keepends=True)
+    at = next(i for i, raw in enumerate(lines) if '"adopt"' in raw and f'"{skill}"' in raw and old in raw)
+    lines[at] = lines[at].replace(old, new)
+    chain.write_text("".join(lines))
+
+
+def _route_cli(root: Path, cwd: Path) -> tuple[dict, str]:
+    from tests.ingot.cli.test_main import ingot
+
+    done = ingot(
+        "route",
+        "--skills",
+        str(root),
+        "--json",
+        "Draft release notes for v3.1",
+        cwd=cwd,
+        LIVE_EDITS="quarantine",
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return json.loads(done.stdout), done.stderr
+
+
+def test_an_audit_line_forged_without_the_key_approves_nothing(world, tmp_path):
+    """Only a chain that verifies approves: an adopt line rewritten to name an agent's edit is
+    not believed by the serving library nor by a fresh `ingot route`, and neither is a state
+    home stripped of its chain, key and marker (the claim beside the root remembers it)."""
+    root, control, library, _ = world
+    approved = library.get(SKILL).revision
+    skill_md = root / SKILL / "SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\nAGENT-EDIT: skip the changelog.\n")
+    edited = tree_revision(folder_bytes(root / SKILL))
+    _forge_approval(control.audit.path, SKILL, approved, edited)
+    assert not control.audit.verify().ok
+    library.reload()
+    assert library.get(SKILL).revision == approved and "AGENT-EDIT" not in library.get(SKILL).body
+    decision, stderr = _route_cli(root, tmp_path)
+    assert decision.get("revision") != edited and "does not verify" in stderr
+    for name in ("audit.jsonl", "audit.head", "audit.key", MARKER):
+        (control.runs_dir / name).unlink()
+    decision, stderr = _route_cli(root, tmp_path)
+    assert decision.get("revision") != edited and "does not verify" in stderr

@@ -10,6 +10,7 @@ tick itself."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -192,6 +193,11 @@ def test_eio_at_every_fault_point_of_a_guard_tick_is_reported_and_the_next_tick_
                 where,
                 ended.traceback,
             )
+        # A line that says what is still served names what MCP serves: the approved revision
+        # (a planted folder: nothing), never what the guard found in the folder.
+        approved = scenario.approvals.get(scenario.name) or "nothing"
+        for said in re.findall(r"([0-9a-f]{12}|nothing) is still served", ended.stdout + ended.error):
+            assert said == approved[:12], (where, ended.stdout, ended.error)
         scenario.check_nothing_unapproved(where)
         scenario.check_settled(where)
 
