@@ -84,7 +84,11 @@ fi
 
 if ! curl -s --unix-socket "$SOCK" http://d/_ping 2>/dev/null | grep -q OK; then
   mkdir -p /run/podman
-  setsid podman system service --time=0 "unix://$SOCK" >/run/podman/service.log 2>&1 < /dev/null &
+  # Started from / : the service outlives this shell, and the conmon it spawns for every container
+  # inherits its working folder. Started inside a checkout that is later deleted (a CI clone),
+  # every container start fails with "write child: broken pipe" ("[conmon:e] Failed to get
+  # working directory" in the service log).
+  setsid env -C / podman system service --time=0 "unix://$SOCK" >/run/podman/service.log 2>&1 < /dev/null &
   echo $! >/run/podman/service.pid
   for _ in $(seq 1 50); do curl -s --unix-socket "$SOCK" http://d/_ping 2>/dev/null | grep -q OK && break; sleep 0.2; done
 fi
