@@ -8,7 +8,8 @@ message says what happened and what to do next. `exit_code` is what the CLI exit
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "done"),
@@ -90,6 +91,18 @@ def os_reason(exc: OSError) -> str:
     """What a failed write says, with the file it was about, for a `WriteFailed` message."""
     where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
     return f"{exc.strerror or exc}{where}"
+
+
+@contextmanager
+def write_or_fail(doing: str, left: str) -> Iterator[None]:
+    """An OSError inside becomes one `WriteFailed` line: "<doing>: <why> (<file>); <left>. Free disk
+    space or fix permissions, then retry". `left` says what the failure left (e.g. nothing queued)."""
+    try:
+        yield
+    except OSError as exc:
+        raise WriteFailed(
+            f"{doing}: {os_reason(exc)}; {left}. Free disk space or fix permissions, then retry"
+        ) from exc
 
 
 def did_you_mean(name: str, known: Iterable[str], listed: int = 8) -> str:

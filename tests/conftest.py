@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import textwrap
 import threading
 import time
@@ -85,6 +86,20 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def small_tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (mount's syntax: 512k, 4m) mounted at `folder`, for tests that fill a disk
+    for real; unmounted afterwards. Mounting needs root: elsewhere the test is skipped, saying so
+    (CI runs as root and mounts it)."""
+    folder.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip()}); CI runs as root and can")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 @contextmanager

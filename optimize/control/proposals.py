@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ingot.errors import IngotError, SkillChanged, WriteFailed, os_reason
+from ingot.errors import IngotError, SkillChanged, WriteFailed, os_reason, write_or_fail
 from optimize.control import evidence as evidence_mod
 from optimize.control.kinds import what_changes
 from optimize.control.lock import PromotionConflict
@@ -86,43 +86,11 @@ def propose(
 
     The record and its `propose` line are one recoverable step (pending.py: stage, audit,
     place); a write that fails leaves nothing queued and says so in one line."""
-    try:
-        return _propose(
-            control,
-            skill,
-            source,
-            files,
-            measurements,
-            note,
-            cost,
-            measured_against,
-            provenance,
-            new,
-            seen,
-            own_slot_only,
-        )
-    except OSError as exc:
-        raise WriteFailed(
-            f"could not queue the change for {skill!r}: {os_reason(exc)}; nothing was queued and what "
-            "is served is unchanged. Free disk space or fix permissions, then retry"
-        ) from exc
-
-
-def _propose(
-    control: ChangeControl,
-    skill: str,
-    source: str,
-    files: Mapping[str, bytes] | None,
-    measurements: Mapping[str, Any],
-    note: str | None,
-    cost: Mapping[str, Any] | None,
-    measured_against: str | None,
-    provenance: Mapping[str, Any] | None,
-    new: bool | None,
-    seen: tuple[str, ...],
-    own_slot_only: bool = False,
-) -> Proposed:
-    with control.writing():
+    doing, left = (
+        f"could not queue the change for {skill!r}",
+        "nothing was queued and what is served is unchanged",
+    )
+    with write_or_fail(doing, left), control.writing():
         champion = control.live_revision(skill)
         if measured_against is not None and champion != measured_against:
             raise SkillChanged(
@@ -171,22 +139,21 @@ def _propose(
             if withheld
             else control.queue.displaced_path(skill, change.id)
         )
-        staged = control.queue.stage(change)
-        try:
-            control.audit.append(
-                action="propose",
-                skill=skill,
-                from_revision=champion,
-                to_revision=change.candidate_revision,
-                evidence_digest=bundle.digest,
-                actor=source,
-                change_id=change.id,
-                archive=str(archive.relative_to(control.runs_dir)) if archive else None,
-                reason=f"withheld: {withheld[0]}" if withheld else None,
-            )
-        except IngotError:
-            control.queue.discard(staged)  # unaudited means unqueued
-            raise
+        control.queue.stage(change)
+        # A failed append may still have left its line (a failed fsync or head move after the
+        # write): the staged record stays, and recovery, before the next write, places it if the
+        # chain holds its line and drops it if not.
+        control.audit.append(
+            action="propose",
+            skill=skill,
+            from_revision=champion,
+            to_revision=change.candidate_revision,
+            evidence_digest=bundle.digest,
+            actor=source,
+            change_id=change.id,
+            archive=str(archive.relative_to(control.runs_dir)) if archive else None,
+            reason=f"withheld: {withheld[0]}" if withheld else None,
+        )
         try:
             control.queue.place(change, archive, withheld[0] if withheld else None)
         except OSError as exc:
@@ -219,26 +186,11 @@ def attach_evidence(
     the earlier one kept where it was and listed in the record, and an `evidence` line in the
     chain that approval then checks instead of the `propose` line (pending.py: stage, audit,
     place, one recoverable step)."""
-    try:
-        return _attach(control, skill, change_id, measurements, actor, cost, provenance, measured_against)
-    except OSError as exc:
-        raise WriteFailed(
-            f"could not record the new evidence of {change_id}: {os_reason(exc)}; it still rests on "
-            "its earlier evidence. Free disk space or fix permissions, then retry"
-        ) from exc
-
-
-def _attach(
-    control: ChangeControl,
-    skill: str,
-    change_id: str,
-    measurements: Mapping[str, Any],
-    actor: str,
-    cost: Mapping[str, Any] | None,
-    provenance: Mapping[str, Any] | None,
-    measured_against: str | None,
-) -> tuple[PendingChange, evidence_mod.Evidence]:
-    with control.writing():
+    doing, left = (
+        f"could not record the new evidence of {change_id}",
+        "it still rests on its earlier evidence",
+    )
+    with write_or_fail(doing, left), control.writing():
         change = control.pending_change(skill, change_id)
         live = control.live_revision(skill)
         if live != change.champion_revision or (measured_against is not None and live != measured_against):
@@ -262,20 +214,19 @@ def _attach(
             provenance=provenance,
         )
         updated = change.with_evidence(str(bundle.path.relative_to(control.runs_dir)), bundle.digest)
-        staged = control.queue.stage(updated)
-        try:
-            control.audit.append(
-                action="evidence",
-                skill=skill,
-                from_revision=change.champion_revision,
-                to_revision=change.candidate_revision,
-                evidence_digest=bundle.digest,
-                actor=actor,
-                change_id=change.id,
-            )
-        except IngotError:
-            control.queue.discard(staged)  # the record rests only on what the chain records
-            raise
+        control.queue.stage(updated)
+        # A failed append may still have left its line (a failed fsync or head move after the
+        # write): the staged record stays, and recovery, before the next write, places it if the
+        # chain holds its line and drops it if not.
+        control.audit.append(
+            action="evidence",
+            skill=skill,
+            from_revision=change.champion_revision,
+            to_revision=change.candidate_revision,
+            evidence_digest=bundle.digest,
+            actor=actor,
+            change_id=change.id,
+        )
         try:
             control.queue.place(updated)
         except OSError as exc:

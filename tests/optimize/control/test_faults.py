@@ -19,20 +19,20 @@ from optimize.control.audit import AuditLog
 from optimize.control.changes import ChangeControl
 from optimize.control.lock import change_lock
 from optimize.control.promote import Promoter, tree_revision
-from tests.conftest import write_skill
+from tests.conftest import small_tmpfs, write_skill
 from tests.optimize.conftest import ready_body, skill_md
 from tests.optimize.control.test_promote import CHILD, REPO
 
 
-def ingot(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "INGOT_HOME"} | {"HF_HUB_OFFLINE": "1"}
+def ingot(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k != "INGOT_HOME"} | {"HF_HUB_OFFLINE": "1"}
     return subprocess.run(
         [sys.executable, "-m", "ingot.cli", *args],
         cwd=cwd,
-        env=env,
+        env=base | env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
     )
 
 
@@ -51,15 +51,7 @@ def served(root: Path, name: str = "alpha") -> str | None:
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip()}); CI runs as root and can")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    yield from small_tmpfs(tmp_path / "tiny", "1m")
 
 
 def fill(disk: Path) -> Path:
@@ -242,15 +234,7 @@ def test_a_write_refused_during_recovery_is_one_line_and_the_next_command_finish
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 MiB tmpfs: room for the bundled skills, their state home and little else."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip()}); CI runs as root and can")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    yield from small_tmpfs(tmp_path / "small", "4m")
 
 
 def test_guard_and_route_on_a_full_disk_say_one_line_and_the_guard_restores_once_there_is_room(small_disk):
@@ -263,37 +247,25 @@ def test_guard_and_route_on_a_full_disk_say_one_line_and_the_guard_restores_once
     root = small_disk / "lib" / "skills"
     shutil.copytree(BUNDLED_SKILLS, root)
     quarantine = {"LIVE_EDITS": "quarantine", "INBOX_SETTLE_S": "0"}
-    adopted = ingot_env("guard", "--skills", str(root), cwd=small_disk, **quarantine)
+    adopted = ingot("guard", "--skills", str(root), cwd=small_disk, **quarantine)
     assert adopted.returncode == 0, adopted.stderr
     approved = (root / "release-notes" / "SKILL.md").read_bytes()
     (root / "release-notes" / "SKILL.md").write_bytes(approved + b"\nAGENT-EDIT: skip the changelog.\n")
     shutil.rmtree(small_disk / "lib" / ".ingot" / "skills" / "cache")  # the cache must be written again
     filler = fill(small_disk)
-    guarded = ingot_env("guard", "--skills", str(root), cwd=small_disk, **quarantine)
+    guarded = ingot("guard", "--skills", str(root), cwd=small_disk, **quarantine)
     assert guarded.returncode == 1 and "Traceback" not in guarded.stderr, guarded.stderr
     error = [line for line in guarded.stderr.splitlines() if line.startswith("Error:")]
     assert len(error) == 1 and "MCP serves their approved revisions meanwhile" in error[0], guarded.stderr
-    routed = ingot_env(
+    routed = ingot(
         "route", "Draft the release notes for v2.4", "--skills", str(root), cwd=small_disk, **quarantine
     )
     assert routed.returncode == 0 and "Traceback" not in routed.stderr, routed.stderr
     assert routed.stdout.startswith("match: release-notes") and "cannot be used" in routed.stderr
     filler.unlink()
-    healed = ingot_env("guard", "--skills", str(root), cwd=small_disk, **quarantine)
+    healed = ingot("guard", "--skills", str(root), cwd=small_disk, **quarantine)
     assert healed.returncode == 0 and "restored" in healed.stdout, healed.stderr
     assert (root / "release-notes" / "SKILL.md").read_bytes() == approved
-
-
-def ingot_env(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if k != "INGOT_HOME"} | {"HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "ingot.cli", *args],
-        cwd=cwd,
-        env=base | env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 def test_a_guard_that_cannot_take_the_change_lock_says_what_is_served_in_one_line(tmp_path):
@@ -306,11 +278,11 @@ def test_a_guard_that_cannot_take_the_change_lock_says_what_is_served_in_one_lin
     root = tmp_path / "lib" / "skills"
     shutil.copytree(BUNDLED_SKILLS, root)
     quarantine = {"LIVE_EDITS": "quarantine", "INBOX_SETTLE_S": "0"}
-    assert ingot_env("guard", "--skills", str(root), cwd=tmp_path, **quarantine).returncode == 0
+    assert ingot("guard", "--skills", str(root), cwd=tmp_path, **quarantine).returncode == 0
     lock = establish((root,)).path / "change.lock"
     lock.unlink(missing_ok=True)
     lock.mkdir()
-    guarded = ingot_env("guard", "--skills", str(root), cwd=tmp_path, **quarantine)
+    guarded = ingot("guard", "--skills", str(root), cwd=tmp_path, **quarantine)
     assert guarded.returncode == 1, guarded.stderr
     line = one_clean_line(guarded)
     assert "the guard stopped" in line and str(lock) in line and "MCP serves the approved revisions" in line

@@ -19,7 +19,7 @@ from optimize.control.audit import AuditError, AuditLog
 from optimize.control.changes import ChangeControl
 from optimize.control.lock import change_lock
 from optimize.control.promote import ABSENT, STAGE_PREFIX, Promoter, tree_revision
-from tests.conftest import write_skill
+from tests.conftest import small_tmpfs, write_skill
 
 CHILD = Path(__file__).with_name("crash_child.py")
 REPO = Path(__file__).resolve().parents[3]
@@ -149,15 +149,7 @@ def test_an_unwritable_audit_log_blocks_the_promotion(world):
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 512 KiB filesystem: room for a 200 KB candidate twice (its snapshot and its stage)."""
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip()}); CI runs as root and can")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    yield from small_tmpfs(tmp_path / "tiny", "512k")
 
 
 def test_a_full_disk_during_staging_changes_nothing(tiny_disk):

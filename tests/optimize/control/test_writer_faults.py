@@ -307,3 +307,41 @@ def _ingot_errors(base: type) -> list[type]:
     for sub in base.__subclasses__():
         found += _ingot_errors(sub)
     return found
+
+
+@pytest.mark.parametrize("path", ["propose", "evaluate"])
+def test_an_io_error_at_any_point_of_a_proposal_or_new_evidence_is_one_line_saying_what_it_left(worlds, path):
+    """EIO at every fault point of `propose` and `attach_evidence`: one Ingot error (never a bare
+    OSError) naming the I/O error and what it left, and after recovery one change waits, resting
+    on what its audit lines say."""
+    from ingot.errors import IngotError
+
+    world = worlds[path]
+    world.reset()
+    first = world.control().queue.get(SKILL)
+
+    def act() -> None:
+        if path == "propose":
+            world.control().propose(
+                SKILL, "operator", body_rewrite(world.root, SKILL, "NEW-MARK"), ready_body()
+            )
+        else:
+            world.control().attach_evidence(SKILL, first.id, ready_body([0.1, 0.1, 0.1, 0.1]), "operator")
+
+    left = {
+        "propose": ("nothing was queued", "is in the audit chain"),
+        "evaluate": ("it still rests on its earlier evidence", "is in the audit chain"),
+    }[path]
+    names = killpoints.points(act)
+    for at, name in enumerate(names):
+        world.reset()
+        ended = killpoints.run(act, at, killpoints.EIO)
+        where = f"EIO at point {at} ({name})"
+        if ended.code != 0:
+            kind, _, message = ended.error.partition(": ")
+            assert kind in {c.__name__ for c in _ingot_errors(IngotError)}, (where, ended.traceback)
+            assert "Input/output error" in message, (where, message)
+            if kind == "WriteFailed":
+                assert any(words in message for words in left), (where, message)
+        _, pending = world.settled(where)
+        assert len(pending) == 1, where
