@@ -14,19 +14,19 @@ behind is accepted only for exactly the line it announced (a crash between appen
 move), never for a line someone added. Appends are serialised by the change-control lock.
 A holder of the key can still rewrite history undetectably; ARCHITECTURE.md says what anchors
 against that. This module does the file work (key, append, head, repair); the hashing and the
-checks of lines and head are audit_verify.py's.
+checks of lines and head are audit_verify.py's, the anchors in the claims beside the roots
+audit_anchors.py's.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import logging
 import os
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from filelock import FileLock
 from ingot import faults
 from ingot.errors import IngotError
 from ingot.fsutil import fsync_dir, write_atomic
-from ingot.home import claim_path
+from optimize.control.audit_anchors import Anchors, key_fingerprint
 from optimize.control.audit_verify import (
     GENESIS,
     SCHEMA,
@@ -83,35 +83,6 @@ META = frozenset({"schema", "seq", "time", "prev", "hash", "mac"})
 log = logging.getLogger(__name__)
 
 
-def key_fingerprint(key: bytes) -> str:
-    """What identifies a key without revealing it (pinned in line 1 and in the claims)."""
-    return hashlib.sha256(b"ingot audit key\0" + key).hexdigest()
-
-
-def _line_hash(raw: bytes) -> str | None:
-    try:
-        return str(json.loads(raw)["hash"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _first_line_pin(lines: list[bytes]) -> str | None:
-    try:
-        pinned = json.loads(lines[0]).get("key_fingerprint") if lines else None
-    except (ValueError, AttributeError):
-        return None
-    return str(pinned) if pinned else None
-
-
-def _anchor_of(claim: Path) -> dict[str, Any] | None:
-    """A claim's audit anchor ({key, seq, hash}), or None if it has none (or cannot be read)."""
-    try:
-        audit = json.loads(claim.read_text()).get("audit")
-        return {"key": str(audit["key"]), "seq": int(audit["seq"]), "hash": str(audit["hash"])}
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        return None
-
-
 class AuditError(IngotError):
     """The audit chain cannot be written or fails verification."""
 
@@ -139,6 +110,7 @@ class AuditLog:
         self.key_path = runs_dir / "audit.key"
         self._step = on_step or faults.point  # fault-injection tests kill the process here
         self._verified: Prefix | None = None  # the line checks of a prefix already verified
+        self.anchors = Anchors(runs_dir, self.key_path.name)  # the claims beside the roots
 
     # -- the key -----------------------------------------------------------------------------
 
@@ -275,7 +247,7 @@ class AuditLog:
         self._step("audit: write head")
         self._write_head(key, seq, record["hash"], None)
         self._step("audit: anchor in the claims")
-        self._anchor(key, seq, record["hash"])
+        self.anchors.record(key, seq, record["hash"])
         return AuditEntry(
             seq, stamp, {k: v for k, v in record.items() if k not in META}, last_hash, record["hash"]
         )
@@ -381,7 +353,7 @@ class AuditLog:
         lines = data.splitlines()
         if key is None:
             if not lines and not self.head_path.exists():
-                return self._check_anchors(Verification(True, 0, GENESIS), [], None)
+                return self.anchors.check(Verification(True, 0, GENESIS), [], None)
             legacy = self.verify_legacy()
             problem = (
                 "the chain is unkeyed (written by an older Ingot): run `ingot migrate` to adopt it"
@@ -410,87 +382,9 @@ class AuditLog:
             return Verification(
                 False, len(lines), prev, "no line of the chain is keyed (forged or not adopted)", 1
             )
-        return self._check_anchors(
+        return self.anchors.check(
             check_head(self._head(), key, len(lines), seq, prev, penultimate), lines, key
         )
-
-    # -- anchors outside the state home ------------------------------------------------------
-
-    def _claims(self) -> list[Path]:
-        """The claims beside the roots this home manages (`home.json` lists them): where the
-        chain's key fingerprint and length are anchored outside the state home."""
-        try:
-            data = json.loads((self.path.parent / "home.json").read_text())
-            roots = [Path(os.path.normpath(self.path.parent / str(r))) for r in data.get("roots", [])]
-        except (OSError, ValueError, AttributeError, TypeError):
-            return []
-        return [claim_path(root) for root in roots]
-
-    def _check_anchors(self, state: Verification, lines: list[bytes], key: bytes | None) -> Verification:
-        """A chain that passes its own checks must also agree with every claim's anchor: the key
-        it was written with (a replaced `audit.key`, with every line re-MAC'd, fails here) and a
-        line it had (a chain truncated to an older state, with an older head restored, fails)."""
-        if not state.ok:
-            return state
-        fingerprint = key_fingerprint(key) if key is not None else None
-        pinned = _first_line_pin(lines)
-        if pinned is not None and pinned != fingerprint:
-            return replace(
-                state,
-                ok=False,
-                problem=f"{self.key_path.name} is not the key this chain was started with (its first "
-                f"line pins {pinned[:16]}, the key is {str(fingerprint)[:16]}): it was replaced. "
-                "Restore the original key from backup",
-                bad_line=1,
-            )
-        for claim in self._claims():
-            anchor = _anchor_of(claim)
-            if anchor is None:
-                continue  # an older claim, or none yet: anchored at the next append
-            if fingerprint is None:
-                return replace(
-                    state,
-                    ok=False,
-                    problem=f"the audit chain and its key are gone, but the claim {claim} records line "
-                    f"{anchor['seq']} of it: restore the state home from backup",
-                    bad_line=1,
-                )
-            if anchor["key"] != fingerprint:
-                return replace(
-                    state,
-                    ok=False,
-                    problem=f"{self.key_path.name} is not the key the claim {claim} records (fingerprint "
-                    f"{anchor['key'][:16]}, the key is {str(fingerprint)[:16]}): it was replaced. "
-                    "Restore the original key from backup",
-                    bad_line=1,
-                )
-            seq = anchor["seq"]
-            if seq > len(lines) or _line_hash(lines[seq - 1]) != anchor["hash"]:
-                return replace(
-                    state,
-                    ok=False,
-                    problem=f"the audit chain lacks line {seq} as the claim {claim} recorded it (hash "
-                    f"{anchor['hash'][:16]}; the chain has {len(lines)} line(s)): lines were removed or "
-                    "rewritten. Restore the chain and its head from backup",
-                    bad_line=min(seq, len(lines) + 1),
-                )
-        return state
-
-    def _anchor(self, key: bytes, seq: int, digest: str) -> None:
-        """Record the chain's newest line and key fingerprint in every claim (after the head
-        moved: an anchor is never ahead of the chain). A claim that cannot be written is logged
-        and anchored at the next append; the line itself is already durable."""
-        for claim in self._claims():
-            try:
-                data = json.loads(claim.read_text())
-                if not isinstance(data, dict):
-                    continue
-                data["audit"] = {"key": key_fingerprint(key), "seq": seq, "hash": digest}
-                write_atomic(claim, json.dumps(data, indent=1).encode(), mode=0o644)
-            except FileNotFoundError:
-                continue
-            except (OSError, ValueError) as exc:
-                log.warning("could not anchor audit line %s in %s: %s", seq, claim, exc)
 
     def verify_legacy(self) -> Verification:
         """The rules of unkeyed chains (hash links and a plain head), for adoption."""
