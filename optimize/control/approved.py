@@ -159,14 +159,14 @@ class Pinned:
                 "revisions only (the guard writes it again)",
                 self.marker,
             )
-        approved = self.approved.current()
+        approved, broken = self.approved.current(), self.approved.problem() is not None
         served: dict[str, Skill] = {}
         for name, skill in skills.items():
             revision = approved.get(name, "unapproved")
             if revision == skill.revision:
                 served[name] = skill
             elif revision == "unapproved":
-                if self.approved.problem() is None:  # else the chain's warning already says why
+                if not broken:  # else the chain's warning already says why
                     self._tell(name, skill.revision, "not serving %s: its folder was never approved", name)
             elif revision is not None:
                 pinned = self._snapshot(name, revision, skill.root)
