@@ -4,7 +4,9 @@ LangChain's own OpenAI model would bypass `optimize/models/llm.py`: no zero-data
 OpenRouter, no ledger or MAX_RUN_USD, no cassettes. This adapter converts LangChain messages and
 tools to the OpenAI wire shape, calls `LLMClient.complete` for one role, and converts the answer
 back (text, tool calls, token usage). With `calls`, each request and its usage is appended there
-(the run's transcript, which traces and goldens keep). It does nothing else.
+(the run's transcript, which traces and goldens keep). Callback handlers (Langfuse's) see the
+role's model name, the answering model, usage, and the call's cost from the ledger in the
+message's `response_metadata["cost_usd"]` (None when unpriced). It does nothing else.
 """
 
 from __future__ import annotations
@@ -43,7 +45,13 @@ class IngotChatModel(BaseChatModel):
         # deepagents picks its harness profile by this provider name (agent/run.py registers "ingot").
         params = super()._get_ls_params(stop=stop, **kwargs)
         params["ls_provider"] = PROVIDER
+        endpoint = self.client.config.endpoints.get(self.role)
+        if endpoint is not None:
+            params["ls_model_name"] = endpoint.model  # what tracers name the call by
         return params
+
+    def _combine_llm_outputs(self, llm_outputs: list[dict[str, Any] | None]) -> dict[str, Any]:
+        return {k: v for output in llm_outputs for k, v in (output or {}).items()}
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
@@ -82,6 +90,12 @@ class IngotChatModel(BaseChatModel):
                 "output_tokens": completion.tokens_out,
                 "total_tokens": completion.tokens_in + completion.tokens_out,
             },
-            response_metadata={"model_name": completion.model, "finish_reason": completion.finish_reason},
+            response_metadata={
+                "model_name": completion.model,
+                "finish_reason": completion.finish_reason,
+                "cost_usd": completion.cost_usd,
+            },
         )
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return ChatResult(
+            generations=[ChatGeneration(message=message)], llm_output={"model_name": completion.model}
+        )

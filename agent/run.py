@@ -11,18 +11,22 @@ cap and cassettes apply):
 The skill's files are served from that snapshot (workspace.py), offering only the tools the
 skill needs; model and tool calls are capped per task. `serve` is the one serving path: live
 runs, the optimizer's rollouts and the held-out A/B all go through it. Evaluation runs pass
-`allow_mutation=False`: no create_skill. Every run is appended to the trace store tagged with
-skill and revision. MCP tools are wrapped from fastmcp's client because langchain-mcp-adapters
-needs mcp<2 (see ARCHITECTURE.md).
+`allow_mutation=False`: no create_skill. Every run is recorded in the trace store tagged with
+skill, revision and its session (the caller's conversation id, or one per run), which is also
+sent to `route_and_load`; the store observes the run while it happens (`start_run`: Langfuse
+sees routing, each model call and tool call as they occur). MCP tools are wrapped from fastmcp's
+client because langchain-mcp-adapters needs mcp<2 (see ARCHITECTURE.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,6 +38,7 @@ from deepagents import (
     register_harness_profile,
 )
 from fastmcp import Client
+from fastmcp.skills.client import SkillsClientExtension
 from langchain.agents.middleware import AgentMiddleware, ModelCallLimitMiddleware, ToolCallLimitMiddleware
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
@@ -44,7 +49,7 @@ from agent.workspace import ScriptRunner, SkillSnapshot, workspace
 from ingot.errors import ConfigError, IngotError, SkillChanged
 from optimize.models.llm import LLMClient
 from optimize.models.prompting import render
-from optimize.models.traces import TraceRecord, TraceStore
+from optimize.models.traces import AppendOnFinish, RunTrace, TraceRecord, TraceStore
 
 HARNESS = "ingot-agent"
 
@@ -142,9 +147,11 @@ def serve(
     skill: SkillSnapshot | None = None,
     runner: ScriptRunner | None = None,
     limits: AgentLimits | None = None,
+    callbacks: Sequence[Any] = (),
 ) -> Served:
     """One task through the deepagents agent: the same path for live runs and for evaluation.
-    With `skill`, its files are readable (and its scripts runnable through `runner`)."""
+    With `skill`, its files are readable (and its scripts runnable through `runner`); `callbacks`
+    (LangChain handlers, e.g. a trace store's) observe the run."""
     limits = limits or AgentLimits()
     requests: list[dict[str, Any]] = []
     model = IngotChatModel(
@@ -169,7 +176,10 @@ def serve(
             _OfferOnly(offered),
         ],
     )
-    state = graph.invoke({"messages": [{"role": "user", "content": task}], "files": ws.files})
+    state = graph.invoke(
+        {"messages": [{"role": "user", "content": task}], "files": ws.files},
+        config={"callbacks": list(callbacks)} if callbacks else None,
+    )
     return _with_transcript(_served(state["messages"], tuple(sorted(offered)), limits), requests)
 
 
@@ -219,10 +229,12 @@ class ReferenceAgent:
         harness: str = HARNESS,
         runner: ScriptRunner | None = None,
         limits: AgentLimits | None = None,
+        session: str | None = None,
     ) -> None:
         self.mcp_url, self.llm, self.store = mcp_url, llm, store
         self.allow_mutation, self.harness = allow_mutation, harness
         self.runner, self.limits = runner, limits or AgentLimits()
+        self.session = session  # the caller's conversation id; None: each run is its own
 
     def _call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
@@ -231,7 +243,9 @@ class ReferenceAgent:
 
         return asyncio.run(go())
 
-    def route(self, task: str, cwd: str | None) -> tuple[dict[str, Any], SkillSnapshot | None]:
+    def route(
+        self, task: str, cwd: str | None, session: str | None = None
+    ) -> tuple[dict[str, Any], SkillSnapshot | None]:
         """`route_and_load` once, and the routed revision's files from the same session. If the
         files no longer match the route (the skill changed on disk), the server is asked to
         `reload_skills` and the task is routed once more; a second mismatch is `SkillChanged`.
@@ -243,10 +257,13 @@ class ReferenceAgent:
             "cwd": cwd or os.getcwd(),
             "available_tools": ["create_skill"] if self.allow_mutation else [],
             "available_mcps": ["ingot"],
+            **({"session": session} if session else {}),
         }
 
         async def go() -> tuple[dict[str, Any], SkillSnapshot | None]:
-            async with Client(self.mcp_url) as client:
+            # The files' list comes from `skills/get` (SEP-2640's Skills extension): Ingot lists no
+            # synthetic `_manifest` resource for fastmcp's resource-mode fallback to read.
+            async with Client(self.mcp_url, extensions=[SkillsClientExtension()]) as client:
                 for attempt in range(2):
                     decision = await _tool(client, "route_and_load", args)
                     name = decision["match"] or decision["related_match"]
@@ -264,8 +281,25 @@ class ReferenceAgent:
         return asyncio.run(go())
 
     def run(self, task: str, cwd: str | None = None) -> AgentResult:
+        session = self.session or f"{self.harness}-{secrets.token_hex(8)}"
         started = time.perf_counter()
-        decision, snapshot = self.route(task, cwd)
+        with self._start_run(task, session) as trace:
+            with trace.tool("route_and_load", {"task": task, "session": session}) as routed:
+                decision, snapshot = self.route(task, cwd, session)
+                routed(_decision_summary(decision))
+            result = self._serve(task, decision, snapshot, trace)
+            if result.model is not None:  # a model served it (else: routed only, as before)
+                trace.finish(self._record(result, time.perf_counter() - started, session))
+        return result
+
+    def _start_run(self, task: str, session: str) -> AbstractContextManager[RunTrace]:
+        if self.store is None:
+            return nullcontext(AppendOnFinish(None))
+        return self.store.start_run(task, session)
+
+    def _serve(
+        self, task: str, decision: dict[str, Any], snapshot: SkillSnapshot | None, trace: RunTrace
+    ) -> AgentResult:
         kind = "match" if decision["match"] else "related" if decision["related_match"] else "novel"
         name = decision["match"] or decision["related_match"]
         role = "strong" if kind == "novel" else "agent"
@@ -291,9 +325,17 @@ class ReferenceAgent:
         else:
             system = skill_system_prompt(kind, snapshot.name, snapshot.revision, snapshot.body)
         served = serve(
-            self.llm, role, system, task, tools, skill=snapshot, runner=self.runner, limits=self.limits
+            self.llm,
+            role,
+            system,
+            task,
+            tools,
+            skill=snapshot,
+            runner=self.runner,
+            limits=self.limits,
+            callbacks=trace.callbacks,
         )
-        result = AgentResult(
+        return AgentResult(
             **base,
             model=endpoint.model,
             answer=served.answer,
@@ -308,8 +350,6 @@ class ReferenceAgent:
             tool_schemas=served.tool_schemas,
             calls=served.calls,
         )
-        self._record(result, time.perf_counter() - started)
-        return result
 
     def _create_skill_tool(self, created: list[str]) -> StructuredTool:
         def create_skill(name: str, description: str, body: str) -> str:
@@ -323,29 +363,29 @@ class ReferenceAgent:
 
         return StructuredTool.from_function(create_skill)
 
-    def _record(self, result: AgentResult, seconds: float) -> None:
-        if self.store is None:
-            return
-        self.store.append(
-            TraceRecord(
-                task=result.task,
-                answer=result.answer,
-                route=result.route,
-                skill=result.skill if result.route != "novel" else None,
-                revision=result.revision if result.route != "novel" else None,
-                model=result.model,
-                tokens_in=result.tokens_in,
-                tokens_out=result.tokens_out,
-                duration_ms=round(seconds * 1000, 1),
-                tool_calls=result.tool_calls,
-                harness=self.harness,
-                messages=result.messages,
-                tools=result.tool_schemas,
-                model_calls=tuple(
-                    {k: c[k] for k in ("model", "tokens_in", "tokens_out")} for c in result.calls
-                ),
-            )
+    def _record(self, result: AgentResult, seconds: float, session: str) -> TraceRecord:
+        return TraceRecord(
+            task=result.task,
+            answer=result.answer,
+            route=result.route,
+            skill=result.skill if result.route != "novel" else None,
+            revision=result.revision if result.route != "novel" else None,
+            model=result.model,
+            tokens_in=result.tokens_in,
+            tokens_out=result.tokens_out,
+            duration_ms=round(seconds * 1000, 1),
+            tool_calls=result.tool_calls,
+            harness=self.harness,
+            messages=result.messages,
+            tools=result.tool_schemas,
+            model_calls=tuple({k: c[k] for k in ("model", "tokens_in", "tokens_out")} for c in result.calls),
+            session=session,
         )
+
+
+def _decision_summary(decision: Mapping[str, Any]) -> dict[str, Any]:
+    """What a trace shows of a route: the outcome, not the body (the model's prompt holds it)."""
+    return {k: decision.get(k) for k in ("match", "related_match", "novel", "score", "revision")}
 
 
 async def _tool(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,9 @@ refused with the command that fixes it. So two processes that write one root sha
 and with it one lock: one writer. Roots and homes are resolved to real paths (a root reached
 through a symlink is the same root). Every folder Ingot keeps state in gets a `.gitignore` of
 `*`, so a default home inside the skills' git repository is never committed (nor its key).
-Nothing is ever written inside a skills root (that is the job
-of optimize/control/promote/).
+Only `establish` writes (the home, its record, the claims); a command that only reads finds the
+home with `for_reading`, which creates nothing, so reading a library never claims its roots.
+Nothing is ever written inside a skills root (that is the job of optimize/control/promote/).
 Ground floor: imports only `ingot.errors`.
 """
 
@@ -128,14 +129,8 @@ def establish(
                 f"skills root {root} does not exist or is not a folder: create it, or fix "
                 "--skills / SKILLS_DIRS"
             )
-    if check_legacy and not home.exists:
-        legacy = legacy_state(cwd or Path.cwd())
-        if legacy is not None and legacy != home.path:
-            raise ConfigError(
-                f"found state from an older Ingot in {legacy} (it kept state per folder); move it into "
-                f"this library's state home with `ingot migrate --from {legacy}`, or set "
-                f"INGOT_HOME={legacy} to keep it where it is"
-            )
+    if check_legacy:
+        _refuse_legacy(home, cwd)
     try:
         _create(home)
     except OSError as exc:
@@ -144,6 +139,41 @@ def establish(
             f"{home.roots[0].parent} writable, or set INGOT_HOME to a folder you own"
         ) from exc
     return locate(roots, explicit)  # re-check: another process may have claimed a root meanwhile
+
+
+def for_reading(roots: tuple[Path, ...], explicit: Path | None = None, cwd: Path | None = None) -> StateHome:
+    """`locate`, for a command that only reads: creates nothing, claims nothing, and the home may
+    not exist yet (the reader then answers from what is on disk: no history, nothing pending).
+    Refuses, as `establish` does, a home that does not exist yet while an older Ingot's state
+    sits in `<cwd>/runs`: that state, not an empty one, is the answer."""
+    home = locate(roots, explicit)
+    _refuse_legacy(home, cwd)
+    return home
+
+
+def lost_state(home: StateHome) -> Path | None:
+    """A claim naming `home` that anchors an audit line (optimize/control/audit_anchors.py writes
+    one per append) while `home` itself does not exist: its state was deleted or moved, which
+    must not be read as a fresh start. None when the home exists or no claim remembers a line."""
+    if home.exists:
+        return None
+    for root in home.roots:
+        data = _read_json(claim_path(root))
+        if data and data.get("audit") and Path(str(data.get("home"))) == home.path:
+            return claim_path(root)
+    return None
+
+
+def _refuse_legacy(home: StateHome, cwd: Path | None) -> None:
+    if home.exists:
+        return
+    legacy = legacy_state(cwd or Path.cwd())
+    if legacy is not None and legacy != home.path:
+        raise ConfigError(
+            f"found state from an older Ingot in {legacy} (it kept state per folder); move it into "
+            f"this library's state home with `ingot migrate --from {legacy}`, or set "
+            f"INGOT_HOME={legacy} to keep it where it is"
+        )
 
 
 def _create(home: StateHome) -> None:

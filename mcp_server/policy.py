@@ -24,17 +24,25 @@ Skills written for the most common peer server keep the same policy in a nested
 when both are given, except that `trust: blocked` in either place always blocks. A key in the block
 that Ingot does not know disables the skill with a reason rather than being ignored, so a
 constraint is never dropped silently.
+
+`paths` patterns are gitignore patterns (pathspec's "gitignore" flavour, git's wildmatch), matched
+against each file's path relative to the caller's cwd: `src/*.sql` is `src/a.sql` and never
+`src/a/b.sql`, `**/*.sql` is any depth, a pattern without a slash is a file name anywhere, `!p`
+excludes. Hidden folders and `node_modules` are neither walked nor matched unless a pattern names
+one (`.github/**`); at most PATHS_SCAN_LIMIT entries are looked at, else the check is unchecked.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
+
+import pathspec
 
 PATHS_SCAN_LIMIT = 4000  # files and folders looked at under a caller's cwd for `paths` patterns
 PATHS_CACHE_S = 10.0
@@ -197,6 +205,8 @@ def parse_policy(metadata: Mapping[str, Any]) -> Policy:
     for key, attr in lists.items():
         if key in metadata:
             fields[attr] = _as_list(origin.get(key, key), metadata[key])
+    if "paths" in fields:
+        compile_paths(fields["paths"])  # a pattern that is not one disables the skill, saying which
     if "platforms" in fields:
         fields["platforms"] = tuple(normalise_platform(p) for p in fields["platforms"])
     if "harnesses" in fields:
@@ -227,12 +237,54 @@ def _inside(cwd: str, project: str) -> bool:
     return here == base or base in here.parents
 
 
-def _glob_match(rel: str, name: str, pattern: str) -> bool:
-    """Glob semantics callers expect: `**/` also matches at the top, a bare pattern any file name."""
-    return (
-        fnmatch.fnmatch(rel, pattern)
-        or (pattern.startswith("**/") and fnmatch.fnmatch(rel, pattern[3:]))
-        or ("/" not in pattern and fnmatch.fnmatch(name, pattern))
+def _pruned(folder: str) -> bool:
+    """A folder the walk skips unless a pattern names it: hidden ones and `node_modules`."""
+    return folder.startswith(".") or folder == "node_modules"
+
+
+def _pruned_parts(pattern: str) -> list[str]:
+    """The pruned folders a pattern spells out (`.github/**`, `**/node_modules/x/*.js`)."""
+    return [] if pattern.startswith("!") else [part for part in pattern.split("/")[:-1] if _pruned(part)]
+
+
+@dataclass(frozen=True)
+class _PathPatterns:
+    """A `paths` list compiled: `everywhere` for ordinary paths; `pruned` (only the patterns that
+    name a pruned folder, with every exclusion) for paths inside one; `entered`, the pruned
+    folders the walk goes into (those the patterns name)."""
+
+    everywhere: pathspec.PathSpec
+    pruned: pathspec.PathSpec
+    entered: pathspec.PathSpec
+
+    def matches(self, rel: str) -> bool:
+        inside_pruned = any(_pruned(part) for part in rel.split("/")[:-1])
+        return (self.pruned if inside_pruned else self.everywhere).match_file(rel)
+
+    def enters(self, folder: str) -> bool:
+        return not _pruned(folder) or self.entered.match_file(folder)
+
+
+@functools.lru_cache(maxsize=256)
+def compile_paths(patterns: tuple[str, ...]) -> _PathPatterns:
+    """The patterns as gitignore patterns, or PolicyInvalid naming the one that is not one."""
+    for pattern in patterns:
+        try:
+            compiled = pathspec.PathSpec.from_lines("gitignore", [pattern])
+        except ValueError as exc:  # GitIgnorePatternError: a lone `!`, a trailing backslash
+            raise PolicyInvalid(
+                f"metadata.paths pattern {pattern!r} is not a gitignore pattern: {exc}"
+            ) from None
+        if not compiled.patterns or compiled.patterns[0].include is None:
+            raise PolicyInvalid(
+                f"metadata.paths pattern {pattern!r} matches nothing (gitignore reads it as a comment); "
+                "escape a leading '#' as '\\#'"
+            )
+    named = [p for p in patterns if _pruned_parts(p) or p.startswith("!")]
+    return _PathPatterns(
+        pathspec.PathSpec.from_lines("gitignore", patterns),
+        pathspec.PathSpec.from_lines("gitignore", named),
+        pathspec.PathSpec.from_lines("gitignore", [part for p in patterns for part in _pruned_parts(p)]),
     )
 
 
@@ -268,16 +320,16 @@ def _scan_for_match(cwd: str, patterns: tuple[str, ...]) -> bool | None:
             return None
     except (OSError, ValueError):  # ENAMETOOLONG, EACCES, an embedded NUL: the folder is unreadable
         return None
+    compiled = compile_paths(patterns)
     looked = 0
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "node_modules"]
+        dirnames[:] = [d for d in dirnames if compiled.enters(d)]
         looked += 1  # a tree of empty folders costs a walk too
         if looked >= PATHS_SCAN_LIMIT:
             return None
         rel_dir = Path(dirpath).relative_to(root)
         for name in filenames:
-            rel = (rel_dir / name).as_posix()
-            if any(_glob_match(rel, name, p) for p in patterns):
+            if compiled.matches((rel_dir / name).as_posix()):
                 return True
             looked += 1
             if looked >= PATHS_SCAN_LIMIT:

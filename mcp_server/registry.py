@@ -11,10 +11,8 @@ writes a skills root (that is `optimize/control/promote/`'s job).
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
-import math
 import os
 import re
 from collections.abc import Hashable, Iterable, Mapping
@@ -26,16 +24,17 @@ from typing import Any
 import frontmatter
 import rfc8785
 import yaml
-from frontmatter.default_handlers import YAMLHandler
+from fastmcp.skills import SkillManifest
 
-from ingot.errors import SkillInvalid, first_line
+from ingot.errors import SkillInvalid
+from mcp_server import skillspec
 from mcp_server.skillfiles import Limits, read_folder  # Limits is part of this module's API too
 
 log = logging.getLogger(__name__)
 
-NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-MAX_NAME = 64
-MAX_DESCRIPTION = 1024
+NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")  # skillspec's name rule, for other callers
+MAX_NAME = skillspec.MAX_NAME
+MAX_DESCRIPTION = skillspec.MAX_DESCRIPTION
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,12 @@ class Skill:
     files: tuple[SkillFile, ...]
     frontmatter: Mapping[str, Any]
     metadata: Mapping[str, Any]
+    # What the spec would have written differently, served anyway (skillspec.notes).
+    notes: tuple[str, ...] = ()
+    # The SEP-2640 manifest hosts are given (validated when the folder was read; None for a
+    # candidate built in memory).
+    wire: SkillManifest | None = field(default=None, compare=False, repr=False)
+    text_files: frozenset[str] = field(default=frozenset(), compare=False, repr=False)  # UTF-8 files
 
     @property
     def short_revision(self) -> str:
@@ -101,82 +106,15 @@ def manifest_revision(files: Iterable[SkillFile]) -> str:
     return hashlib.sha256(rfc8785.dumps({"files": entries})).hexdigest()
 
 
-_YAMLLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster at 10k skills
-MAX_FRONTMATTER_NODES = 5000
-
-
-class _StrictYAMLHandler(YAMLHandler):
-    def load(self, fm: str, **kwargs: object) -> Any:
-        data = yaml.load(fm, Loader=_YAMLLoader)  # noqa: S506 - a safe loader
-        if not isinstance(data, dict):
-            raise SkillInvalid("frontmatter must be a YAML mapping of keys to values")
-        odd = [k for k in data if not isinstance(k, str)]
-        if odd:
-            raise SkillInvalid(
-                f"frontmatter key {odd[0]!r} is not a string (YAML reads it as "
-                f"{type(odd[0]).__name__}); quote it"
-            )
-        return data
-
-
-def _json_safe(value: Any, seen: set[int] | None = None) -> Any:
-    """Plain-JSON copy of parsed YAML (dates become ISO strings, keys strings).
-
-    YAML aliases are refused: a safe loader shares the aliased object instead of copying it, so a
-    container met twice is an alias, and copying would expand a 'billion laughs' exponentially."""
-    seen = set() if seen is None else seen
-    if isinstance(value, dict | list):
-        if id(value) in seen:
-            raise SkillInvalid("frontmatter uses YAML aliases (&anchor / *alias); they are not allowed")
-        seen.add(id(value))
-        if len(seen) > MAX_FRONTMATTER_NODES:
-            raise SkillInvalid(f"frontmatter has more than {MAX_FRONTMATTER_NODES} nested values")
-        if isinstance(value, dict):
-            return {str(k): _json_safe(v, seen) for k, v in value.items()}
-        return [_json_safe(v, seen) for v in value]
-    if isinstance(value, dt.date | dt.datetime | dt.time):
-        return value.isoformat()
-    if isinstance(value, float) and not math.isfinite(value):
-        raise SkillInvalid(f"frontmatter number {value} is not finite; JSON cannot carry it")
-    if isinstance(value, bytes | set | frozenset | tuple):
-        raise SkillInvalid(
-            f"frontmatter holds a YAML {type(value).__name__}; use strings, numbers, lists and mappings"
-        )
-    return value
+# The YAML handler every SKILL.md reader uses (skillspec.py's rules); kept here for its callers.
+_StrictYAMLHandler = skillspec.StrictYAMLHandler
 
 
 def parse_skill_md(text: str, folder_name: str) -> tuple[str, str, str, dict[str, Any]]:
-    """Validate SKILL.md text; return (name, description, body, frontmatter)."""
-    if not text.lstrip("\ufeff").startswith("---"):
-        raise SkillInvalid("SKILL.md must start with YAML frontmatter between '---' lines")
-    try:
-        post = frontmatter.loads(text.lstrip("\ufeff"), handler=_StrictYAMLHandler())
-    except SkillInvalid:
-        raise
-    except (yaml.YAMLError, ValueError) as exc:
-        raise SkillInvalid(f"frontmatter is not valid YAML: {first_line(exc)}") from exc
-    meta = _json_safe(dict(post.metadata))
-    name, description, body = meta.get("name"), meta.get("description"), post.content
-    if not isinstance(name, str) or not name:
-        raise SkillInvalid("frontmatter needs a 'name' (a non-empty string)")
-    if len(name) > MAX_NAME or not NAME_PATTERN.match(name):
-        raise SkillInvalid(
-            f"name {name[:80]!r} must be 1-{MAX_NAME} lowercase letters, digits and single "
-            "hyphens (no leading, trailing or double hyphen)"
-        )
-    if name != folder_name:
-        raise SkillInvalid(f"name {name!r} must equal the folder name {folder_name!r}")
-    if not isinstance(description, str) or not description.strip():
-        raise SkillInvalid("frontmatter needs a 'description' (a non-empty string)")
-    if len(description) > MAX_DESCRIPTION:
-        raise SkillInvalid(f"description is {len(description)} characters; the limit is {MAX_DESCRIPTION}")
-    if not body.strip():
-        raise SkillInvalid("SKILL.md has no body after the frontmatter")
-    metadata = meta.get("metadata", {})
-    if metadata is None:
-        metadata = {}
-    if not isinstance(metadata, dict):
-        raise SkillInvalid("'metadata' must be a mapping of keys to values")
+    """Validate SKILL.md text against every rule (skillspec.py); return (name, description, body,
+    frontmatter as plain JSON)."""
+    meta, body = skillspec.load(text)
+    name, description = skillspec.check(meta, body, folder_name)
     return name, description.strip(), body, meta
 
 
@@ -208,6 +146,11 @@ def read_skill_files(
     except OSError as exc:
         raise SkillInvalid(f"cannot read the folder: {exc.strerror or exc}") from exc
     if "SKILL.md" not in contents:
+        other = next((p for p in contents if p.lower() == "skill.md"), None)
+        if other is not None:  # skills-ref accepts skill.md; hosts and SEP-2640 URIs need SKILL.md
+            raise SkillInvalid(
+                f"the file is named {other}; rename it to SKILL.md (the Agent Skills spec's name)"
+            )
         raise SkillInvalid("no SKILL.md in the folder")
     files = [SkillFile(rel, hashlib.sha256(data).hexdigest(), len(data)) for rel, data in contents.items()]
     raw = contents["SKILL.md"]
@@ -218,6 +161,7 @@ def read_skill_files(
     except UnicodeDecodeError as exc:
         raise SkillInvalid(f"SKILL.md is not valid UTF-8 (byte {exc.start}); re-save it as UTF-8") from exc
     name, description, body, meta = parse_skill_md(text, name or folder.name)
+    wire = skillspec.wire_manifest(meta, {f.path: (f.sha256, f.size) for f in files})
     skill = Skill(
         name=name,
         description=description,
@@ -228,8 +172,22 @@ def read_skill_files(
         files=tuple(sorted(files, key=lambda f: f.path)),
         frontmatter=MappingProxyType(meta),
         metadata=MappingProxyType(dict(meta.get("metadata") or {})),
+        notes=skillspec.notes(meta),
+        wire=wire,
+        text_files=frozenset(path for path, data in contents.items() if _is_text(data)),
     )
     return skill, contents
+
+
+def _is_text(data: bytes) -> bool:
+    """UTF-8 without NUL bytes: served to hosts as text, whatever its extension."""
+    if b"\x00" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _fingerprint(folder: Path) -> tuple:

@@ -20,27 +20,28 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
-from fastmcp.skills import SkillFile as WireFile
-from fastmcp.skills import SkillFrontmatter, SkillManifest
-from fastmcp.skills.provider import SkillFileResource, SkillManifestProvider
+from fastmcp.server.middleware import Middleware, MiddlewareContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from pydantic import Field
 
 from ingot import __version__
 from ingot.errors import IngotError
 from mcp_server.library import Library
+from mcp_server.notify import ChangeNotifier
 from mcp_server.policy import CallerContext, may_read
 from mcp_server.ratelimit import SourceRates
 from mcp_server.registry import Skill
 from mcp_server.router import MIN_SCORE_RANGE
 from mcp_server.sessions import SessionRoutes
+from mcp_server.skill_resources import LibrarySkills
 from optimize.control.changes import ChangeControl
 from optimize.control.lock import PromotionConflict
 from optimize.control.proposals import SlotTaken
@@ -48,6 +49,7 @@ from optimize.control.quarantine import agent_candidate
 
 log = logging.getLogger(__name__)
 MAX_TASK_CHARS = 8000
+LIST_PAGE_SIZE = 500  # tools/list, resources/list and skills/list items per page
 MIN_SCORE_FIELD = Field(  # route_and_load's and suggest_skills' per-call threshold (router.MIN_SCORE_RANGE)
     ge=MIN_SCORE_RANGE[0],
     le=MIN_SCORE_RANGE[1],
@@ -73,37 +75,6 @@ class ToolLimits:
     create_total_per_minute: float = 24.0  # ... from all clients together (4 busy clients' worth)
     create_lock_wait_s: float = 1.0  # longest a create_skill waits for the change lock
     create_concurrency: int = 2  # create_skill calls working at once; more answer "busy"
-
-
-class LibrarySkills(SkillManifestProvider):
-    """Serve the library's current revisions as skill:// resources."""
-
-    def __init__(self, library: Library) -> None:
-        super().__init__()
-        self._library = library
-
-    async def load_manifests(self) -> Mapping[str, SkillManifest]:
-        manifests = {}
-        for name, skill in self._library.skills().items():
-            try:
-                self._library.get(name)  # skips blocked / disabled skills
-                manifests[name] = _manifest(skill)
-            except (IngotError, ValueError) as exc:
-                log.debug("not advertising %s: %s", name, exc)
-        return manifests
-
-    async def read_file(self, resource: SkillFileResource) -> bytes:
-        # Off the event loop: a slow disk must not stall other clients.
-        return await anyio.to_thread.run_sync(
-            self._library.read_file, resource.skill_path, resource.file_path
-        )
-
-
-def _manifest(skill: Skill) -> SkillManifest:
-    return SkillManifest(
-        frontmatter=SkillFrontmatter(dict(skill.frontmatter)),
-        files={f.path: WireFile(digest=f"sha256:{f.sha256}", size=f.size) for f in skill.files},
-    )
 
 
 def _files(skill: Skill) -> list[dict[str, Any]]:
@@ -152,7 +123,11 @@ def build_server(
             "task yourself when novel is true."
         ),
         providers=[LibrarySkills(library)],
+        list_page_size=LIST_PAGE_SIZE,  # paged, so a bad cursor is refused (-32602), not ignored
     )
+    notifier = ChangeNotifier()
+    notifier.install(mcp)
+    library.on_served_change(notifier.served_changed)
 
     @mcp.tool
     def suggest_skills(
@@ -251,7 +226,28 @@ def build_server(
 
     if control is not None:
         _add_create_skill(mcp, library, control, limits, queued)
+    mcp.add_middleware(_UnknownTool(mcp))
     return mcp
+
+
+class _UnknownTool(Middleware):
+    """A call to a tool this server does not have is a protocol error (JSON-RPC -32602, as the
+    MCP spec says), not a tool result the model would read as the tool's own failure."""
+
+    def __init__(self, mcp: FastMCP) -> None:
+        self._mcp = mcp
+        self._names: frozenset[str] | None = None  # the tools are fixed once the server is built
+
+    async def on_call_tool(self, context: MiddlewareContext[Any], call_next: Any) -> Any:
+        if self._names is None:
+            self._names = frozenset(tool.name for tool in await self._mcp.list_tools())
+        name = context.message.name
+        if name not in self._names:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"Unknown tool: {name!r}; this server's tools are {', '.join(sorted(self._names))}",
+            )
+        return await call_next(context)
 
 
 def client_name(ctx: Context) -> str:

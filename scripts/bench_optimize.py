@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO))
 
 from mcp_server.embedding import load_embedder  # noqa: E402
 from mcp_server.library import Library  # noqa: E402
+from mcp_server.skillmd import split  # noqa: E402
 from optimize.control.changes import ChangeControl  # noqa: E402
 from optimize.measure.judge import Judge  # noqa: E402
 from optimize.measure.taskset import load_task_set  # noqa: E402
@@ -71,8 +72,8 @@ def run(candidates: int = 5) -> dict:
     shutil.copytree(BUNDLED_SKILLS, work / "skills")
     skill_md = work / "skills" / "release-notes" / "SKILL.md"
     text = skill_md.read_text()
-    front, body = text.split("---", 2)[1], text.split("---", 2)[2]
-    skill_md.write_text(f"---{front}---\nSEED-MARK\n{body}")
+    parts = split(text)
+    skill_md.write_text(f"{parts.head}SEED-MARK\n\n{parts.body}")  # a marker line opens the body
     (work / "tasks").mkdir()
     (work / "tasks" / "release-notes.yaml").write_text(TASKS)
     library = Library((work / "skills",), load_embedder(None, None, work / "vectors.sqlite"))

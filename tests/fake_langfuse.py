@@ -2,13 +2,13 @@
 
 It maps span attributes the way the Langfuse server does for the fields Ingot uses (name,
 input, output, `langfuse.observation.metadata.*` JSON values, `langfuse.trace.tags`), so the
-real `langfuse` SDK can write and read through it. It checks basic auth.
+real `langfuse` SDK can write and read through it. It checks basic auth. Every span also stays as
+it arrived (`spans`, decoded by tests/otlp.py), with the paths it was posted to.
 """
 
 from __future__ import annotations
 
 import base64
-import gzip
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,24 +19,20 @@ from urllib.parse import parse_qs, urlsplit
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.loopback import QuietHandler, serving
-
-
-def _value(v: Any) -> Any:
-    if v.HasField("array_value"):
-        return [_value(x) for x in v.array_value.values]
-    for kind in ("string_value", "bool_value", "int_value", "double_value"):
-        if v.HasField(kind):
-            return getattr(v, kind)
-    return None
+from tests.otlp import Span, decode, parse_body
+from tests.otlp import value as _value
 
 
 class FakeLangfuse:
     def __init__(self, public_key: str, secret_key: str) -> None:
         self.auth = "Basic " + base64.b64encode(f"{public_key}:{secret_key}".encode()).decode()
         self.observations: list[dict[str, Any]] = []
+        self.spans: list[Span] = []
+        self.paths: list[str] = []
         self.url = ""
 
     def ingest(self, request: ExportTraceServiceRequest) -> None:
+        self.spans.extend(decode(request))
         for resource in request.resource_spans:
             for scope in resource.scope_spans:
                 for span in scope.spans:
@@ -75,11 +71,8 @@ def _handler(state: FakeLangfuse) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(int(self.headers.get("content-length", 0)))
             if self.headers.get("authorization") != state.auth:
                 return self._reply(401, {"message": "unauthorized"})
-            if self.headers.get("content-encoding") == "gzip":
-                body = gzip.decompress(body)
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(body)
-            state.ingest(request)
+            state.paths.append(self.path)
+            state.ingest(parse_body(self.headers, body))
             self._reply(200)
 
         def do_GET(self) -> None:  # noqa: N802

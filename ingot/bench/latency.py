@@ -39,6 +39,7 @@ from pathlib import Path
 import psutil
 from fastmcp import Client
 
+from ingot.bench.percentiles import percentiles
 from ingot.bench.served import peak_rss_mb, served
 from ingot.bench.workload import TaskSource, case_tasks, queries, write_library
 from ingot.errors import ConfigError, IngotError
@@ -46,14 +47,6 @@ from ingot.runtime import one_blas_thread
 from ingot.settings import Settings
 from mcp_server.embedding import CachedEmbedder, load_embedder
 from mcp_server.library import Library
-
-
-def percentiles(ms: list[float]) -> dict[str, float]:
-    ordered = sorted(ms)
-    return {
-        "p50": round(statistics.median(ordered), 2),
-        "p95": round(ordered[min(len(ordered) - 1, int(0.95 * (len(ordered) - 1) + 0.5))], 2),
-    }
 
 
 async def _round_trips(url: str, count: int, tasks: TaskSource) -> dict[str, object]:

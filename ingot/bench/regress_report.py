@@ -3,26 +3,28 @@ BLOCKed, WARNed and PASSed with 95% intervals, the headline rates, how many edit
 flagged as losing a commitment of the golden (`l0_flagged`), and cost per verdict.
 
 Pure: rows in, JSON out. Each rate counts distinct edits (n is the class's edit count); an edit
-whose replay could not be measured is counted apart, never as a pass. Intervals: a percentile
-bootstrap over the class's edits (BOOTSTRAP_DRAWS resamples, fixed seed) as asked, which
-collapses to a point at 0 or 1; beside it the Wilson score interval, which does not.
+whose replay could not be measured is counted apart, never as a pass. Intervals, both scipy's:
+a percentile bootstrap over the class's edits (`scipy.stats.bootstrap`, BOOTSTRAP_DRAWS
+resamples, fixed seed) as asked, which collapses to a point when the edits all agree; beside it
+the Wilson score interval (`binomtest(...).proportion_ci(method="wilson")`), which does not.
 """
 
 from __future__ import annotations
 
-import math
-import random
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
+from scipy.stats import binomtest
+from scipy.stats import bootstrap as scipy_bootstrap
 
 CLASSES = ("regressing", "unexercised", "cosmetic", "improving", "world-drift")
 VERDICTS = ("BLOCK", "WARN", "PASS")
 TIERS = ("L0", "L1", "L2", "L3")
 BOOTSTRAP_DRAWS = 10_000
 SEED = 20261201
-Z95 = 1.959964
 
 
 def expected_verdict(cls: str, expect: Mapping[str, Any]) -> str:
@@ -75,23 +77,32 @@ def row(edit: Any, cell: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def bootstrap(hits: Sequence[bool], draws: int = BOOTSTRAP_DRAWS, seed: int = SEED) -> list[float] | None:
-    """95% percentile bootstrap interval of the share of `hits` (resampling the items)."""
-    n = len(hits)
-    if not n:
+    """95% percentile bootstrap interval of the share of `hits` (resampling the items); None for
+    no items. Items all alike resample to that one share every time, so the interval is that point
+    (scipy refuses such a degenerate sample; the Wilson interval beside it does not collapse)."""
+    if not hits:
         return None
-    rng = random.Random(seed)
-    shares = sorted(sum(rng.choices(hits, k=n)) / n for _ in range(draws))
-    return [round(shares[int(0.025 * draws)], 4), round(shares[int(0.975 * draws) - 1], 4)]
+    if len(set(hits)) == 1:
+        share = float(bool(hits[0]))
+        return [share, share]
+    result = scipy_bootstrap(
+        (np.asarray(hits, dtype=float),),
+        np.mean,
+        n_resamples=draws,
+        confidence_level=0.95,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    interval = result.confidence_interval
+    return [round(float(interval.low), 4), round(float(interval.high), 4)]
 
 
 def wilson(hits: int, n: int) -> list[float] | None:
-    """95% Wilson score interval of hits / n."""
+    """95% Wilson score interval of hits / n; None for no trials."""
     if not n:
         return None
-    p, z2 = hits / n, Z95 * Z95
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
+    interval = binomtest(hits, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return [round(max(0.0, float(interval.low)), 4), round(min(1.0, float(interval.high)), 4)]
 
 
 def share(rows: Sequence[Mapping[str, Any]], verdict: str) -> dict[str, Any]:

@@ -22,7 +22,6 @@ import asyncio
 import json
 import math
 import shutil
-import statistics
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 from fastmcp import Client
 
+from ingot.bench.percentiles import percentiles
 from ingot.errors import ConfigError
 
 
@@ -165,14 +165,6 @@ def score(cases: Sequence[Case], decisions: Sequence[Decision], details: bool = 
     return report
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "p50": round(statistics.median(ordered), 2),
-        "p95": round(ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))], 2),
-    }
-
-
 async def _route_all(url: str, cases: Sequence[Case]) -> tuple[list[Decision], list[float], list[float]]:
     import time
 
@@ -239,8 +231,8 @@ def run(
         "skills": calibration.pop("candidates_considered"),
         **score(cases, decisions, details),
         "calibration": calibration,
-        "mcp_route_and_load_ms": _percentiles(round_trip),
-        "server_route_ms": _percentiles(route_ms),
+        "mcp_route_and_load_ms": percentiles(round_trip),
+        "server_route_ms": percentiles(route_ms),
         "cold_start_s": round(server.cold_start_s, 2),
     }
 

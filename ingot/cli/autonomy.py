@@ -8,15 +8,15 @@ from pathlib import Path
 
 import click
 
-from ingot.cli.options import settings_for, setup_logging, skills_option
+from ingot.cli.options import print_json, settings_for, setup_logging, skills_option
 
 
-def _control(skills: tuple[Path, ...]):  # noqa: ANN202 - ChangeControl, imported lazily
+def _control(skills: tuple[Path, ...], read_only: bool = False):  # noqa: ANN202 - ChangeControl, lazily
     from ingot.runtime import change_control
 
     setup_logging("WARNING")
     settings = settings_for(skills)
-    return settings, change_control(settings)
+    return settings, change_control(settings, read_only=read_only)
 
 
 class _ShowByDefault(click.Group):
@@ -39,28 +39,50 @@ def autonomy() -> None:
 @autonomy.command(name="show")
 @skills_option
 @click.argument("skill", required=False)
-def show(skills: tuple[Path, ...], skill: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the same table as JSON.")
+def show(skills: tuple[Path, ...], skill: str | None, as_json: bool) -> None:
     """Each class's level, streak, ceiling and last incident (of SKILL, or of every skill)."""
-    _, control = _control(skills)
+    _, control = _control(skills, read_only=True)
     names = [skill] if skill else sorted({*control.autonomy.table(), *(c.skill for c in control.pending())})
     if skill and control.live_revision(skill) is None and control.queue.get(skill) is None:
         from ingot.errors import SkillNotFound
 
         raise SkillNotFound(f"no skill or pending change named {skill!r}")
+    problem = control.autonomy.mirror_problem()
+    needed = control.autonomy.streak_needed
+    rows = [(name, cls, trust) for name in names for cls, trust in control.autonomy.table(name)[name].items()]
+    if as_json:
+        print_json(
+            {
+                "schema_version": 1,
+                "streak_needed": needed,
+                "mirror_problem": problem,
+                "classes": [
+                    {
+                        "skill": name,
+                        "class": cls,
+                        "level": trust.level,
+                        "streak": trust.streak,
+                        "ceiling": trust.ceiling,
+                        "last_incident": trust.last_incident,
+                    }
+                    for name, cls, trust in rows
+                ],
+            }
+        )
+        return
     if not names:
         click.echo(
             "every class of every skill is manual (nothing delegated yet): see `ingot autonomy allow --help`"
         )
-    problem = control.autonomy.mirror_problem()
     if problem is not None:
         click.echo(f"warning: {problem}", err=True)
-    for name in names:
-        for cls, trust in control.autonomy.table(name)[name].items():
-            incident = f"  last incident: {trust.last_incident}" if trust.last_incident else ""
-            click.echo(
-                f"{name}  {cls:<11} {trust.level:<10} streak {trust.streak}/{control.autonomy.streak_needed}"
-                f"  ceiling {trust.ceiling}{incident}"
-            )
+    for name, cls, trust in rows:
+        incident = f"  last incident: {trust.last_incident}" if trust.last_incident else ""
+        click.echo(
+            f"{name}  {cls:<11} {trust.level:<10} streak {trust.streak}/{needed}"
+            f"  ceiling {trust.ceiling}{incident}"
+        )
 
 
 @autonomy.command(name="allow")

@@ -35,11 +35,12 @@ def calibrate(skills: tuple[Path, ...], cases: Path | None) -> None:
 
     settings = settings_for(skills)
     setup_logging("WARNING")
-    library = open_library(settings)
+    library = open_library(settings, read_only=True)
     derived = library.calibration()
     if derived is None:
         raise IngotError("no skill is served from these roots, so there is nothing to calibrate")
     report: dict = {
+        "schema_version": 1,
         "skills": library.status().skills,
         "procedure": asdict(procedure_from(settings)),
         "derived": derived.summary(),

@@ -12,12 +12,14 @@ import click
 from ingot.cli.options import print_evaluation, print_json, settings_for, setup_logging, skills_option
 
 
-def _control(skills: tuple[Path, ...]):
+def _control(skills: tuple[Path, ...], read_only: bool = False):
+    """Change control for a command; `read_only` for one that only reads (it writes nothing, not
+    even the state home: ingot/runtime.py)."""
     from ingot.runtime import actor, change_control
 
     settings = settings_for(skills)
     setup_logging("WARNING")
-    return change_control(settings), actor(settings)
+    return change_control(settings, read_only=read_only), actor(settings)
 
 
 @click.command()
@@ -112,7 +114,7 @@ def list_pending(skills: tuple[Path, ...], as_json: bool) -> None:
     needs-acknowledgement or blocked) with the cells that make it so."""
     from optimize.measure.size import change_size
 
-    control, _ = _control(skills)
+    control, _ = _control(skills, read_only=True)
     changes = control.pending()
     rows = []
     for change in changes:
@@ -265,15 +267,30 @@ def rollback(skills: tuple[Path, ...], skill: str, revision: str, live: str, rea
 @click.command()
 @skills_option
 @click.argument("skill")
-def history(skills: tuple[Path, ...], skill: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the events and snapshots as JSON.")
+def history(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
     """SKILL's audited changes and the snapshots that can be restored (`absent`, for a skill
     Ingot created, removes it), with the rollback command that pins what is live now."""
     from optimize.control.promote import ABSENT
 
-    control, _ = _control(skills)
+    control, _ = _control(skills, read_only=True)
     entries = control.history(skill)
     live = control.live_revision(skill)
     root = control.root_of(skill)
+    snapshots = control.snapshots(skill)
+    if as_json:
+        now = live or ABSENT  # the snapshot that is live: `absent` when the skill is not
+        print_json(
+            {
+                "schema_version": 1,
+                "skill": skill,
+                "live_revision": live,
+                "root": str(root) if root else None,
+                "events": [_event_json(e) for e in entries],
+                "snapshots": [{"revision": r, "live": r == now} for r in snapshots],
+            }
+        )
+        return
     click.echo(f"{skill}: " + (f"live {live[:12]} in {root}" if live else "not live (absent)"))
     if not entries:
         click.echo("  no change-control events yet (Ingot has not changed it)")
@@ -283,7 +300,6 @@ def history(skills: tuple[Path, ...], skill: str) -> None:
             f"{(entry.get('from_revision') or '-')[:12]:>12} -> {(entry.get('to_revision') or '-')[:12]:<12}"
             f"  {entry.get('actor', '')}  {entry.get('outcome') or entry.get('reason') or ''}".rstrip()
         )
-    snapshots = control.snapshots(skill)
     for revision in snapshots:
         note = "  (live)" if revision == live else ""
         if revision == ABSENT:
@@ -299,50 +315,133 @@ def history(skills: tuple[Path, ...], skill: str) -> None:
         click.echo("no snapshots: Ingot has not replaced a revision of it yet")
 
 
+def _event_json(entry) -> dict:  # noqa: ANN001 - an AuditEntry
+    """One audit line as `history --json` shows it: the fields the text shows, null where absent."""
+    return {
+        "seq": entry.seq,
+        "time": entry.time,
+        "action": entry.get("action"),
+        "from_revision": entry.get("from_revision"),
+        "to_revision": entry.get("to_revision"),
+        "actor": entry.get("actor"),
+        "outcome": entry.get("outcome"),
+        "reason": entry.get("reason"),
+        "change_id": entry.get("change_id"),
+    }
+
+
 @click.command()
 @skills_option
-def status(skills: tuple[Path, ...]) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the same report as JSON (same exit code).")
+def status(skills: tuple[Path, ...], as_json: bool) -> None:
     """Live revisions, drift from the audited revision, pending changes and the audit chain.
 
     Exits 1 when a skill has drifted, the audit chain is broken, or a pending record is not in it."""
-    control, _ = _control(skills)
+    control, _ = _control(skills, read_only=True)
     report = control.status()
-    for skill in report.skills:
-        flag = (
-            "RECOVERY PENDING"
-            if skill.recovery_pending
-            else "DRIFTED"
-            if skill.drifted
-            else "removed by Ingot"
-            if skill.removed
-            else ("unaudited" if skill.audited_revision is None else "ok")
-        )
-        shown = skill.live_revision or ("absent" if skill.removed else "MISSING/INVALID")
-        click.echo(
-            f"{skill.name}  {shown[:15]}  {flag}"
-            + (f"  (audited {(skill.audited_revision or 'absent')[:12]})" if skill.drifted else "")
-            + (f"  pending {skill.pending}" if skill.pending else "")
-        )
-    for problem in report.invalid:
-        click.echo(f"INVALID {problem}")
-    for problem in report.unaudited:
-        click.echo(f"UNAUDITED pending {problem}")
+    sandbox = _sandbox_state(skills)
     audit = report.audit
-    click.echo(
-        f"audit: {'ok' if audit.ok else f'BROKEN at line {audit.bad_line}: {audit.problem}'}"
-        f" ({audit.lines} lines, head {audit.head_hash[:16]})"
-    )
-    for root in report.roots:
-        click.echo(f"root {root.root}: live edits {root.live_edits}{_git_line(root.git)}")
-    interrupted = [s.name for s in report.skills if s.recovery_pending]
-    if interrupted:
+    if as_json:
+        print_json(_status_json(report, sandbox))
+    else:
+        for skill in report.skills:
+            shown = skill.live_revision or ("absent" if skill.removed else "MISSING/INVALID")
+            click.echo(
+                f"{skill.name}  {shown[:15]}  {_FLAGS[_skill_state(skill)]}"
+                + (f"  (audited {(skill.audited_revision or 'absent')[:12]})" if skill.drifted else "")
+                + (f"  pending {skill.pending}" if skill.pending else "")
+            )
+        for problem in report.invalid:
+            click.echo(f"INVALID {problem}")
+        for problem in report.unaudited:
+            click.echo(f"UNAUDITED pending {problem}")
         click.echo(
-            f"recovery pending: an interrupted change to {', '.join(interrupted)}; the next change-control "
-            "command (or `ingot serve`) settles it from what is live"
+            f"audit: {'ok' if audit.ok else f'BROKEN at line {audit.bad_line}: {audit.problem}'}"
+            f" ({audit.lines} lines, head {audit.head_hash[:16]})"
         )
-    _echo_sandbox(skills)
+        for root in report.roots:
+            click.echo(f"root {root.root}: live edits {root.live_edits}{_git_line(root.git)}")
+        interrupted = [s.name for s in report.skills if s.recovery_pending]
+        if interrupted:
+            click.echo(
+                f"recovery pending: an interrupted change to {', '.join(interrupted)}; the next "
+                "change-control command (or `ingot serve`) settles it from what is live"
+            )
+        _echo_sandbox(sandbox)
     if report.drifted or not audit.ok or report.unaudited:
         sys.exit(1)
+
+
+# Each skill's state in `ingot status`, and how the text shows it.
+_FLAGS = {
+    "recovery-pending": "RECOVERY PENDING",
+    "drifted": "DRIFTED",
+    "removed": "removed by Ingot",
+    "unaudited": "unaudited",
+    "ok": "ok",
+}
+
+
+def _skill_state(skill) -> str:  # noqa: ANN001 - a SkillStatus
+    if skill.recovery_pending:
+        return "recovery-pending"
+    if skill.drifted:
+        return "drifted"
+    if skill.removed:
+        return "removed"
+    return "unaudited" if skill.audited_revision is None else "ok"
+
+
+def _status_json(report, sandbox) -> dict:  # noqa: ANN001 - a Status and a SandboxStatus
+    """`status --json`: the facts the text shows, null where unknown (a git root not compared)."""
+    audit = report.audit
+    return {
+        "schema_version": 1,
+        "ok": not (report.drifted or not audit.ok or report.unaudited),
+        "skills": [
+            {
+                "name": s.name,
+                "root": str(s.root),
+                "state": _skill_state(s),
+                "live_revision": s.live_revision,
+                "audited_revision": s.audited_revision,
+                "pending": s.pending,
+            }
+            for s in report.skills
+        ],
+        "invalid": list(report.invalid),
+        "unaudited_pending": list(report.unaudited),
+        "audit": {
+            "ok": audit.ok,
+            "lines": audit.lines,
+            "head": audit.head_hash,
+            "bad_line": audit.bad_line,
+            "problem": audit.problem,
+        },
+        "roots": [
+            {"root": str(r.root), "live_edits": r.live_edits, "git": _git_json(r.git)} for r in report.roots
+        ],
+        "sandbox": {
+            "mode": sandbox.mode,
+            "ready": sandbox.ready,
+            "detail": sandbox.detail,
+            "isolation": sandbox.isolation or None,
+        },
+    }
+
+
+def _git_json(git) -> dict | None:  # noqa: ANN001 - a GitState or None
+    if git is None:
+        return None
+    return {
+        "head": git.head,
+        "recorded_seq": git.recorded_seq,
+        "audit_seq": git.audit_seq,
+        "foreign_commits": git.foreign,
+        "stale_index": list(git.stale_index),
+        "in_step": git.in_step,
+        "problem": git.problem,
+    }
 
 
 def _git_line(git) -> str:  # noqa: ANN001 - a GitState or None
@@ -371,14 +470,17 @@ def _git_line(git) -> str:  # noqa: ANN001 - a GitState or None
     return f"; git: {head} records {recorded}; " + "; ".join(notes)
 
 
-def _echo_sandbox(skills: tuple[Path, ...]) -> None:
-    """Whether checks and skill scripts can run here; a sandbox that cannot does not change the
-    exit code (nothing drifted), but every execution check would be inconclusive."""
+def _sandbox_state(skills: tuple[Path, ...]):  # noqa: ANN202 - a SandboxStatus
     from ingot.runtime import sandbox
     from optimize.control.status import sandbox_status
 
     settings = settings_for(skills)
-    state = sandbox_status(settings.exec_sandbox, sandbox(settings))
+    return sandbox_status(settings.exec_sandbox, sandbox(settings))
+
+
+def _echo_sandbox(state) -> None:  # noqa: ANN001 - a SandboxStatus
+    """Whether checks and skill scripts can run here; a sandbox that cannot does not change the
+    exit code (nothing drifted), but every execution check would be inconclusive."""
     if state.ready:
         click.echo(f"sandbox: {state.mode} ready: {state.isolation}")
     else:
@@ -397,11 +499,8 @@ def audit() -> None:
 @skills_option
 def audit_verify(skills: tuple[Path, ...]) -> None:
     """Check every line and MAC of the state home's audit chain; print the head hash or the first bad line."""
-    from ingot.runtime import state_home
-    from optimize.control.audit import AuditLog
-
-    settings = settings_for(skills)
-    result = AuditLog(state_home(settings)).verify()
+    control, _ = _control(skills, read_only=True)
+    result = control.audit.verify()
     if result.ok:
         click.echo(
             f"ok: {result.lines} lines, head {result.head_hash}"

@@ -26,27 +26,69 @@ def _admin(skills: tuple[Path, ...]):
     return GoldenAdmin(change_control(settings)), actor(settings), settings
 
 
+def _store(skills: tuple[Path, ...]):  # noqa: ANN202 - a GoldenStore
+    """The goldens of the state home as it is, for reading (nothing is created)."""
+    from ingot.runtime import reading_home
+    from optimize.measure.golden_store import GoldenStore
+
+    settings = settings_for(skills)
+    setup_logging("WARNING")
+    return GoldenStore(reading_home(settings).path / "goldens")
+
+
 @click.command()
 @skills_option
 @click.argument("skill", required=False)
 @click.option("--limit", default=20, show_default=True, help="How many of the most recent runs.")
-def traces(skills: tuple[Path, ...], skill: str | None, limit: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the same runs as JSON.")
+def traces(skills: tuple[Path, ...], skill: str | None, limit: int, as_json: bool) -> None:
     """Recorded runs (newest first), with the id `ingot bless` takes."""
     from ingot.runtime import trace_store
 
     settings = settings_for(skills)
-    records = [r for r in trace_store(settings).read().records if skill is None or r.skill == skill]
+    read = trace_store(settings, read_only=True).read()
+    records = [r for r in read.records if skill is None or r.skill == skill]
+    shown = list(reversed(records))[:limit]
+    if as_json:
+        print_json(
+            {
+                "schema_version": 1,
+                "skill": skill,
+                "limit": limit,
+                "total": len(records),
+                "unreadable_lines": read.skipped,
+                "traces": [
+                    {
+                        "id": r.id,
+                        "time": r.time,
+                        "route": r.route,
+                        "skill": r.skill,
+                        "revision": r.revision,
+                        "harness": r.harness,
+                        "final": _final(r),
+                        "task": r.task,
+                    }
+                    for r in shown
+                ],
+            }
+        )
+        return
     if not records:
         click.echo(
             f"no recorded runs{f' of {skill}' if skill else ''}; "
             "run a task through `ingot agent` or `ingot proxy`"
         )
-    for record in list(reversed(records))[:limit]:
+    for record in shown:
         served = f"{record.skill}@{(record.revision or '')[:12]}" if record.skill else record.route
-        final = "answer" if record.answer and not record.tool_calls else "tool call"
         click.echo(
-            f"{record.id}  {record.time}  {served}  {record.harness or '-'}  {final}  {record.task[:60]!r}"
+            f"{record.id}  {record.time}  {served}  {record.harness or '-'}  {_final(record)}  "
+            f"{record.task[:60]!r}"
         )
+
+
+def _final(record) -> str:  # noqa: ANN001 - a TraceRecord
+    """What the run's last model call did: answered, or asked for a tool."""
+    return "answer" if record.answer and not record.tool_calls else "tool call"
 
 
 @click.command()
@@ -102,11 +144,36 @@ def goldens(ctx: click.Context) -> None:
 @skills_option
 @click.argument("skill", required=False)
 @click.option("--all", "everything", is_flag=True, help="Include retired goldens.")
-def list_goldens(skills: tuple[Path, ...] = (), skill: str | None = None, everything: bool = False) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the same list as JSON.")
+def list_goldens(
+    skills: tuple[Path, ...] = (), skill: str | None = None, everything: bool = False, as_json: bool = False
+) -> None:
     """List goldens (of SKILL): id, revision, state, criteria status, task."""
-    admin, _, _ = _admin(skills)
-    found, problems = admin.store.all(skill)
+    found, problems = _store(skills).all(skill)
     shown = [s for s in found if everything or s.review.state == "active"]
+    if as_json:
+        print_json(
+            {
+                "schema_version": 1,
+                "skill": skill,
+                "retired_included": everything,
+                "goldens": [
+                    {
+                        "id": s.id,
+                        "skill": s.golden.skill,
+                        "revision": s.golden.revision,
+                        "state": s.review.state,
+                        "criteria_status": s.review.status,
+                        "criteria": len(s.review.criteria),
+                        "facts": len(s.review.facts),
+                        "task": s.golden.task,
+                    }
+                    for s in shown
+                ],
+                "unreadable": problems,
+            }
+        )
+        return
     if not shown:
         click.echo(
             f"no goldens{f' for {skill}' if skill else ''}; bless a good run with `ingot bless TRACE_ID`"
@@ -129,8 +196,7 @@ def list_goldens(skills: tuple[Path, ...] = (), skill: str | None = None, everyt
 )
 def show(skills: tuple[Path, ...], golden_id: str, as_yaml: bool) -> None:
     """Show a golden: the run, its steps, its criteria and world facts."""
-    admin, _, _ = _admin(skills)
-    stored = admin.store.find(golden_id)
+    stored = _store(skills).find(golden_id)
     if as_yaml:
         click.echo(yaml.safe_dump(_editable(stored), sort_keys=False, allow_unicode=True))
         return

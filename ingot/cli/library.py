@@ -19,6 +19,7 @@ from ingot.settings import Settings
 
 if TYPE_CHECKING:
     from ingot.cli.serve import UIOptions
+    from mcp_server.registry import Skill
 
 
 @click.command()
@@ -77,10 +78,12 @@ def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict
     from ingot.cli.serve import tool_limits
     from ingot.evaluation import BackgroundEvaluator
     from ingot.runtime import change_control, inbox, models_missing, one_blas_thread, open_library
+    from mcp_server.telemetry import setup_telemetry
     from optimize.control.autopilot import Autopilot
 
     mcp, ui = "mcp" in sockets, "ui" in sockets
     setup_logging(settings.log_level)
+    setup_telemetry()  # with OTEL_EXPORTER_OTLP_ENDPOINT set, this process's spans are exported
     library = open_library(settings)
     one_blas_thread()  # after start-up calibration, whose matrix products do use two
     control = change_control(settings, library=library)
@@ -189,11 +192,12 @@ def route(
 
     settings = settings_for(skills)
     setup_logging("WARNING")
-    library = open_library(settings)
+    library = open_library(settings, read_only=True)
     readable = may_read(cwd, tool_limits(settings).allowed_caller_roots)
     context = CallerContext(harness=harness, platform=platform_, cwd=cwd, may_read_cwd=readable)
     result = library.route(task, context, min_score=min_score)
     decision = {
+        "schema_version": 1,
         "match": result.match,
         "related_match": result.related_match,
         "novel": result.novel,
@@ -221,32 +225,56 @@ def route(
 
 @click.command(name="skills")
 @skills_option
-def list_skills(skills: tuple[Path, ...]) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the same lists as JSON.")
+def list_skills(skills: tuple[Path, ...], as_json: bool) -> None:
     """List served skills with their revisions, and every skipped folder with its reason."""
     from ingot.runtime import open_library
 
     settings = settings_for(skills)
     setup_logging("ERROR")
-    library = open_library(settings)
+    library = open_library(settings, read_only=True)
     status = library.status()
-    held = []
+    served, held = [], []
     for skill in sorted(library.skills().values(), key=lambda s: s.name):
         if skill.name in status.disabled:
             continue  # listed with its reason below
         try:
             library.get(skill.name)  # refuses what is never served (e.g. `trust: blocked`)
         except IngotError as exc:
-            held.append(f"NOT SERVED {skill.name}  {skill.short_revision}: {exc}")
+            held.append((skill, str(exc)))
             continue
+        served.append(skill)
+    if as_json:
+        print_json(
+            {
+                "schema_version": 1,
+                "roots": [str(r) for r in status.roots],
+                "served": [_skill_json(s) for s in served],
+                "not_served": [_skill_json(s) | {"reason": why} for s, why in held],
+                "disabled": [{"name": n, "reason": why} for n, why in status.disabled.items()],
+                "skipped": [{"folder": str(p.folder), "reason": p.reason} for p in status.invalid],
+            }
+        )
+        return
+    for skill in served:
         click.echo(f"{skill.name}  {skill.short_revision}  {skill.root}")
-    for line in held:
-        click.echo(line)
+    for skill, why in held:
+        click.echo(f"NOT SERVED {skill.name}  {skill.short_revision}: {why}")
     if not library.skills():
         click.echo(f"no skills are served from {', '.join(map(str, status.roots))}", err=True)
     for problem in status.invalid:
         click.echo(f"SKIPPED {problem.folder}: {problem.reason}")
     for name, reason in status.disabled.items():
         click.echo(f"DISABLED {name}: {reason}")
+
+
+def _skill_json(skill: Skill) -> dict[str, str]:
+    return {
+        "name": skill.name,
+        "revision": skill.revision,
+        "root": str(skill.root),
+        "description": skill.description,
+    }
 
 
 COMMANDS = (serve, ui, route, list_skills)

@@ -10,7 +10,7 @@ import textwrap
 
 import click
 
-from ingot.cli import autonomy, bench, calibrate, changes, goldens, library, models, protect
+from ingot.cli import autonomy, bench, calibrate, changes, goldens, library, models, protect, stdio
 from ingot.errors import EXIT_CODES, IngotError
 
 
@@ -54,6 +54,7 @@ def main() -> None:
 
 for _command in (
     *library.COMMANDS,
+    *stdio.COMMANDS,
     *calibrate.COMMANDS,
     *changes.COMMANDS,
     *models.COMMANDS,

@@ -96,7 +96,10 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    logging.getLogger("bm25s").setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    # bm25s sets its own logger to DEBUG when imported (after this runs): filter at the handlers.
+    floor = max(logging.WARNING, logging.getLevelName(level))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(lambda record: not record.name.startswith("bm25s") or record.levelno >= floor)
 
 
 def print_json(data: object) -> None:

@@ -18,12 +18,13 @@ fault however it got into the candidate).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import unicodedata
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+
+import rfc8785
 
 from mcp_server.router import Router
 
@@ -175,8 +176,8 @@ def routing_impact(
         "traffic_moved": moved_traffic,
         "inputs": {
             **(inputs or {}),
-            "cases_sha256": hashlib.sha256(json.dumps(labelled).encode()).hexdigest(),
-            "seen_sha256": hashlib.sha256(json.dumps(sorted(seen)).encode()).hexdigest(),
-            "traffic_sha256": hashlib.sha256(json.dumps(sorted(set(traffic))).encode()).hexdigest(),
+            "cases_sha256": hashlib.sha256(rfc8785.dumps(labelled)).hexdigest(),
+            "seen_sha256": hashlib.sha256(rfc8785.dumps(sorted(seen))).hexdigest(),
+            "traffic_sha256": hashlib.sha256(rfc8785.dumps(sorted(set(traffic)))).hexdigest(),
         },
     }

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ingot.errors import SkillInvalid
 from mcp_server.registry import parse_skill_md
+from mcp_server.skillmd import split
 from optimize.measure.retention import retention
 
 
@@ -63,8 +64,10 @@ def body(data: bytes | None, name: str) -> str:
     try:
         return parse_skill_md(text, name)[2]
     except SkillInvalid:  # admission refuses such a candidate; its size is still worth showing
-        parts = text.lstrip("\ufeff").split("---", 2)
-        return parts[2] if text.lstrip("\ufeff").startswith("---") and len(parts) == 3 else text
+        try:
+            return split(text).body
+        except SkillInvalid:  # no frontmatter to split off
+            return text
 
 
 def change_size(name: str, live: Mapping[str, bytes], candidate: Mapping[str, bytes]) -> ChangeSize:

@@ -12,6 +12,7 @@ Every request goes through here, so the rules are enforced once:
   streamed: no chunk with a choice, or an error event) is retried the same way, then ends in one
   clear error line; each such reply is in the ledger as a call of unknown cost.
 - Cassettes (record/replay), the usage ledger and its MAX_RUN_USD cap.
+- One OpenTelemetry GenAI span per call (optimize/models/spans.py; a no-op unless a provider is set).
 - `complete_json` parses and validates structured output, with one repair retry.
 """
 
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 from ingot.errors import ConfigError, IngotError
 from optimize.models.cassette import Cassette, request_key
 from optimize.models.ledger import UsageLedger
+from optimize.models.spans import model_span, record_completion
 
 ROLES = ("agent", "strong", "teacher", "judge")
 ZDR_PREFERENCE = {"provider": {"zdr": True, "data_collection": "deny"}}
@@ -204,6 +206,20 @@ class LLMClient:
             request["tools"] = list(tools)
         if json_mode:
             request["response_format"] = {"type": "json_object"}
+        with model_span(endpoint, role, request["model"]) as span:
+            completion = self._complete(endpoint, role, request, stream, skill_revision)
+            record_completion(span, completion)
+        return completion
+
+    def _complete(
+        self,
+        endpoint: Endpoint,
+        role: str,
+        request: dict[str, Any],
+        stream: bool,
+        skill_revision: str | None,
+    ) -> Completion:
+        """`complete` after the request is built: cassette, ledger, the call itself."""
         key = request_key({**request, "endpoint": endpoint.base_url}, skill_revision)
         if self.cassette is not None:
             recorded = self.cassette.lookup(key)

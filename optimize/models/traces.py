@@ -12,7 +12,9 @@ records older than TRACE_RETENTION_DAYS are never read and are deleted from disk
 (run by `ingot mine` and `ingot loop`, which read everything anyway) and with expired backups
 at rotation, and TRACES=false writes nothing at all.
 The reader skips corrupt or non-UTF-8 lines and says how many. Writers in several processes
-(agent, proxy) share a file lock for rotation and appends.
+(agent, proxy) share a file lock for rotation and appends. An agent run is recorded through
+`start_run`: here it only appends the finished record; the Langfuse store (traces_langfuse.py)
+also observes the run while it happens.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import datetime as dt
 import json
 import os
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,6 +55,7 @@ class TraceRecord:
     messages: tuple[Mapping[str, Any], ...] = ()  # the final request's messages, wire shape
     tools: tuple[Mapping[str, Any], ...] = ()  # tool schemas offered (OpenAI function format)
     model_calls: tuple[Mapping[str, Any], ...] = ()  # {"model", "tokens_in", "tokens_out"} per call
+    session: str | None = None  # the caller's conversation (Langfuse groups a session's traces)
     id: str = field(default_factory=lambda: f"tr-{secrets.token_hex(8)}")
     time: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
@@ -65,14 +69,50 @@ class ReadResult:
     skipped: int  # corrupt, non-UTF-8 or unknown-schema lines
 
 
+class RunTrace(Protocol):
+    """One agent run while it happens (from `TraceStore.start_run`)."""
+
+    @property
+    def callbacks(self) -> tuple[Any, ...]:
+        """LangChain callback handlers that observe the run's agent (none for the local file)."""
+        ...
+
+    def tool(self, name: str, input: Any) -> AbstractContextManager[Callable[[Any], None]]:
+        """A tool call the harness makes itself (routing); the callable takes its output."""
+        ...
+
+    def finish(self, record: TraceRecord) -> None:
+        """The run's record, given inside the run and outside any tool call."""
+        ...
+
+
 class TraceStore(Protocol):
     """Where agent runs are recorded and read back for mining (local file or Langfuse)."""
 
     def append(self, record: TraceRecord) -> None: ...
 
+    def start_run(self, task: str, session: str | None) -> AbstractContextManager[RunTrace]: ...
+
     def read(self) -> ReadResult: ...
 
     def close(self) -> None: ...
+
+
+class AppendOnFinish:
+    """A run whose store keeps only the finished record (the local file; `None`: no store)."""
+
+    callbacks: tuple[Any, ...] = ()
+
+    def __init__(self, store: TraceStore | None) -> None:
+        self.store = store
+
+    @contextmanager
+    def tool(self, name: str, input: Any) -> Iterator[Callable[[Any], None]]:
+        yield lambda output: None
+
+    def finish(self, record: TraceRecord) -> None:
+        if self.store is not None:
+            self.store.append(record)
 
 
 def stored_form(record: TraceRecord, redaction: bool) -> dict[str, Any]:
@@ -175,6 +215,9 @@ class LocalTraceStore:
                 elif dt.datetime.fromisoformat(record.time) >= cutoff:
                     records.append(record)
         return ReadResult(tuple(records), skipped)
+
+    def start_run(self, task: str, session: str | None) -> AbstractContextManager[RunTrace]:
+        return nullcontext(AppendOnFinish(self))
 
     def close(self) -> None:
         """Nothing to flush: every append is written through."""

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
 from mcp_server.library import Library
 from mcp_server.router import Router
 from mcp_server.skillfiles import read_served_files
+from mcp_server.skillmd import with_description
 from optimize.measure.checks import collision_check
 from optimize.measure.evaluate import Candidate, Inputs
 from optimize.measure.evaluate import evaluate as measure_cells
@@ -90,13 +90,6 @@ def router_with(library: Library, skill: str, description: str | None) -> Router
     if description is None:
         return library.router_with({})
     return library.router_with({skill: dataclasses.replace(library.get(skill), description=description)})
-
-
-def with_description(skill_md: str, description: str) -> str:
-    _, front, body = skill_md.split("---", 2)
-    meta = yaml.safe_load(front)
-    meta["description"] = description
-    return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=100) + "---" + body
 
 
 def optimize_description(

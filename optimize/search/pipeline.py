@@ -18,6 +18,7 @@ from ingot.errors import IngotError
 from ingot.seal import Seal
 from mcp_server.library import Library
 from mcp_server.skillfiles import read_served_files
+from mcp_server.skillmd import with_body
 from optimize.control.changes import ChangeControl
 from optimize.measure.ab import ABRefused, ABRunner, Arm
 from optimize.measure.cache import SealedCache
@@ -39,12 +40,6 @@ class Outcome:
     verdict: str | None  # the passport's state (ready, needs-acknowledgement, blocked)
     reason: str
     ab: dict | None = None
-
-
-def with_body(skill_md: str, body: str) -> str:
-    """SKILL.md text with its body replaced and its frontmatter kept byte for byte."""
-    _, front, _ = skill_md.split("---", 2)
-    return f"---{front}---\n\n{body.strip()}\n"
 
 
 def optimize_body(

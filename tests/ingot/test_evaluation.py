@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from ingot.home import establish
+from mcp_server.skillmd import with_description
 from optimize.control import evidence
 from optimize.control.changes import ChangeControl
 from tests.conftest import BUNDLED_SKILLS
@@ -34,6 +35,11 @@ ROUTING = [
     {"task": "Plan a three-day itinerary for Lisbon", "expected": None},
     {"task": "Recommend three novels like Dune", "expected": None},
 ]
+# A description that takes other skills' routing cases.
+THIEF = (
+    "Write the commit message for a fix or for the staged changes, in conventional commit style, "
+    "and release notes from merged pull requests. Use for any commit message or release note."
+)
 HOLDOUT = ["Notes for 2.0", "Notes for 2.1", "Notes for 2.2", "Notes for 2.3", "Notes for 2.4"]
 
 
@@ -134,16 +140,9 @@ def test_an_operators_rewrite_is_measured_and_can_be_approved(library, tmp_path)
 
 def test_a_description_that_steals_another_skills_routes_is_blocked_with_the_tasks_named(library, tmp_path):
     root, tasks = library
-    thief = (
-        "Write the commit message for a fix or for the staged changes, in conventional commit style, "
-        "and release notes from merged pull requests. Use for any commit message or release note."
-    )
 
     def steal(text: str) -> str:
-        front, body = text.split("---", 2)[1], text.split("---", 2)[2]
-        meta = yaml.safe_load(front)
-        meta["description"] = thief
-        return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body
+        return with_description(text, THIEF)
 
     folder = candidate(tmp_path, root, steal)
     done = propose(
@@ -381,13 +380,7 @@ def test_routing_impact_counts_recent_real_traffic_when_no_task_set_has_cases(tm
         store.append(TraceRecord(task=task, answer="ok", route="match", skill=skill, revision="r", model="m"))
 
     def steal(text: str) -> str:
-        front, body = text.split("---", 2)[1], text.split("---", 2)[2]
-        meta = yaml.safe_load(front)
-        meta["description"] = (
-            "Write the commit message for a fix or for the staged changes, in conventional commit style, "
-            "and release notes from merged pull requests. Use for any commit message or release note."
-        )
-        return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body
+        return with_description(text, THIEF)
 
     folder = candidate(tmp_path, root, steal)
     done = propose(root, folder, tmp_path, TASKS_DIR=str(empty_tasks))
@@ -411,13 +404,7 @@ def test_a_candidate_is_measured_before_it_is_queued_so_a_blocked_one_never_disp
     _, waiting = bundle(root)
 
     def steal(text: str) -> str:
-        front, body = text.split("---", 2)[1], text.split("---", 2)[2]
-        meta = yaml.safe_load(front)
-        meta["description"] = (
-            "Write the commit message for a fix or for the staged changes, in conventional commit style, "
-            "and release notes from merged pull requests. Use for any commit message or release note."
-        )
-        return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body
+        return with_description(text, THIEF)
 
     thief = candidate(tmp_path / "b", root, steal)
     second = propose(root, thief, tmp_path, TASKS_DIR=str(tasks))

@@ -75,7 +75,7 @@ def test_dot_folders_and_dot_files_are_skipped(tmp_path):
         ("---\nname: Bad_Name\ndescription: ok\n---\nbody\n", "lowercase letters"),
         ("---\nname: bad--name\ndescription: ok\n---\nbody\n", "single"),
         ("---\nname: other\ndescription: ok\n---\nbody\n", "must equal the folder name"),
-        ("---\nname: bad\ndescription: ok\nmetadata: [1]\n---\nbody\n", "'metadata' must be a mapping"),
+        ("---\nname: bad\ndescription: ok\nmetadata:\n  - 1\n---\nbody\n", "'metadata' must be a mapping"),
         ("---\na: &x [1]\nb: *x\nname: bad\ndescription: ok\n---\nbody\n", "aliases"),
         ("---\na: &x [*x]\nname: bad\ndescription: ok\n---\nbody\n", "aliases"),
         (
@@ -276,7 +276,7 @@ def test_odd_folders_are_skipped_with_reasons_and_never_break_the_scan(tmp_path)
     assert "broken or looping symlink" in found["looping"]
     assert "not valid UTF-8" in found["badname"]
     assert "is not a string" in found["keys"]
-    assert "bytes" in found["binary-value"]
+    assert "explicit YAML tag" in found["binary-value"]
     assert "not finite" in found["infinite"]
     assert "hidden file" in found["hidden-link"]
     assert "skill folder is a symlink" in found["linked"]

@@ -143,21 +143,19 @@ def test_the_official_mcp_sdk_client_can_route_and_load(served):
     assert result.structured_content["match"] == "incident-postmortem"
 
 
-def test_skills_are_exposed_as_skill_resources_with_manifests(served):
+def test_skills_are_exposed_as_skill_resources_one_per_real_file(served):
     url, library = served
 
     async def go():
         async with FastMCPClient(url) as client:
             uris = {str(r.uri) for r in await client.list_resources()}
-            manifest = await client.read_resource("skill://python-packaging/_manifest")
             skill_md = await client.read_resource("skill://python-packaging/SKILL.md")
-            return uris, manifest[0].text, skill_md[0].text
+            return uris, skill_md[0].text
 
-    uris, manifest, skill_md = asyncio.run(go())
-    assert "skill://release-notes/SKILL.md" in uris and "skill://python-packaging/_manifest" in uris
+    uris, skill_md = asyncio.run(go())
     skill = library.get("python-packaging")
-    for f in skill.files:
-        assert f"sha256:{f.sha256}" in manifest
+    assert {f"skill://python-packaging/{f.path}" for f in skill.files} <= uris
+    assert not any(uri.endswith("/_manifest") for uri in uris)  # no unlisted, synthetic resources
     assert skill_md == (skill.folder / "SKILL.md").read_text()
 
 

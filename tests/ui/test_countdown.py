@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-import yaml
-
+from mcp_server.skillmd import with_description
 from optimize.control.lock import change_lock
 from tests.optimize.control.test_autonomy import green
 from tests.ui.conftest import GOOD
@@ -17,11 +16,8 @@ SKILL = "git-commit-messages"
 
 def new_description(world) -> dict[str, bytes]:
     files = world.control.champion_files(SKILL)
-    _, front, body = files["SKILL.md"].decode().split("---", 2)
-    meta = yaml.safe_load(front) | {
-        "description": "Writes commit messages from staged diffs. Use for git commits."
-    }
-    files["SKILL.md"] = ("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body).encode()
+    described = "Writes commit messages from staged diffs. Use for git commits."
+    files["SKILL.md"] = with_description(files["SKILL.md"].decode(), described).encode()
     return files
 
 

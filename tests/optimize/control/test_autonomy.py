@@ -12,9 +12,9 @@ import sys
 import time
 
 import pytest
-import yaml
 
 from ingot.home import establish
+from mcp_server.skillmd import with_description
 from optimize.control.autopilot import Autopilot, change_passport, report_incident
 from optimize.control.changes import ApprovalRefused, ChangeControl
 from optimize.control.lock import change_lock
@@ -44,11 +44,8 @@ def green() -> dict:
 
 def description_files(control: ChangeControl, n: int) -> dict[str, bytes]:
     files = control.champion_files(SKILL)
-    text = files["SKILL.md"].decode()
-    front, body = text.split("---", 2)[1], text.split("---", 2)[2]
-    meta = yaml.safe_load(front)
-    meta["description"] = f"Drafts release notes from merged pull requests, version {n}. Use for changelogs."
-    files["SKILL.md"] = ("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body).encode()
+    described = f"Drafts release notes from merged pull requests, version {n}. Use for changelogs."
+    files["SKILL.md"] = with_description(files["SKILL.md"].decode(), described).encode()
     return files
 
 

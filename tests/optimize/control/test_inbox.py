@@ -17,6 +17,7 @@ import yaml
 
 from ingot.errors import IngotError
 from ingot.home import establish
+from mcp_server.skillmd import split, with_description
 from optimize.control import evidence
 from optimize.control.changes import ChangeControl
 from optimize.control.inbox import Inbox
@@ -280,10 +281,8 @@ def test_a_candidate_that_changes_only_the_description_is_a_description_change(s
     folder = candidates / SKILL
     shutil.copytree(BUNDLED_SKILLS / SKILL, folder)
     text = (folder / "SKILL.md").read_text()
-    front, body = text.split("---", 2)[1], text.split("---", 2)[2]
-    meta = yaml.safe_load(front)
-    meta["description"] = meta["description"] + " Also for changelog entries."
-    (folder / "SKILL.md").write_text("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body)
+    described = split(text).metadata()["description"] + " Also for changelog entries."
+    (folder / "SKILL.md").write_text(with_description(text, described))
     [event] = inbox_for(control, served, candidates, clock=Clock()).scan()
     change = control.queue.get(SKILL)
     assert event.did == "queued" and change.kind == "description" and change.source == "inbox"
