@@ -106,10 +106,6 @@ def manifest_revision(files: Iterable[SkillFile]) -> str:
     return hashlib.sha256(rfc8785.dumps({"files": entries})).hexdigest()
 
 
-# The YAML handler every SKILL.md reader uses (skillspec.py's rules); kept here for its callers.
-_StrictYAMLHandler = skillspec.StrictYAMLHandler
-
-
 def parse_skill_md(text: str, folder_name: str) -> tuple[str, str, str, dict[str, Any]]:
     """Validate SKILL.md text against every rule (skillspec.py); return (name, description, body,
     frontmatter as plain JSON)."""
@@ -122,7 +118,9 @@ def declared_name(text: str) -> str | None:
     """The `name` a SKILL.md's frontmatter declares, whatever else is wrong with it (None when
     it declares none): for saying "this folder holds skill X, not Y" instead of "invalid"."""
     try:
-        name = frontmatter.loads(text.lstrip("\ufeff"), handler=_StrictYAMLHandler()).metadata.get("name")
+        name = frontmatter.loads(text.lstrip("\ufeff"), handler=skillspec.StrictYAMLHandler()).metadata.get(
+            "name"
+        )
     except (SkillInvalid, yaml.YAMLError, ValueError):
         return None
     return name if isinstance(name, str) else None

@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 
 from ingot.errors import SkillInvalid, first_line
-from mcp_server.registry import _StrictYAMLHandler
+from mcp_server.skillspec import StrictYAMLHandler
 
-_HANDLER = _StrictYAMLHandler()
+_HANDLER = StrictYAMLHandler()
 BOM = "\ufeff"
 
 

@@ -20,8 +20,10 @@ import mcp_types as types
 import pytest
 from mcp import StdioServerParameters
 from mcp.client import Client
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from ingot.home import establish
+from optimize.control.changes import ChangeControl
 from optimize.control.lock import change_lock
 from tests.conftest import BUNDLED_SKILLS, write_skill
 
@@ -122,7 +124,7 @@ def test_both_lanes_serve_the_same_tools_and_skills_as_http(mode, skills_root, o
             return client.protocol_version, tools, uris, routed
 
     version, tools, uris, routed = run(go())
-    assert version == ("2025-11-25" if mode == "legacy" else "2026-07-28") or mode == "legacy"
+    assert version in HANDSHAKE_PROTOCOL_VERSIONS if mode == "legacy" else version == "2026-07-28"
     assert {"route_and_load", "get_skill", "reload_skills", "create_skill"} <= tools
     assert {
         f"skill://{p.name}/SKILL.md" for p in BUNDLED_SKILLS.iterdir() if (p / "SKILL.md").exists()
@@ -172,6 +174,23 @@ def test_stdout_carries_only_protocol_and_the_banner_goes_to_stderr(skills_root)
     assert "MCP on stdio" in stderr and "DEBUG" in stderr  # the banner and logs went to stderr
 
 
+def test_a_stray_print_during_start_up_goes_to_stderr_never_onto_the_wire():
+    """Start-up (settings, library, any library's import-time chatter) runs with fd 1 pointed at
+    stderr; the wire gets stdout back only for the transport."""
+    script = (
+        "import os, sys\n"
+        "from ingot.cli.stdio import stdout_to_stderr\n"
+        "with stdout_to_stderr():\n"
+        "    print('stray', flush=True)\n"
+        "    os.write(1, b'raw stray\\n')\n"
+        "print('wire', flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "wire\n"
+    assert "stray" in done.stderr and "raw stray" in done.stderr
+
+
 def test_a_skill_added_while_a_host_is_connected_is_announced_on_stdio(skills_root, on_path):
     async def go():
         got = asyncio.Event()
@@ -217,8 +236,6 @@ def test_two_processes_proposing_at_once_queue_two_changes_and_serve_neither(ski
     queued = {a["skill"] for ok, a in outcomes if ok}
     assert queued, outcomes  # the lock is held for under a second: at least one lands
     home = establish((skills_root,))
-    from optimize.control.changes import ChangeControl
-
     pending = {c.skill for c in ChangeControl(home.path, (skills_root,)).pending()}
     assert pending == queued
     assert not (skills_root / "supplier-audit-a").exists() and not (skills_root / "supplier-audit-b").exists()
