@@ -29,17 +29,19 @@ from optimize.control.gate import Thresholds
 from optimize.control.gitrepo import GitHistory
 from optimize.models.cassette import Cassette
 from optimize.models.ledger import UsageLedger, load_prices
-from optimize.models.llm import LLMClient, LLMConfig, make_endpoint
 from optimize.models.traces import LocalTraceStore, TraceStore
 
 if TYPE_CHECKING:
     from agent.run import AgentLimits
     from optimize.control.inbox import Inbox
+    from optimize.control.replica import ReplicaConfig
     from optimize.measure.cascade import JudgeTiers
     from optimize.measure.evaluate import Inputs as EvaluationInputs
     from optimize.measure.judge import Judge
     from optimize.measure.regress import ReplayContext
     from optimize.measure.sandbox import Sandbox
+    from optimize.models.endpoints import LLMConfig
+    from optimize.models.llm import LLMClient
     from optimize.search.research import Researcher
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,59 @@ def state_home(settings: Settings) -> Path:
     """The state home of the configured skills roots, created (with its claims) if new; see
     ingot/home.py. Every command, the MCP server and the UI get their state folder here."""
     return establish(settings.skills_dirs, settings.ingot_home).path
+
+
+def signing_key(settings: Settings) -> Path | None:
+    """GIT_SIGNING_KEY, checked the way git will use it (ssh-keygen reads it), or None."""
+    key = settings.git_signing_key
+    if key is None:
+        return None
+    key = key.expanduser().absolute()
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["ssh-keygen", "-y", "-f", str(key)], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(
+            f"GIT_SIGNING_KEY is set but ssh-keygen did not run ({exc}): install openssh-client"
+        ) from exc
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["not a private key"])[-1]
+        raise ConfigError(
+            f"GIT_SIGNING_KEY={key} cannot sign ({why}): point it at an SSH private key readable only by "
+            "you (chmod 600), e.g. one made with `ssh-keygen -t ed25519 -N '' -f ingot_signing`"
+        )
+    return key
+
+
+def replica_home(settings: Settings) -> Path:
+    """A replica's state home: INGOT_HOME, else `.ingot/replica` in the working folder (a replica
+    has no skills root to keep it beside)."""
+    home = (settings.ingot_home or Path.cwd() / ".ingot" / "replica").expanduser().absolute()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return home
+
+
+def replica_config(settings: Settings, home: Path) -> ReplicaConfig:
+    """The replica's remote, branch, signers and interval (REPLICA_*), state in `home`."""
+    from optimize.control.replica import ReplicaConfig
+
+    if not settings.replica_remote:
+        raise ConfigError("no remote to replicate: pass --replica REMOTE or set REPLICA_REMOTE")
+    if settings.replica_allowed_signers is None:
+        raise ConfigError(
+            "REPLICA_ALLOWED_SIGNERS is not set: a replica serves only commits signed by the keys that "
+            "file lists (one line per key: `ingot ssh-ed25519 AAAA...`, the primary's GIT_SIGNING_KEY.pub)"
+        )
+    return ReplicaConfig(
+        settings.replica_remote,
+        settings.replica_branch,
+        settings.replica_allowed_signers.expanduser().absolute(),
+        home,
+        settings.replica_interval_s,
+    )
 
 
 def reading_home(settings: Settings) -> StateHome:
@@ -178,7 +233,7 @@ def change_control(
         neighbours=None if read_only else neighbours,
         autonomy_streak=settings.autonomy_streak,
         review_window_s=settings.review_window,
-        git=GitHistory(settings.git_history, settings.git_push_remote),
+        git=GitHistory(settings.git_history, settings.git_push_remote, signing_key(settings)),
         live_edits=settings.live_edits,
     )
     return control
@@ -211,6 +266,10 @@ def actor(settings: Settings) -> str:
 
 def llm_config(settings: Settings) -> LLMConfig:
     """Each role's endpoint from the settings; roles without a model are left out."""
+    from optimize.models.endpoints import (  # not llm.py: openai takes ~0.4 s to import
+        LLMConfig,
+        make_endpoint,
+    )
 
     def secret(value) -> str | None:
         return value.get_secret_value() if value is not None else None
@@ -253,6 +312,8 @@ def llm_client(
 
     With CASSETTE_MODE off, a `journal` is the run's own cassette (record-missing): every call
     it pays for is kept, so rerunning the same command after a failure replays them for free."""
+    from optimize.models.llm import LLMClient
+
     ledger = UsageLedger(run_id, load_prices(settings.prices_file), settings.max_run_usd)
     cassette = None
     if settings.cassette_mode != "off":
@@ -294,16 +355,17 @@ def trace_store(settings: Settings, prune_expired: bool = False, read_only: bool
     if read_only and prune_expired:
         raise ValueError("a read-only trace store prunes nothing")
     if settings.langfuse_public_key and settings.langfuse_secret_key:
-        from langfuse import Langfuse
-
         from optimize.models.traces_langfuse import LangfuseTraceStore
 
-        client = Langfuse(
-            public_key=settings.langfuse_public_key,
-            secret_key=settings.langfuse_secret_key.get_secret_value(),
+        # `connect`: the store whose runs hand out Langfuse's LangChain handler (model calls as
+        # generations with usage and cost), redacting every observation before export.
+        return LangfuseTraceStore.connect(
+            settings.langfuse_public_key,
+            settings.langfuse_secret_key.get_secret_value(),
             base_url=settings.langfuse_base_url,
+            enabled=settings.traces,
+            redaction=settings.trace_redact,
         )
-        return LangfuseTraceStore(client, enabled=settings.traces, redaction=settings.trace_redact)
     store = LocalTraceStore(
         _home(settings, read_only).path / "traces.jsonl",
         enabled=settings.traces,

@@ -119,6 +119,25 @@ class Settings(BaseSettings):
     git_push_remote: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9._-]+$", description="Push each such commit to this remote."
     )
+    git_signing_key: Path | None = Field(
+        default=None,
+        description="Sign every Ingot commit with this SSH key (replicas verify it); attach its evidence.",
+    )
+    # -- replicas (optimize/control/replica.py): serve a primary's pushed remote, verified --
+    replica_remote: str | None = Field(
+        default=None,
+        description="The primary's pushed remote (URL or path); `ingot serve --replica` sets it.",
+    )
+    replica_branch: str = Field(
+        default="main", pattern=r"^[A-Za-z0-9._/-]+$", description="The branch of it a replica serves."
+    )
+    replica_allowed_signers: Path | None = Field(
+        default=None,
+        description="git's allowed-signers file: the public keys whose commits a replica serves.",
+    )
+    replica_interval_s: float = Field(
+        default=30.0, ge=0.2, description="How often a replica fetches and verifies (seconds)."
+    )
     actor: str | None = Field(default=None, description="Name recorded in the audit log; default: $USER.")
     # -- models (one client layer: optimize/models/llm.py) --
     base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint for every role.")
@@ -201,6 +220,17 @@ class Settings(BaseSettings):
     langfuse_public_key: str | None = Field(default=None, description="Set both keys to trace to Langfuse.")
     langfuse_secret_key: SecretStr | None = None
     langfuse_base_url: str | None = Field(default=None, description="Default: Langfuse Cloud.")
+    # -- OpenTelemetry export (mcp_server/telemetry.py); the SDK reads the other OTEL_* itself --
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        description="Export the servers' and model calls' spans over OTLP/HTTP to this collector base URL.",
+    )
+    otel_exporter_otlp_traces_endpoint: str | None = Field(
+        default=None, description="The collector's traces URL itself (used as is), instead of the base URL."
+    )
+    otel_exporter_otlp_protocol: str | None = Field(
+        default=None, description="Only http/protobuf; anything else stops an exporting command."
+    )
     watch_skills: bool = Field(default=True, description="Re-index skills when files change on disk.")
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
 

@@ -98,7 +98,8 @@ class ScriptedLLM:
 
     def client(self, *roles: str, ledger: Any = None) -> Any:
         """An `LLMClient` whose `roles` all call this server, each with the model `<role>-model`."""
-        from optimize.models.llm import LLMClient, LLMConfig, make_endpoint
+        from optimize.models.endpoints import LLMConfig, make_endpoint
+        from optimize.models.llm import LLMClient
 
         endpoints = {role: make_endpoint(role, self.url, None, f"{role}-model") for role in roles}
         return LLMClient(LLMConfig(endpoints), ledger)

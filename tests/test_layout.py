@@ -65,6 +65,7 @@ RULES: list[tuple[str, tuple[str, ...]]] = [
     ("ingot.evaluation", FRONT_ENDS),
     ("ingot.background", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
     ("ingot.bench", ("ingot.cli",)),
+    ("ingot.metrics_sources", FRONT_ENDS),
     ("mcp_server", ("optimize", "agent", "ui", "ingot.cli", "ingot.bench", "ingot.runtime")),
     (
         "optimize.models",

@@ -52,6 +52,29 @@ def wait_ready(url: str, deadline_s: float, process: subprocess.Popen | None = N
     raise RuntimeError(f"server not ready within {deadline_s:.0f} s")
 
 
+def bench_home(vectors: Path) -> Path:
+    """A throw-away state home whose vector cache is the file at `vectors` (linked, so a child
+    reads the cache the benchmark warmed and nothing is embedded twice)."""
+    home = Path(tempfile.mkdtemp(prefix="ingot-bench-home-"))
+    (home / "cache").mkdir()
+    vectors.parent.mkdir(parents=True, exist_ok=True)
+    (home / "cache" / "vectors.sqlite").symlink_to(vectors.absolute())
+    return home
+
+
+def served_roots(home: Path, skills: tuple[Path, ...], copy: bool = True) -> list[Path]:
+    """The roots a child serves: copies inside `home` (default), or `skills` themselves. A copy,
+    not a link: homes resolve real paths, so a link would put the child's claim beside the
+    benchmarked root. The vector cache keys on content, so a copy re-embeds nothing."""
+    if not copy:
+        return list(skills)
+    roots = []
+    for n, root in enumerate(skills):
+        roots.append(home / "roots" / str(n) / root.name)
+        shutil.copytree(root, roots[-1], symlinks=True)
+    return roots
+
+
 @dataclass(frozen=True)
 class Served:
     """A running child server."""
@@ -70,19 +93,11 @@ def served(
     is left beside a benchmarked library; without it the roots themselves are served (a caller's
     own temporary copy that it edits while the child serves it)."""
     port = free_port()
-    home = Path(tempfile.mkdtemp(prefix="ingot-bench-home-"))
-    (home / "cache").mkdir()
-    vectors.parent.mkdir(parents=True, exist_ok=True)
-    (home / "cache" / "vectors.sqlite").symlink_to(vectors.absolute())
+    home = bench_home(vectors)
     env = {**os.environ, "INGOT_HOME": str(home), "HF_HUB_OFFLINE": "1", "LOG_LEVEL": "WARNING"}
     command = [sys.executable, "-m", "ingot.cli", "serve", "--no-ui", "--mcp-port", str(port)]
-    for n, root in enumerate(skills):
-        # A copy, not a link: homes resolve real paths, so a link would put the child's claim
-        # beside the benchmarked root. The vector cache keys on content, so nothing is re-embedded.
-        served_root = home / "roots" / str(n) / root.name if copy else root
-        if copy:
-            shutil.copytree(root, served_root, symlinks=True)
-        command += ["--skills", str(served_root)]
+    for root in served_roots(home, skills, copy):
+        command += ["--skills", str(root)]
     log = home / "serve.log"
     with log.open("wb") as errors:
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=errors)

@@ -68,6 +68,41 @@ def bench_latency(sizes: str, queries: int, skills: tuple[Path, ...], cases: Pat
         print_json(run(settings, [int(s) for s in sizes.split(",")], queries))
 
 
+@bench.command(name="stdio")
+@skills_option
+@click.option(
+    "--sizes", default="1000", help="Synthetic library sizes after the configured one, comma-separated."
+)
+@click.option("--launches", default=5, help="Timed launches per library (median reported).")
+@click.option("--calls", default=100, help="Timed route_and_load calls per lane.")
+def bench_stdio(skills: tuple[Path, ...], sizes: str, launches: int, calls: int) -> None:
+    """`ingot mcp` as a host launches it: cold start to the first route_and_load answer (vector
+    cache warm) against a bare fastmcp server, and route_and_load over stdio vs streamable HTTP."""
+    from ingot.bench.stdio import run
+
+    settings = settings_for(skills)
+    setup_logging("WARNING")
+    print_json(run(settings, [int(s) for s in sizes.split(",") if s.strip()], launches, calls))
+
+
+@bench.command(name="replica")
+@skills_option
+@click.option("--replicas", default=3, help="Replica processes.")
+@click.option("--rounds", default=10, help="Approvals (and syncs per size) to time.")
+@click.option("--interval", default=1.0, help="REPLICA_INTERVAL_S of the replicas, seconds.")
+@click.option(
+    "--sizes", default="100,1000", help="Synthetic library sizes for the sync cost, comma-separated."
+)
+def bench_replica(skills: tuple[Path, ...], replicas: int, rounds: int, interval: float, sizes: str) -> None:
+    """Approve on a primary to served on every replica (signed, pushed, verified), and what a
+    replica's sync costs at each library size."""
+    from ingot.bench.replica import run
+
+    settings = settings_for(skills)
+    setup_logging("WARNING")
+    print_json(run(settings, replicas, rounds, interval, [int(s) for s in sizes.split(",") if s.strip()]))
+
+
 @bench.command(name="promote")
 @click.option("--rounds", default=30, help="Promotions to time.")
 def bench_promote(rounds: int) -> None:

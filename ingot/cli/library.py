@@ -1,6 +1,7 @@
 """`ingot` commands on the served library: serve, ui, route, skills.
 
-Registered on the group by `main.py`; this module imports only `options` and `serve` from the CLI."""
+Registered on the group by `main.py`; this module imports only `options`, `serve` and (for a
+replica) `replica` from the CLI."""
 
 from __future__ import annotations
 
@@ -28,10 +29,37 @@ if TYPE_CHECKING:
 @click.option("--ui-port", type=int, default=None, help="UI port (default 8080).")
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
 @click.option("--no-ui", is_flag=True, help="Serve MCP only.")
+@click.option(
+    "--replica",
+    "replica_remote",
+    default=None,
+    help="Serve a primary's pushed remote instead, verifying every commit first (REPLICA_REMOTE).",
+)
 def serve(
-    skills: tuple[Path, ...], mcp_port: int | None, ui_port: int | None, host: str | None, no_ui: bool
+    skills: tuple[Path, ...],
+    mcp_port: int | None,
+    ui_port: int | None,
+    host: str | None,
+    no_ui: bool,
+    replica_remote: str | None,
 ) -> None:
-    """Serve the skills over MCP (streamable HTTP at /mcp) and the UI."""
+    """Serve the skills over MCP (streamable HTTP at /mcp) and the UI; with --replica, serve a
+    primary's signed history (MCP and /metrics only)."""
+    if replica_remote or (not skills and settings_for(mcp_port=mcp_port, bind_host=host).replica_remote):
+        from ingot.cli.replica import serve_replica
+        from ingot.cli.serve import listen
+        from mcp_server.telemetry import setup_telemetry
+
+        given = {"replica_remote": replica_remote} if replica_remote else {}
+        settings = settings_for(mcp_port=mcp_port, bind_host=host, **given)
+        setup_logging(settings.log_level)
+        setup_telemetry(settings)
+        sock = listen(settings.bind_host, settings.mcp_port, _named("--mcp-port", mcp_port, "MCP_PORT"))
+        try:
+            serve_replica(settings, {"mcp": sock})
+        finally:
+            sock.close()
+        return
     settings = settings_for(skills, mcp_port=mcp_port, ui_port=ui_port, bind_host=host)
     ports = {"mcp": _named("--mcp-port", mcp_port, "MCP_PORT")}
     if not no_ui:
@@ -83,7 +111,7 @@ def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict
 
     mcp, ui = "mcp" in sockets, "ui" in sockets
     setup_logging(settings.log_level)
-    setup_telemetry()  # with OTEL_EXPORTER_OTLP_ENDPOINT set, this process's spans are exported
+    setup_telemetry(settings)  # with OTEL_EXPORTER_OTLP_ENDPOINT set, this process's spans are exported
     library = open_library(settings)
     one_blas_thread()  # after start-up calibration, whose matrix products do use two
     control = change_control(settings, library=library)

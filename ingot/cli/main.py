@@ -1,6 +1,6 @@
 """The `ingot` command group. Errors are caught here, once: `Error: ...` and a non-zero exit.
 
-The commands live in one module per area (library, calibrate, changes, models, goldens,
+The commands live in one module per area (library, calibrate, changes, reports, models, goldens,
 autonomy, protect, bench); this module builds the group from them, so they never import it back."""
 
 from __future__ import annotations
@@ -10,7 +10,19 @@ import textwrap
 
 import click
 
-from ingot.cli import autonomy, bench, calibrate, changes, goldens, library, models, protect, stdio
+from ingot.cli import (
+    autonomy,
+    bench,
+    calibrate,
+    changes,
+    goldens,
+    library,
+    models,
+    protect,
+    replica,
+    reports,
+    stdio,
+)
 from ingot.errors import EXIT_CODES, IngotError
 
 
@@ -57,6 +69,8 @@ for _command in (
     *stdio.COMMANDS,
     *calibrate.COMMANDS,
     *changes.COMMANDS,
+    *reports.COMMANDS,
+    *replica.COMMANDS,
     *models.COMMANDS,
     *goldens.COMMANDS,
     *autonomy.COMMANDS,

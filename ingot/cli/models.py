@@ -1,5 +1,9 @@
 """`ingot` commands that call models: optimize, mine, loop, agent and the capture proxy.
 
+Each command that calls models installs the OTLP exporter when the settings name an endpoint
+(mcp_server/telemetry.py), so its model calls leave as GenAI spans; the proxy forwards calls and
+makes none of its own.
+
 Registered on the group by `main.py`; this module imports only `options` and `serve` from the CLI."""
 
 from __future__ import annotations
@@ -50,12 +54,14 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
     )
     from ingot.runtime import judge as make_judge
     from ingot.runtime import sandbox as make_sandbox
+    from mcp_server.telemetry import setup_telemetry
     from optimize.measure.taskset import draft_task_set, load_task_set
     from optimize.search.describe import propose_description
     from optimize.search.pipeline import optimize_body
 
     settings = settings_for(skills)
     setup_logging("WARNING")
+    setup_telemetry(settings)  # OTEL_EXPORTER_OTLP_ENDPOINT: model calls as GenAI spans
     library = open_library(settings)
     control = change_control(settings, library=library)
     champion = served_skill(library, skill)
@@ -130,9 +136,11 @@ def evaluate(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
     resumes from the calls already paid for."""
     from ingot.evaluation import evaluate_change
     from ingot.runtime import change_control, open_library
+    from mcp_server.telemetry import setup_telemetry
 
     settings = settings_for(skills)
     setup_logging("WARNING")
+    setup_telemetry(settings)  # OTEL_EXPORTER_OTLP_ENDPOINT: model calls as GenAI spans
     library = open_library(settings)
     control = change_control(settings, library=library)
     print_evaluation(evaluate_change(settings, library, control, skill, change_id), skill)
@@ -145,12 +153,14 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
     """How SKILL does on recorded traffic: mean score, failing dimensions, weakest tasks."""
     from ingot.runtime import change_control, model_run, open_library, state_home, trace_store
     from ingot.runtime import judge as make_judge
+    from mcp_server.telemetry import setup_telemetry
     from optimize.control.autopilot import report_incident
     from optimize.measure.mining import mine as run_mining
     from optimize.measure.mining import record as record_score
 
     settings = settings_for(skills)
     setup_logging("WARNING")
+    setup_telemetry(settings)  # OTEL_EXPORTER_OTLP_ENDPOINT: model calls as GenAI spans
     library = open_library(settings)
     served_skill(library, skill)
     with model_run(settings, f"mine-{skill}") as llm:
@@ -197,10 +207,12 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
         trace_store,
     )
     from ingot.runtime import judge as make_judge
+    from mcp_server.telemetry import setup_telemetry
     from optimize.search.loop import run_loop
 
     settings = settings_for(skills)
     setup_logging("WARNING")
+    setup_telemetry(settings)  # OTEL_EXPORTER_OTLP_ENDPOINT: model calls as GenAI spans
     library = open_library(settings)
     for target in targets:
         served_skill(library, target)
@@ -235,9 +247,11 @@ def agent_command(task: str, cwd: str | None, no_create: bool) -> None:
     """Run the reference agent on TASK: route once, serve with the right model, record the run."""
     from agent.run import ReferenceAgent
     from ingot.runtime import agent_limits, llm_client, run_id, sandbox, trace_store
+    from mcp_server.telemetry import setup_telemetry
 
     settings = settings_for()
     setup_logging("WARNING")
+    setup_telemetry(settings)  # OTEL_EXPORTER_OTLP_ENDPOINT: model calls as GenAI spans
     mcp_url = settings.mcp_url or f"http://{settings.bind_host}:{settings.mcp_port}/mcp"
     try:
         llm, problem = llm_client(settings, run_id("agent")), None

@@ -13,20 +13,24 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from ingot import metrics_sources
 from ingot.errors import ConfigError
 from ingot.runtime import actor
 from ingot.settings import Settings
 from mcp_server.library import Library
+from mcp_server.metrics import GaugeSource, Metrics
 from mcp_server.server import ToolLimits, build_server
 from mcp_server.sessions import SessionRoutes
+from mcp_server.telemetry import instrument
 from optimize.control.changes import ChangeControl
 
 log = logging.getLogger(__name__)
@@ -52,19 +56,32 @@ def mcp_app(
     control: ChangeControl | None = None,
     limits: ToolLimits | None = None,
     queued: Callable[[str, str], None] | None = None,
+    gauges: Sequence[GaugeSource] = (),
 ):
-    """The MCP ASGI app with strict Host/Origin checking (DNS-rebinding protection)."""
+    """The MCP ASGI app with strict Host/Origin checking (DNS-rebinding protection), its tool calls
+    traced (mcp_server/telemetry.py) and counted, and `/metrics` in Prometheus' text format
+    (mcp_server/metrics.py: change control's gauges when it is given, and `gauges`)."""
     hosts = ["127.0.0.1", "localhost", "[::1]", *allowed_hosts]
     if not is_loopback(host) and host not in ("0.0.0.0", "::"):  # noqa: S104 - a check, not a bind
         hosts.append(host)
     patterns = [p for h in hosts for p in (h, f"{h}:*")]
     sessions = SessionRoutes(control.runs_dir) if control is not None else None
-    app = build_server(library, control, sessions, limits, queued).http_app(
+    server = build_server(library, control, sessions, limits, queued)
+    metrics = Metrics(library)
+    if control is not None:
+        metrics.add(metrics_sources.change_control(control))
+    for source in gauges:
+        metrics.add(source)
+    server.middleware.insert(0, metrics.middleware())  # counts refused calls too
+    instrument(server, "http")  # a no-op unless setup_telemetry installed an exporter
+    app = server.http_app(
         path="/mcp",
         host_origin_protection=True,
         allowed_hosts=patterns,
         json_response=JSON_RESPONSES,
     )
+    names = [h if h.startswith("[") else h.rsplit(":", 1)[0] for h in hosts]
+    app.mount("/metrics", TrustedHostMiddleware(metrics.app(), allowed_hosts=names))
     # Refused before it is read into memory and parsed: no tool takes anything near this much.
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=MCP_MAX_BODY_BYTES)
     return app
@@ -223,6 +240,7 @@ def serve(
     limits: ToolLimits | None = None,
     queued: Callable[[str, str], None] | None = None,
     sockets: Mapping[str, socket.socket] | None = None,
+    gauges: Sequence[GaugeSource] = (),
 ) -> None:
     """Block serving MCP and/or the UI (a None port is not served) until interrupted.
 
@@ -248,7 +266,7 @@ def serve(
     servers = []
     if mcp_port is not None:
         sock = bound.get("mcp") or listen(host, mcp_port, "MCP_PORT")
-        app = mcp_app(library, host, allowed_hosts, control, limits, queued)
+        app = mcp_app(library, host, allowed_hosts, control, limits, queued, gauges)
         config = uvicorn.Config(app, host=host, port=mcp_port, log_level=log_level, lifespan="on")
         servers.append((uvicorn.Server(config), sock))
     if ui_port is not None:

@@ -59,9 +59,12 @@ def stdout_to_stderr() -> Iterator[None]:
 )
 def mcp(skills: tuple[Path, ...], background: bool) -> None:
     """Serve the skills over MCP on stdin/stdout (the command a host launches)."""
+    from mcp_server.telemetry import setup_telemetry
+
     with stdout_to_stderr():
         settings = settings_for(skills)
         setup_logging(settings.log_level)
+        setup_telemetry(settings)  # with an OTLP endpoint set, spans leave at exit, EOF or SIGTERM
         server, library, stop = _open(settings, background)
     try:
         server.run(transport="stdio", show_banner=False)
@@ -77,6 +80,7 @@ def _open(settings: Settings, background: bool):
     from ingot.runtime import change_control, inbox, models_missing, one_blas_thread, open_library
     from mcp_server.server import build_server
     from mcp_server.sessions import SessionRoutes
+    from mcp_server.telemetry import instrument
 
     library = open_library(settings)
     one_blas_thread()
@@ -123,6 +127,7 @@ def _open(settings: Settings, background: bool):
         tool_limits(settings),
         evaluator.submit if evaluator else None,
     )
+    instrument(server, "stdio")
     return server, library, stop
 
 

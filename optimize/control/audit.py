@@ -75,6 +75,8 @@ ALLOWED_FIELDS = frozenset(
         "override_reason",
         "overridden",
         "trust",  # an autonomy line's whole trust for one class (optimize/control/autonomy.py)
+        "kind",  # an approved change's kind (optimize/control/kinds.py), carried into its git commit
+        "manifest_digest",  # a baseline's: every served skill and revision (optimize/control/baseline.py)
     }
 )
 META = frozenset({"schema", "seq", "time", "prev", "hash", "mac"})
@@ -96,6 +98,7 @@ class AuditEntry:
     fields: Mapping[str, Any]
     prev: str
     hash: str
+    mac: str = ""  # the line's HMAC; a signed git commit records it (optimize/control/promote/commits.py)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.fields.get(key, default)
@@ -249,7 +252,12 @@ class AuditLog:
         self._step("audit: anchor in the claims")
         self.anchors.record(key, seq, record["hash"])
         return AuditEntry(
-            seq, stamp, {k: v for k, v in record.items() if k not in META}, last_hash, record["hash"]
+            seq,
+            stamp,
+            {k: v for k, v in record.items() if k not in META},
+            last_hash,
+            record["hash"],
+            record["mac"],
         )
 
     def _write_head(self, key: bytes, seq: int, digest: str, announced: str | None) -> None:
@@ -330,7 +338,15 @@ class AuditLog:
                     f"audit line {number} is not a readable record; run `ingot audit verify`"
                 ) from exc
             fields = {k: v for k, v in record.items() if k not in META}
-            out.append(AuditEntry(record["seq"], record["time"], fields, record["prev"], record["hash"]))
+            entry = AuditEntry(
+                record["seq"],
+                record["time"],
+                fields,
+                record["prev"],
+                record["hash"],
+                str(record.get("mac", "")),
+            )
+            out.append(entry)
         return out
 
     # -- verifying ---------------------------------------------------------------------------

@@ -116,7 +116,14 @@ class ChangeControl:
     def status(self) -> Status:
         """What is served, what Ingot last put live, what waits, and the audit chain's state."""
         return report(
-            self.roots, self.limits, self.audit, self.queue, self.root_of, self.live_edits, self.git.enabled
+            self.roots,
+            self.limits,
+            self.audit,
+            self.queue,
+            self.root_of,
+            self.live_edits,
+            self.git.enabled,
+            self.git.push_remote,
         )
 
     def passport(self, change: PendingChange) -> Passport | None:
@@ -296,7 +303,7 @@ class ChangeControl:
                         reason=reason,
                         evidence_digest=evidence.digest,
                         change_id=change.id,
-                        extra=acceptance.audit_fields(),
+                        extra={**acceptance.audit_fields(), "kind": change.kind},
                     )
                 else:
                     outcome = self.promoter.switch(
@@ -309,7 +316,7 @@ class ChangeControl:
                         reason=reason,
                         evidence_digest=evidence.digest,
                         change_id=change.id,
-                        extra=acceptance.audit_fields(),
+                        extra={**acceptance.audit_fields(), "kind": change.kind},
                     )
                 self.queue.archive(skill, f"approved by {actor}", "approved", actor, outcome.seq)
             except (OSError, AuditError) as exc:

@@ -9,6 +9,10 @@ repository's own config, object format and worktrees), never a reimplementation.
   (`commit_paths`). That commit is built with plumbing on a private index: only the named paths
   go in, the user's staged work is never included, the work tree is never written, and no hook
   runs (the decision was already taken and audited; a hook must not be able to undo half of it).
+  With a signing key (GIT_SIGNING_KEY) the commit is signed the standard way (`gpg.format=ssh`),
+  and what it rests on (an evidence bundle) is attached byte for byte as a note under
+  `refs/notes/ingot`, pushed together with the branch in one atomic push.
+Checking signatures and reading history back is signed_history.py's; no cryptography is here.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from mcp_server.registry import Limits
 GIT_TIMEOUT_S = 60.0
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's well-known empty tree (sha1)
 TRAILER = "Ingot-Audit"
+NOTES_REF = "refs/notes/ingot"  # what each Ingot commit rests on (its evidence bundle, a baseline's manifest)
+IDENTITY = {"GIT_COMMITTER_NAME": "Ingot", "GIT_COMMITTER_EMAIL": "ingot@localhost"}
 
 
 class GitError(IngotError):
@@ -42,6 +48,7 @@ class GitHistory:
 
     enabled: bool = True
     push_remote: str | None = None
+    signing_key: Path | None = None  # an SSH key: every Ingot commit is signed with it (GIT_SIGNING_KEY)
 
 
 @dataclass(frozen=True)
@@ -63,11 +70,12 @@ def _git_env() -> dict[str, str]:
 class GitRepo:
     """One git work tree (the folder `git rev-parse --show-toplevel` names)."""
 
-    def __init__(self, top: Path) -> None:
+    def __init__(self, top: Path, signing_key: Path | None = None) -> None:
         self.top = top
+        self.signing_key = signing_key
 
     @classmethod
-    def of(cls, folder: Path) -> GitRepo | None:
+    def of(cls, folder: Path, signing_key: Path | None = None) -> GitRepo | None:
         """The work tree `folder` belongs to, or None (not in one, or git is not installed)."""
         if shutil.which("git") is None or not folder.is_dir():
             return None
@@ -84,18 +92,28 @@ class GitRepo:
             return None
         if done.returncode != 0 or not done.stdout.strip():
             return None
-        return cls(Path(done.stdout.strip()).resolve())
+        return cls(Path(done.stdout.strip()).resolve(), signing_key)
 
     # -- plumbing ----------------------------------------------------------------------------
 
     def git(
         self, *args: str, index: Path | None = None, stdin: bytes | None = None, ok: tuple[int, ...] = (0,)
     ) -> bytes:
+        done = self.run(*args, index=index, stdin=stdin)
+        if done.returncode not in ok:
+            reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise GitError(f"git {args[0]} in {self.top} failed: {(reason or ['no message'])[-1]}")
+        return done.stdout
+
+    def run(
+        self, *args: str, index: Path | None = None, stdin: bytes | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        """`git ARGS` in this repository, whatever its exit code (GitError only if it did not run)."""
         env = _git_env()
         if index is not None:
             env["GIT_INDEX_FILE"] = str(index)
         try:
-            done = subprocess.run(
+            return subprocess.run(
                 ["git", "-C", str(self.top), *args],
                 input=stdin,
                 capture_output=True,
@@ -105,10 +123,10 @@ class GitRepo:
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise GitError(f"git {args[0]} in {self.top} did not run: {exc}") from exc
-        if done.returncode not in ok:
-            reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
-            raise GitError(f"git {args[0]} in {self.top} failed: {(reason or ['no message'])[-1]}")
-        return done.stdout
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        """`older` is `newer` or one of its ancestors (False also when either is unknown)."""
+        return older == newer or self.run("merge-base", "--is-ancestor", older, newer).returncode == 0
 
     def text(self, *args: str, **kwargs) -> str:  # noqa: ANN003 - the keywords of `git`
         return self.git(*args, **kwargs).decode("utf-8", "replace").strip()
@@ -190,6 +208,13 @@ class GitRepo:
             tar.extractall(dest, filter="data")  # no absolute paths, traversal or links
         return dest / rel_path
 
+    def export_tree(self, spec: str, dest: Path) -> None:
+        """Write the tree `spec` (`commit:path`) as the folder `dest`: regular files only, no
+        links, absolute paths or traversal (tarfile's data filter)."""
+        archive = self.git("archive", "--format=tar", spec)
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(dest, filter="data")
+
     # -- recording a promotion ---------------------------------------------------------------
 
     def dirty(self, rel_paths: list[str]) -> set[str]:
@@ -243,16 +268,24 @@ class GitRepo:
         self.git("reset", "--quiet", "HEAD", "--", *rel_paths, ok=(0, 1))
 
     def _commit_tree(self, tree: str, parents: list[str], message: str, author: str) -> str:
-        env = _git_env()
-        env.update(
-            GIT_AUTHOR_NAME=author,
-            GIT_AUTHOR_EMAIL="ingot@localhost",
-            GIT_COMMITTER_NAME="Ingot",
-            GIT_COMMITTER_EMAIL="ingot@localhost",
-        )
+        env = _git_env() | IDENTITY | {"GIT_AUTHOR_NAME": author, "GIT_AUTHOR_EMAIL": "ingot@localhost"}
+        sign = []
+        if self.signing_key is not None:  # git's own SSH signing: ssh-keygen -Y sign under the hood
+            sign = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={self.signing_key}"]
         try:
             done = subprocess.run(
-                ["git", "-C", str(self.top), "commit-tree", tree, *parents, "-F", "-"],
+                [
+                    "git",
+                    "-C",
+                    str(self.top),
+                    *sign,
+                    "commit-tree",
+                    tree,
+                    *parents,
+                    *(["-S"] if sign else []),
+                    "-F",
+                    "-",
+                ],
                 input=message.encode(),
                 capture_output=True,
                 env=env,
@@ -264,6 +297,43 @@ class GitRepo:
         if done.returncode != 0:
             raise GitError(f"git commit-tree in {self.top} failed: {done.stderr.decode().strip()}")
         return done.stdout.decode().strip()
+
+    def commit_same_tree(self, message: str, author: str) -> str:
+        """A commit on HEAD that changes no file (a baseline: it only attests what HEAD holds)."""
+        head = self.head()
+        if head is None:
+            raise GitError(f"{self.top} has no commit yet: commit the skills first")
+        tree = self.text("rev-parse", f"{head}^{{tree}}")
+        faults.point("git: commit-tree")
+        commit = self._commit_tree(tree, ["-p", head], message, author)
+        faults.point("git: update-ref")
+        self.git("update-ref", "-m", f"ingot: {message.splitlines()[0]}", "HEAD", commit, head)
+        return commit
+
+    # -- notes: what a commit rests on, byte for byte ------------------------------------------
+
+    def add_note(self, commit: str, data: bytes) -> None:
+        """Attach `data` to `commit` under NOTES_REF, exactly (a blob, never re-formatted)."""
+        blob = self.text("hash-object", "-w", "--stdin", stdin=data)
+        env_note = _git_env() | IDENTITY | {"GIT_AUTHOR_NAME": "Ingot", "GIT_AUTHOR_EMAIL": "ingot@localhost"}
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(self.top), "notes", f"--ref={NOTES_REF}", "add", "-f", "-C", blob, commit],
+                capture_output=True,
+                env=env_note,
+                timeout=GIT_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise GitError(f"git notes in {self.top} did not run: {exc}") from exc
+        if done.returncode != 0:
+            raise GitError(f"git notes in {self.top} failed: {done.stderr.decode().strip()}")
+
+    def note(self, commit: str, ref: str = NOTES_REF) -> bytes | None:
+        """The note attached to `commit` under `ref`, or None."""
+        out = self.git("notes", f"--ref={ref}", "list", commit, ok=(0, 1))
+        blob = out.decode().strip()
+        return self.git("cat-file", "blob", blob) if blob else None
 
     def last_ingot_commit(self, rel_root: str) -> IngotCommit | None:
         """The newest commit on HEAD under `rel_root` that Ingot made, or None."""
@@ -289,8 +359,19 @@ class GitRepo:
         return out.split() if out else []
 
     def push(self, remote: str) -> None:
-        """Push the checked-out branch to `remote` (fast-forward only, like any push)."""
+        """Push the checked-out branch and Ingot's notes to `remote` in one atomic push
+        (fast-forward only, like any push: a remote that moved on is refused, never overwritten)."""
         branch = self.branch()
         if branch is None:
             raise GitError(f"{self.top} has a detached HEAD; there is no branch to push")
-        self.git("push", "--quiet", remote, f"HEAD:refs/heads/{branch}")
+        refs = [f"HEAD:refs/heads/{branch}"]
+        if self.resolve(NOTES_REF) is not None:
+            refs.append(f"{NOTES_REF}:{NOTES_REF}")
+        done = self.run("push", "--atomic", "--porcelain", remote, *refs)
+        if done.returncode != 0:
+            lines = (
+                done.stderr.decode("utf-8", "replace").splitlines()
+                + done.stdout.decode("utf-8", "replace").splitlines()
+            )
+            said = [x.strip() for x in lines if x.startswith(("!", "error:", "fatal:")) or "[rejected]" in x]
+            raise GitError(f"git push to {remote} failed: {'; '.join(said) or 'no message'}")

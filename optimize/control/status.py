@@ -20,6 +20,7 @@ from optimize.control.audit import AuditError, AuditLog
 from optimize.control.audit_verify import Verification
 from optimize.control.gitrepo import GitError, GitRepo
 from optimize.control.pending import PendingQueue
+from optimize.control.pushes import PushState, read_state
 from optimize.measure.sandbox import Sandbox
 
 
@@ -54,6 +55,14 @@ class GitState:
     foreign: int  # commits after Ingot's newest that touch the root without Ingot
     problem: str | None = None  # git could not be read
     stale_index: tuple[str, ...] = ()  # files an interrupted commit left staged at their old bytes
+    push: PushState | None = None  # the last push to GIT_PUSH_REMOTE (pushes.py), if one was tried
+    unpushed: int = 0  # commits on HEAD after the last one a push delivered
+    remote: str | None = None  # GIT_PUSH_REMOTE
+
+    @property
+    def push_failed(self) -> bool:
+        """Commits wait and the last attempt to push them failed (pushes.py retries it)."""
+        return self.unpushed > 0 and self.push is not None and self.push.error is not None
 
     @property
     def in_step(self) -> bool:
@@ -118,6 +127,7 @@ def report(
     root_of: Callable[[str], Path | None],
     live_edits: str = "serve",
     git: bool = False,
+    push_remote: str | None = None,
 ) -> Status:
     """Re-read every root (so this costs a full scan: ~170 ms at 1k skills) and compare."""
     registry = Registry(roots, limits)
@@ -154,7 +164,9 @@ def report(
         if name not in served
     ]
     invalid = tuple(f"{p.folder}: {p.reason}" for p in registry.problems()) + tuple(unreadable)
-    states = tuple(RootStatus(root, live_edits, _git_state(root, audit) if git else None) for root in roots)
+    states = tuple(
+        RootStatus(root, live_edits, _git_state(root, audit, push_remote) if git else None) for root in roots
+    )
     return Status(
         tuple(sorted(skills, key=lambda s: s.name)),
         invalid,
@@ -188,7 +200,7 @@ def _unaudited(audit: AuditLog, changes: list, queue: PendingQueue) -> tuple[str
     return tuple(found)
 
 
-def _git_state(root: Path, audit: AuditLog) -> GitState | None:
+def _git_state(root: Path, audit: AuditLog, push_remote: str | None = None) -> GitState | None:
     """HEAD against the chain: which audit line Ingot's newest commit records, which is the
     chain's newest switch in this root, and how many commits touched the root since without it."""
     repo = GitRepo.of(root)
@@ -212,15 +224,31 @@ def _git_state(root: Path, audit: AuditLog) -> GitState | None:
         foreign = len(repo.commits_since(newest.sha, rel_root)) if newest else 0
         skills = sorted({str(e.get("skill")) for e in switched})
         stale = repo.stale_index([f"{rel_root}/{s}" if rel_root else s for s in skills])
+        push, unpushed = _push_state(repo, audit.path.parent, push_remote)
         return GitState(
             repo.head(),
             newest.audit_seq if newest else None,
             max(switches, default=None),
             foreign,
             stale_index=tuple(stale),
+            push=push,
+            unpushed=unpushed,
+            remote=push_remote,
         )
     except GitError as exc:
         return GitState(None, None, max(switches, default=None), 0, str(exc))
+
+
+def _push_state(repo: GitRepo, home: Path, remote: str | None) -> tuple[PushState | None, int]:
+    """The push record for `remote` and how many commits on HEAD it has not delivered yet."""
+    if not remote:
+        return None, 0
+    push, head = read_state(home, remote), repo.head()
+    if head is None:
+        return push, 0
+    if push is None or push.pushed is None:
+        return push, int(repo.text("rev-list", "--count", head) or 0)
+    return push, int(repo.text("rev-list", "--count", f"{push.pushed}..{head}") or 0)
 
 
 @dataclass(frozen=True)

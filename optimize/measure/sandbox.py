@@ -251,6 +251,8 @@ class BubblewrapSandbox(Sandbox):
         ]
 
     def _run(self, mounts: Mounts, argv: Sequence[str], cwd: str, limits: Limits) -> ExecResult:
+        if not mounts:  # the readiness probe: nothing to lay out, so no temporary folder is made
+            return self._start([], argv, cwd, limits)
         with tempfile.TemporaryDirectory(prefix="ingot-exec-") as tmp:
             root = Path(tmp)
             root.chmod(0o755)
@@ -258,15 +260,20 @@ class BubblewrapSandbox(Sandbox):
             for i, (point, files) in enumerate(sorted(mounts.items())):
                 lay_out(files, root / f"m{i}")
                 binds.append((root / f"m{i}", point))
-            start = time.perf_counter()
-            try:
-                done = subprocess.run(
-                    self.command(binds, argv, cwd, limits),
-                    capture_output=True,
-                    timeout=limits.wall_s + 5,
-                    check=False,
-                )
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                return ExecResult("inconclusive", f"the sandbox itself failed: {exc}")
-            elapsed = time.perf_counter() - start
+            return self._start(binds, argv, cwd, limits)
+
+    def _start(
+        self, binds: Sequence[tuple[Path, str]], argv: Sequence[str], cwd: str, limits: Limits
+    ) -> ExecResult:
+        start = time.perf_counter()
+        try:
+            done = subprocess.run(
+                self.command(binds, argv, cwd, limits),
+                capture_output=True,
+                timeout=limits.wall_s + 5,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return ExecResult("inconclusive", f"the sandbox itself failed: {exc}")
+        elapsed = time.perf_counter() - start
         return classify(done.returncode, done.stdout, done.stderr, elapsed, limits)

@@ -20,7 +20,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
 if TYPE_CHECKING:
-    from optimize.models.llm import Completion, Endpoint
+    from optimize.models.endpoints import Endpoint
+    from optimize.models.llm import Completion
 
 _tracer = trace.get_tracer("ingot.models")
 

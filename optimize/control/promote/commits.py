@@ -1,33 +1,39 @@
 """Each finished switch as one git commit, when the skills root is in a git work tree (GIT_HISTORY).
 
 A commit is made after the audit outcome, of exactly that skill's folder, on the checked-out
-branch; it goes through gitrepo.py and never changes a skill folder. A git failure never undoes
-a promotion: it is logged, and `reconcile` (run by recovery) commits a switch the chain records
-as done but git does not, and re-syncs the user's index where a commit killed after moving HEAD
-left the old files staged (their next `git commit` would otherwise revert the skill).
-Pushes run in the background: a slow remote never holds the lock.
+branch; it goes through gitrepo.py and never changes a skill folder. Its message ends in trailers
+that describe it completely (signed_history.py reads them back): action, skill, root, revision
+(the folder's content digest), change, kind, passport state with any accepted or overridden
+cells, approver, evidence digest, and the audit line with its hash and MAC. With a signing key
+the commit is signed and its evidence bundle is attached as a note, so a replica or an auditor
+holding only the public key can check it all offline. A git failure never undoes a promotion: it
+is logged, and `reconcile` (run by recovery) commits a switch the chain records as done but git
+does not, attaches a note a kill left off, and re-syncs the user's index where a commit killed
+after moving HEAD left the old files staged (their next `git commit` would otherwise revert the
+skill). Pushes run in the background and are retried until they land (pushes.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from ingot.errors import SkillInvalid
 from optimize.control.approved import FOLDER_SWITCHES
 from optimize.control.audit import AuditEntry
-from optimize.control.gitrepo import GitError, GitHistory, GitRepo
+from optimize.control.gitrepo import NOTES_REF, TRAILER, GitError, GitHistory, GitRepo
 from optimize.control.promote.folders import StepHook
 from optimize.control.promote.snapshots import ABSENT
+from optimize.control.pushes import Pusher
 
 log = logging.getLogger(__name__)
 
 
-def commit_message(entry: AuditEntry, reconciled: bool = False) -> str:
-    """A promotion's commit message: what happened in one line, then trailers that tie the commit
-    to its audit line and evidence (`git log --grep=Ingot-Change: chg-...` finds a change)."""
+def commit_message(entry: AuditEntry, reconciled: bool = False, root: str = ".") -> str:
+    """A switch's commit message: what happened in one line, then trailers that tie the commit to
+    its audit line and evidence (`git log --grep=Ingot-Change: chg-...` finds a change)."""
     action, skill = entry.get("action"), entry.get("skill")
     before, after = entry.get("from_revision"), entry.get("to_revision")
     change = f" {entry.get('change_id')}" if entry.get("change_id") else ""
@@ -36,16 +42,45 @@ def commit_message(entry: AuditEntry, reconciled: bool = False) -> str:
     if reconciled:
         body.append("Committed on recovery: the process was stopped between the switch and this commit.")
     trailers = [
+        f"Ingot-Action: {action}",
         f"Ingot-Skill: {skill}",
-        f"Ingot-Audit: {entry.seq} {entry.hash}",
+        f"Ingot-Root: {root}",
         f"Ingot-Revision: {after or ABSENT}",
-        f"Ingot-Actor: {entry.get('actor')}",
+        f"Ingot-From: {before or ABSENT}",
     ]
     if entry.get("change_id"):
         trailers.append(f"Ingot-Change: {entry.get('change_id')}")
+    if entry.get("kind"):
+        trailers.append(f"Ingot-Kind: {entry.get('kind')}")
+    if entry.get("passport"):
+        trailers.append(f"Ingot-Passport: {passport_trailer(entry)}")
+    trailers.append(f"Ingot-Approver: {entry.get('actor')}")
     if entry.get("evidence_digest"):
         trailers.append(f"Ingot-Evidence: {entry.get('evidence_digest')}")
+    trailers.append(f"{TRAILER}: {entry.seq} {entry.hash} {entry.mac}".rstrip())
     return "\n\n".join([subject, *body, "\n".join(trailers)]) + "\n"
+
+
+def passport_trailer(entry: AuditEntry) -> str:
+    """`ready`, or the state with the cells a person accepted as missing or overrode."""
+    parts = [str(entry.get("passport"))]
+    if entry.get("accepted_missing"):
+        parts.append(f"accepted missing: {', '.join(entry.get('accepted_missing'))}")
+    if entry.get("overridden"):
+        parts.append(f"overridden: {', '.join(entry.get('overridden'))}")
+    return "; ".join(parts)
+
+
+def evidence_bytes(home: Path, skill: str, digest: str) -> bytes | None:
+    """The evidence bundle of `skill` whose SHA-256 is `digest` (evidence.py), or None."""
+    for path in sorted((home / "evidence" / skill).glob("*/evidence.json")):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if hashlib.sha256(data).hexdigest() == digest:
+            return data
+    return None
 
 
 def _rel(repo: GitRepo, root: Path, skill: str) -> str:
@@ -60,17 +95,18 @@ def _author(entry: AuditEntry) -> str:
 class GitCommits:
     """Commits (and pushes) the switches of one Promoter, per skills root."""
 
-    def __init__(self, git: GitHistory, on_step: StepHook) -> None:
+    def __init__(self, git: GitHistory, on_step: StepHook, home: Path | None = None) -> None:
         self.git = git
+        self.home = home  # the state home: evidence bundles to attach, the push record
         self._step = on_step
         self._repos: dict[Path, GitRepo | None] = {}
-        self.pushes: list[threading.Thread] = []  # background pushes (tests join them)
+        self._pushers: dict[Path, Pusher] = {}
 
     def _repo(self, root: Path) -> GitRepo | None:
         if not self.git.enabled:
             return None
         if root not in self._repos:
-            self._repos[root] = GitRepo.of(root)
+            self._repos[root] = GitRepo.of(root, self.git.signing_key)
         return self._repos[root]
 
     def commit(self, root: Path, entry: AuditEntry, reconciled: bool = False) -> str | None:
@@ -84,31 +120,51 @@ class GitCommits:
         skill = str(entry.get("skill"))
         self._step("git: commit")
         try:
-            commit = repo.commit_paths(
-                [_rel(repo, root, skill)], commit_message(entry, reconciled), _author(entry)
-            )
+            message = commit_message(entry, reconciled, repo.rel(root) or ".")
+            commit = repo.commit_paths([_rel(repo, root, skill)], message, _author(entry))
+            if commit is not None:
+                self._step("git: note")
+                self._attach(repo, commit, entry)
         except GitError as exc:
             log.warning("the %s of %s is live but not committed to git: %s", entry.get("action"), skill, exc)
             return None
-        if commit is not None and self.git.push_remote:
-            self._push(repo)
+        if commit is not None:
+            self.push(root)
         return commit
 
-    def _push(self, repo: GitRepo) -> None:
-        """Push in the background: a slow or unreachable remote never holds the change lock."""
-        remote = str(self.git.push_remote)
+    def _attach(self, repo: GitRepo, commit: str, entry: AuditEntry) -> bool:
+        """The evidence bundle the switch rests on, as the commit's note (if it has one)."""
+        digest = entry.get("evidence_digest")
+        if not digest or self.home is None:
+            return False
+        data = evidence_bytes(self.home, str(entry.get("skill")), str(digest))
+        if data is None:
+            log.warning(
+                "the evidence bundle %s of %s is not in %s: commit %s has no note",
+                str(digest)[:12],
+                entry.get("skill"),
+                self.home,
+                commit[:12],
+            )
+            return False
+        repo.add_note(commit, data)
+        return True
 
-        def push() -> None:
-            try:
-                repo.push(remote)
-            except GitError as exc:
-                log.warning(
-                    "could not push %s to %s: %s (the next promotion pushes again)", repo.top, remote, exc
-                )
+    def push(self, root: Path) -> Pusher | None:
+        """Push `root`'s repository to GIT_PUSH_REMOTE in the background (pushes.py)."""
+        repo = self._repo(root)
+        if repo is None or not self.git.push_remote or self.home is None:
+            return None
+        pusher = self._pushers.get(repo.top)
+        if pusher is None:
+            pusher = self._pushers[repo.top] = Pusher(self.home, repo, self.git.push_remote)
+        pusher.request()
+        return pusher
 
-        thread = threading.Thread(target=push, name="ingot-git-push", daemon=True)
-        thread.start()
-        self.pushes.append(thread)
+    def wait_for_pushes(self, timeout_s: float) -> None:
+        """Give the pushes in flight up to `timeout_s` (a CLI process is about to exit)."""
+        for pusher in self._pushers.values():
+            pusher.wait(timeout_s)
 
     def reconcile(
         self, entries: list[AuditEntry], live_revision: Callable[[Path, str], str | None]
@@ -145,7 +201,52 @@ class GitCommits:
                 if live == entry.get("to_revision") and self.commit(root, entry, reconciled=True):
                     notes.append(f"{skill}: committed to git after an interruption (audit line {entry.seq})")
             notes += self._sync_index(repo, [_rel(repo, root, str(e.get("skill"))) for e in switched])
+        for root in sorted(by_root):
+            notes += self._attach_missing(root, entries)
+            self.push(root)  # anything an exited process committed but could not push
         return notes
+
+    def _attach_missing(self, root: Path, entries: list[AuditEntry]) -> list[str]:
+        """Attach the evidence note a kill between commit and note left off, to each of the
+        recent Ingot commits that names evidence and has none."""
+        repo = self._repo(root)
+        if repo is None or self.home is None or repo.head() is None:
+            return []
+        by_seq = {e.seq: e for e in entries}
+        try:
+            noted = {
+                line.split()[1]
+                for line in repo.text("notes", f"--ref={NOTES_REF}", "list").splitlines()
+                if " " in line
+            }
+            recent = repo.text(
+                "log",
+                "-n",
+                "50",
+                "--grep=^Ingot-Evidence: ",
+                f"--format=%H %(trailers:key={TRAILER},valueonly,separator=%x20)",
+                "HEAD",
+                "--",
+                repo.rel(root) or ".",
+            )
+        except GitError as exc:
+            log.warning("cannot read the notes of %s: %s", repo.top, exc)
+            return []
+        done = []
+        for line in recent.splitlines():
+            commit, _, audit = line.partition(" ")
+            seq = audit.split()[0] if audit.split() else ""
+            entry = by_seq.get(int(seq)) if seq.isdigit() else None
+            if commit in noted or entry is None:
+                continue
+            try:
+                if self._attach(repo, commit, entry):
+                    done.append(
+                        f"{entry.get('skill')}: evidence attached to {commit[:12]} after an interruption"
+                    )
+            except GitError as exc:
+                log.warning("cannot attach evidence to %s: %s", commit[:12], exc)
+        return done
 
     def _sync_index(self, repo: GitRepo, rel_paths: list[str]) -> list[str]:
         """Re-sync the user's index where a commit killed between update-ref and the index reset

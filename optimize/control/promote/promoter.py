@@ -104,7 +104,7 @@ class Promoter:
         self.limits = limits or Limits()
         self.git = git or GitHistory(enabled=False)
         self.snapshots = Snapshots(self.revisions, self.limits, self.audit, self._on_step)
-        self.commits = GitCommits(self.git, self._on_step)
+        self.commits = GitCommits(self.git, self._on_step, runs_dir)
 
     def _step(self, name: str) -> None:
         self._on_step(name)

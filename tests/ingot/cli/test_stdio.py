@@ -262,12 +262,18 @@ def test_reading_answers_while_another_process_holds_the_change_lock(skills_root
     async def go():
         async with Client(params(skills_root)) as client:
             await client.list_tools()  # started up before the lock is taken
+            # Deadlines far under the 30 s a writer waits for the lock: an answer within them was
+            # not queued behind the lock (a correctness bound, not a timing claim).
             with change_lock(home.path):
-                routed = await asyncio.wait_for(client.call_tool("route_and_load", {"task": COMMIT_TASK}), 60)
-                body = await client.read_resource("skill://git-commit-messages/SKILL.md")
-                proposal = await client.call_tool(
-                    "create_skill",
-                    {"name": "while-locked", "description": "Proposed while locked.", "body": "# x\n\ny"},
+                routed = await asyncio.wait_for(client.call_tool("route_and_load", {"task": COMMIT_TASK}), 10)
+                read = client.read_resource("skill://git-commit-messages/SKILL.md")
+                body = await asyncio.wait_for(read, 10)
+                proposal = await asyncio.wait_for(
+                    client.call_tool(
+                        "create_skill",
+                        {"name": "while-locked", "description": "Proposed while locked.", "body": "# x\n\ny"},
+                    ),
+                    10,
                 )
             return routed.structured_content, body.contents[0], proposal
 

@@ -40,11 +40,11 @@ class Ended:
     passed: tuple[str, ...]  # the points it passed (all of them, for `points`)
 
 
-def _child(action: Callable[[], object], at: int, fault: str, out: Path) -> None:
+def _child(action: Callable[[], object], at: int | str, fault: str, out: Path) -> None:
     passed: list[str] = []
 
     def hook(name: str) -> None:
-        if len(passed) == at:
+        if len(passed) == at or (name == at and at not in passed):
             if fault == KILL:
                 os.kill(os.getpid(), signal.SIGKILL)
             passed.append(name)
@@ -66,8 +66,9 @@ def _child(action: Callable[[], object], at: int, fault: str, out: Path) -> None
     out.write_text(json.dumps(report))
 
 
-def run(action: Callable[[], object], at: int = -1, fault: str = KILL) -> Ended:
-    """Run `action` in a forked child, faulting at point `at` (-1: never)."""
+def run(action: Callable[[], object], at: int | str = -1, fault: str = KILL) -> Ended:
+    """Run `action` in a forked child, faulting at point number `at` (-1: never), or at the first
+    point named `at`."""
     with tempfile.TemporaryDirectory(prefix="killpoint-") as scratch:
         folder = Path(scratch)
         out, stdout, stderr = folder / "report.json", folder / "stdout", folder / "stderr"

@@ -5,6 +5,7 @@ the chain, and each commit pushed to a configured remote."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -14,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from ingot.cli.reports import push_line
 from optimize.control.audit import AuditLog
 from optimize.control.changes import ChangeControl
 from optimize.control.gitrepo import GitHistory
 from optimize.control.lock import change_lock
 from optimize.control.promote import Promoter, tree_revision
-from tests.conftest import BUNDLED_SKILLS
+from optimize.control.pushes import read_state
+from tests.conftest import BUNDLED_SKILLS, wait_for
 from tests.optimize.conftest import ready_body
 from tests.optimize.control.test_promote import CHILD, REPO, skill_files
 
@@ -116,8 +119,8 @@ def test_without_git_history_nothing_is_committed(repo, tmp_path):
     )
 
 
-def test_each_commit_is_pushed_to_the_configured_remote_and_a_replica_serves_it_by_pulling(
-    repo, tmp_path, library_factory
+def test_each_commit_is_pushed_with_its_evidence_and_a_rejected_push_is_retried_and_shown_in_status(
+    repo, tmp_path
 ):
     top, root, control = repo
     remote = tmp_path / "remote.git"
@@ -127,29 +130,35 @@ def test_each_commit_is_pushed_to_the_configured_remote_and_a_replica_serves_it_
     pushing = ChangeControl(
         control.runs_dir, control.roots, neighbours=control.neighbours, git=GitHistory(True, "origin")
     )
-    files = pushing.champion_files(SKILL)
-    files["SKILL.md"] += b"\nPUSHED\n"
-    change, _ = pushing.propose(SKILL, "operator", files, passing())
-    pushing.approve(SKILL, "reviewer", change.id)
-    for thread in pushing.promoter.commits.pushes:
-        thread.join(timeout=60)
+    rewrite(pushing, "PUSHED")
+    pushing.promoter.commits.wait_for_pushes(60)
+    head = git(top, "rev-parse", "HEAD")
+    assert git(remote, "rev-parse", "main") == head
+    digest = git(top, "log", "-1", "--format=%(trailers:key=Ingot-Evidence,valueonly)").strip()
+    note = subprocess.run(["git", "notes", "--ref=ingot", "show", "main"], cwd=remote, capture_output=True)
+    assert hashlib.sha256(note.stdout).hexdigest() == digest  # the bundle travelled, byte for byte
+    [state] = pushing.status().roots
+    assert state.git.unpushed == 0 and push_line(state.git) == f"push to origin: up to date ({head[:12]})"
+    # Someone pushes to the remote directly: the primary's next push is not a fast-forward.
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(remote), str(other))
+    (other / "README.md").write_text("edited elsewhere\n")
+    git(other, "commit", "-qam", "someone else's commit")
+    git(other, "push", "-q", "origin", "main")
+    rewrite(pushing, "REJECTED")
+    pushing.promoter.commits.wait_for_pushes(60)
+    [state] = pushing.status().roots
+    assert state.git.push_failed and state.git.unpushed == 1 and state.git.push.rejected
+    line = push_line(state.git)
+    assert (
+        line.startswith("PUSH FAILING push to origin: 1 commit(s) not pushed")
+        and "never force-pushes" in line
+    )
+    assert git(remote, "rev-parse", "main") != git(top, "rev-parse", "HEAD")  # nothing was overwritten
+    git(remote, "update-ref", "refs/heads/main", head.strip())  # the team puts the remote back
+    wait_for(lambda: pushing.status().roots[0].git.unpushed == 0, timeout=60)  # the retry lands it
     assert git(remote, "rev-parse", "main") == git(top, "rev-parse", "HEAD")
-    replica = tmp_path / "replica"
-    git(tmp_path, "clone", "-q", str(remote), str(replica))  # a read-only replica pulls it
-    assert "PUSHED" in (replica / "skills" / SKILL / "SKILL.md").read_text()
-    serving = library_factory(replica / "skills")
-    assert serving.current().get(SKILL).revision == change.candidate_revision
-    second = pushing.champion_files(SKILL)
-    second["SKILL.md"] += b"\nPUSHED AGAIN\n"
-    later, _ = pushing.propose(SKILL, "operator", second, passing())
-    pushing.approve(SKILL, "reviewer", later.id)
-    for thread in pushing.promoter.commits.pushes:
-        thread.join(timeout=60)
-    git(replica, "pull", "-q", "--ff-only")  # what the replica's timer runs (ARCHITECTURE.md)
-    serving.reload()
-    assert serving.current().get(SKILL).revision == later.candidate_revision
-    replica_status = ChangeControl(tmp_path / "replica-home", (replica / "skills",)).status()
-    assert not replica_status.drifted  # its own chain is empty: nothing of Ingot's there to drift from
+    assert read_state(control.runs_dir, "origin").error is None
 
 
 # -- a SIGKILL between the swap and the commit -------------------------------------------------
@@ -189,7 +198,8 @@ def test_a_kill_between_the_swap_and_the_commit_is_committed_on_recovery(tmp_pat
     top, root, runs, candidate = world(base)
     steps = json.loads(run_child(runs, root, str(candidate), -1).stdout)
     assert "git: commit" in steps
-    for kill_at in range(steps.index("switch: rename") + 1, len(steps)):
+    # Up to the commit; a kill after it (before its evidence note) is test_replica's.
+    for kill_at in range(steps.index("switch: rename") + 1, steps.index("git: commit") + 1):
         top, root, runs, candidate = world(base)
         killed = run_child(runs, root, str(candidate), kill_at)
         assert killed.returncode == -9, (steps[kill_at], killed.stderr)

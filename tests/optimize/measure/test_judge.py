@@ -7,7 +7,8 @@ import pytest
 from ingot.errors import ConfigError
 from optimize.measure.execcheck import ExecResult
 from optimize.measure.judge import Judge
-from optimize.models.llm import LLMClient, LLMConfig, make_endpoint
+from optimize.models.endpoints import LLMConfig, make_endpoint
+from optimize.models.llm import LLMClient
 from tests.scripted_llm import grade_json, scripted_llm
 
 

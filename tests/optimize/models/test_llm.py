@@ -12,8 +12,9 @@ from ingot.errors import ConfigError
 from ingot.runtime import llm_client
 from ingot.settings import load_settings
 from optimize.models.cassette import Cassette, CassetteMiss
+from optimize.models.endpoints import LLMConfig, make_endpoint
 from optimize.models.ledger import BudgetExceeded, Price, UsageLedger
-from optimize.models.llm import LLMClient, LLMConfig, LLMError, make_endpoint
+from optimize.models.llm import LLMClient, LLMError
 from tests.scripted_llm import scripted_llm
 
 

@@ -71,7 +71,14 @@ def managed(top: Path, embedder: CachedEmbedder) -> World:
     first, _ = control.propose(SKILL, "optimizer", body_rewrite(root, SKILL), ready_body())
     control.approve(SKILL, "reviewer", first.id)
     live = control.live_revision(SKILL)
-    record = TraceRecord(TASK, "Here are the notes.", "match", SKILL, live, "agent-model", harness="cli")
+    messages = (
+        {"role": "system", "content": "<skill>release notes</skill>"},
+        {"role": "user", "content": TASK},
+        {"role": "assistant", "content": "Here are the notes."},
+    )
+    record = TraceRecord(
+        TASK, "Here are the notes.", "match", SKILL, live, "agent-model", harness="cli", messages=messages
+    )
     LocalTraceStore(home.path / "traces.jsonl").append(record)
     stored, _ = GoldenAdmin(control).bless(record, "reviewer")
     with change_lock(control.runs_dir, control.lock_wait_s):
