@@ -16,9 +16,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     SKILLS_DIRS=/app/skills INGOT_HOME=/app/runs UI_ACCESS_TOKEN_FILE=/app/runs/ui-token \
     ALLOWED_HOSTS=localhost,127.0.0.1
 
-# util-linux (prlimit, setpriv) and coreutils (timeout) are already in the base image.
+# util-linux (prlimit, setpriv) and coreutils (timeout) are already in the base image; git and
+# ssh-keygen (openssh-client) sign and verify the history replicas serve.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends bubblewrap \
+ && apt-get install -y --no-install-recommends bubblewrap git openssh-client \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
@@ -33,9 +34,9 @@ COPY --chown=10001:10001 skills ./skills
 RUN pip install . \
  && python -c "from mcp_server.embedding import OnnxEmbedder, default_model_files; OnnxEmbedder(default_model_files())" \
  && useradd --create-home --uid 10001 --user-group ingot \
- && mkdir -p /app/runs /app/optimize/tasks /app/inbox \
+ && mkdir -p /app/runs /app/optimize/tasks /app/inbox /app/team \
  && install -d -m 1777 /app/.ingot \
- && chown ingot:ingot /app/runs /app/optimize/tasks /app/inbox \
+ && chown ingot:ingot /app/runs /app/optimize/tasks /app/inbox /app/team \
  && install -m 0755 scripts/container-user.sh /usr/local/sbin/ingot
 
 # The image alone runs as its own user; Compose starts the services as root, and `ingot` drops to

@@ -17,8 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ingot.runtime import (
-    actor,
+from ingot.model_runtime import (
     evaluation_inputs,
     model_run,
     models_missing,
@@ -26,6 +25,7 @@ from ingot.runtime import (
     replay_context,
     sandbox,
 )
+from ingot.runtime import actor
 from ingot.settings import Settings
 from mcp_server.library import Library
 from optimize.control import evidence as evidence_mod

@@ -114,14 +114,23 @@ class Metrics:
         return _ToolMetrics(self)
 
     def app(self) -> Any:
-        """The ASGI app serving the text format (mount it at /metrics)."""
-        return make_asgi_app(self.registry)
+        """The ASGI app serving the text format (route /metrics to it). An object, not a
+        function, so that a router takes it for an ASGI app and not for a request handler."""
+        return _Asgi(make_asgi_app(self.registry))
 
     def record(self, tool: str, outcome: str, seconds: float) -> None:
         self.calls.labels(tool, outcome).inc()
         self.latency.labels(tool).observe(seconds)
         if tool == "route_and_load":
             self.routes.labels(outcome).inc()
+
+
+class _Asgi:
+    def __init__(self, app: Any) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._app(scope, receive, send)
 
 
 def outcome(tool: str, data: Any, is_error: bool) -> str:

@@ -8,8 +8,9 @@
 #               (a repository cloned as root), the image's own user 10001.
 #   as root:    drop to the owner (setpriv; no capabilities survive the uid change), HOME=/tmp.
 #   not root:   (the image's USER, or Compose's `user:`) run as is.
-#   --prepare:  (Compose's one-shot `state` step, as root) create /app/runs, /app/optimize/tasks
-#               and /app/inbox and hand them to the owner; /app/skills too when its owner is root.
+#   --prepare:  (Compose's one-shot `state` step, as root) create /app/runs, /app/optimize/tasks,
+#               /app/inbox and /app/team and hand them to the owner; /app/skills too when its
+#               owner is root.
 set -eu
 REAL=/usr/local/bin/ingot
 
@@ -22,8 +23,8 @@ owner() {
 
 if [ "${1:-}" = "--prepare" ]; then
   ids=$(owner)
-  mkdir -p /app/runs /app/optimize/tasks /app/inbox
-  chown -R "$ids" /app/runs /app/optimize/tasks /app/inbox
+  mkdir -p /app/runs /app/optimize/tasks /app/inbox /app/team
+  chown -R "$ids" /app/runs /app/optimize/tasks /app/inbox /app/team
   if [ "$(stat -c %u /app/skills)" = 0 ] && [ -z "${INGOT_UID:-}" ]; then
     chown -R "$ids" /app/skills  # root's own clone: the image's user needs to promote into it
   fi
@@ -35,4 +36,6 @@ if [ "$(id -u)" != 0 ]; then
   exec "$REAL" "$@"
 fi
 ids=$(owner)
+# ssh-keygen (git's signing and verifying) refuses a uid with no passwd entry: give the owner one.
+getent passwd "${ids%:*}" >/dev/null || echo "ingot-${ids%:*}:x:${ids%:*}:${ids#*:}:Ingot:/tmp:/usr/sbin/nologin" >>/etc/passwd
 exec setpriv --reuid="${ids%:*}" --regid="${ids#*:}" --clear-groups -- env HOME=/tmp "$REAL" "$@"

@@ -5,9 +5,11 @@ repository owned by an ordinary user (uid 1000 when this runs as root), on free 
 build -> the image alone -> `up` -> MCP from the host -> the UI's login -> `ingot propose` and
 `ingot approve` inside the `ui` container, served by `mcp` -> `rollback` -> `run --rm optimize`
 against a scripted model server on the compose network -> the sandbox overlay -> `run --rm agent`
--> `down`, with the host's skills exactly as the audit chain says. One line per step; the first
-broken step stops it (exit 1). The numbers it reports (build time, `up` to the first MCP answer,
-approve-in-container to served, image size) are its own measurements. Not run: the Langfuse
+-> the team: ./skills a signed git history, `ingot baseline`, an approval served by the `replica`
+profile (scripts/image_team.py) -> `down`, with the host's skills exactly as the audit chain
+says. One line per step; the first broken step stops it (exit 1). The numbers it reports (build
+time, `up` to the first MCP answer, approve-in-container to served on mcp and on the replica,
+image size) are its own measurements. Not run: the Langfuse
 profile, whose images cannot be pulled on machines without a registry (README, "what was
 verified where"). The engine: DOCKER_HOST, else podman's or Docker's socket, else
 scripts/container-engine.sh brings podman up (as root).
@@ -249,6 +251,7 @@ def main() -> int:
         step("sandbox overlay", lambda: sandbox(run, compose, owner))
         step("agent through mcp", lambda: agent(compose))
         step("optimize-loop", lambda: loop(compose))
+        step("replica serves an approval", lambda: team(run, compose, clone, owner))
         step("down", lambda: down(compose, clone, owner))
     finally:
         compose("down", "--volumes", "--remove-orphans", check=False, timeout=180)
@@ -432,6 +435,12 @@ def optimize(run: Run, compose: Callable, clone: Path, ui: str) -> str:
     os.chown(tasks, tasks.parent.stat().st_uid, tasks.parent.stat().st_gid)
     models = ("docker-compose.models.yml",)
     compose("up", "-d", "scripted-llm", files=models)
+
+    def listening() -> bool:  # its python start and imports take seconds on a loaded machine
+        logs = compose("logs", "scripted-llm", files=models, check=False)
+        return "scripted model server at" in logs.stdout + logs.stderr
+
+    wait(listening, 120, "the scripted model server")
     done = compose("run", "--rm", "optimize", "release-notes", files=models, env=MODEL_ENV, timeout=900)
     queued = re.search(r"queued (chg-[0-9a-f]{12}) for review \(([\w-]+)\)", done.stdout)
     if not queued:
@@ -523,8 +532,18 @@ def loop(compose: Callable) -> str:
     return f"`run --rm optimize-loop`: {line[:100]}"
 
 
+def team(run: Run, compose: Callable, clone: Path, owner: int) -> str:
+    from scripts.image_team import replica_step
+
+    detail, seconds = replica_step(compose, clone, owner, free_port(), served_revision, wait)
+    run.numbers["approve_in_container_to_served_on_replica_s"] = seconds
+    return detail
+
+
 def down(compose: Callable, clone: Path, owner: int) -> str:
-    compose("down", "--remove-orphans", files=("docker-compose.models.yml",), timeout=180)
+    compose(
+        "--profile", "replica", "down", "--remove-orphans", files=("docker-compose.models.yml",), timeout=180
+    )
     from mcp_server.registry import Registry
 
     audited: dict[str, str | None] = {}
@@ -540,7 +559,7 @@ def down(compose: Callable, clone: Path, owner: int) -> str:
     wrong = {s: (live.get(s), r) for s, r in audited.items() if live.get(s) != r}
     if wrong:
         raise StepFailed(f"the host's skills differ from the audit chain: {wrong}")
-    strays = [p for p in (clone / "skills").iterdir() if p.name.startswith(".")]
+    strays = [p for p in (clone / "skills").iterdir() if p.name.startswith(".") and p.name != ".git"]
     foreign = [p for p in (clone / "skills").rglob("*") if p.stat().st_uid != owner]
     writable = [p for p in (clone / "skills").rglob("*") if p.stat().st_mode & 0o002]
     if strays or foreign or writable:

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-INGOT_SERVICES = ("mcp", "ui", "optimize", "optimize-loop", "agent")
+INGOT_SERVICES = ("mcp", "ui", "optimize", "optimize-loop", "agent", "replica")
 LANGFUSE_SERVICES = {"langfuse-web", "langfuse-worker", "postgres", "clickhouse", "redis", "minio"}
 
 
@@ -76,7 +76,10 @@ def test_every_ingot_service_drops_to_the_owner_of_skills_after_the_state_step(c
         assert service["depends_on"]["state"] == {"condition": "service_completed_successfully"}, name
         mounted = {v.split(":")[1] for v in service["volumes"]}
         assert "/app/skills" in mounted, name  # whose owner they run as
-        assert mounted <= {"/app/skills", "/app/runs", "/app/optimize/tasks", "/app/inbox"}, name
+        assert mounted <= {"/app/skills", "/app/runs", "/app/optimize/tasks", "/app/inbox", "/app/team"}, name
+        if name == "replica":  # ./skills only to run as its owner: read-only, and its own state home
+            assert "./skills:/app/skills:ro" in [v.replace(str(REPO), ".") for v in service["volumes"]]
+            assert service["environment"]["INGOT_HOME"] == "/app/team/replica"
     state = services["state"]
     assert state["user"] == "0:0" and state["entrypoint"] == ["/usr/local/sbin/ingot", "--prepare"]
     assert {v.split(":")[1] for v in state["volumes"]} == {
@@ -84,6 +87,7 @@ def test_every_ingot_service_drops_to_the_owner_of_skills_after_the_state_step(c
         "/app/runs",
         "/app/optimize/tasks",
         "/app/inbox",
+        "/app/team",
     }
 
 

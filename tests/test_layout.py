@@ -23,6 +23,7 @@ AGENT_FORBIDS = (
     "ui",
     "ingot.cli",
     "ingot.runtime",
+    "ingot.model_runtime",
     "mcp_server.server",
 )
 
@@ -32,7 +33,16 @@ RULES: list[tuple[str, tuple[str, ...]]] = [
     ("ingot.faults", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
     (
         "ingot.settings",
-        ("ingot.cli", "ingot.bench", "ingot.runtime", "mcp_server", "optimize", "agent", "ui"),
+        (
+            "ingot.cli",
+            "ingot.bench",
+            "ingot.runtime",
+            "ingot.model_runtime",
+            "mcp_server",
+            "optimize",
+            "agent",
+            "ui",
+        ),
     ),
     (
         "ingot.fsutil",
@@ -40,6 +50,7 @@ RULES: list[tuple[str, tuple[str, ...]]] = [
             "ingot.cli",
             "ingot.bench",
             "ingot.runtime",
+            "ingot.model_runtime",
             "ingot.settings",
             "mcp_server",
             "optimize",
@@ -53,6 +64,7 @@ RULES: list[tuple[str, tuple[str, ...]]] = [
             "ingot.cli",
             "ingot.bench",
             "ingot.runtime",
+            "ingot.model_runtime",
             "ingot.settings",
             "mcp_server",
             "optimize",
@@ -62,11 +74,15 @@ RULES: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("ingot.seal", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
     ("ingot.runtime", FRONT_ENDS),
+    ("ingot.model_runtime", FRONT_ENDS),
     ("ingot.evaluation", FRONT_ENDS),
     ("ingot.background", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
     ("ingot.bench", ("ingot.cli",)),
     ("ingot.metrics_sources", FRONT_ENDS),
-    ("mcp_server", ("optimize", "agent", "ui", "ingot.cli", "ingot.bench", "ingot.runtime")),
+    (
+        "mcp_server",
+        ("optimize", "agent", "ui", "ingot.cli", "ingot.bench", "ingot.runtime", "ingot.model_runtime"),
+    ),
     (
         "optimize.models",
         (
@@ -77,6 +93,7 @@ RULES: list[tuple[str, tuple[str, ...]]] = [
             "ui",
             "ingot.cli",
             "ingot.runtime",
+            "ingot.model_runtime",
             "mcp_server.server",
         ),
     ),
@@ -84,12 +101,26 @@ RULES: list[tuple[str, tuple[str, ...]]] = [
     ("agent.workspace", AGENT_FORBIDS),
     (
         "agent.chat_model",
-        ("optimize.control", "optimize.measure", "optimize.search", "ui", "ingot.cli", "ingot.runtime"),
+        (
+            "optimize.control",
+            "optimize.measure",
+            "optimize.search",
+            "ui",
+            "ingot.cli",
+            "ingot.runtime",
+            "ingot.model_runtime",
+        ),
     ),
-    ("optimize.measure", ("optimize.control", "optimize.search", *FRONT_ENDS, "ingot.runtime")),
-    ("optimize.control", ("optimize.search", *FRONT_ENDS, "ingot.runtime", "agent")),
-    ("optimize.search", (*FRONT_ENDS, "ingot.runtime")),
-    ("ui", ("ingot.cli", "ingot.bench", "ingot.runtime", "mcp_server.server", "agent")),
+    (
+        "optimize.measure",
+        ("optimize.control", "optimize.search", *FRONT_ENDS, "ingot.runtime", "ingot.model_runtime"),
+    ),
+    ("optimize.control", ("optimize.search", *FRONT_ENDS, "ingot.runtime", "ingot.model_runtime", "agent")),
+    ("optimize.search", (*FRONT_ENDS, "ingot.runtime", "ingot.model_runtime")),
+    (
+        "ui",
+        ("ingot.cli", "ingot.bench", "ingot.runtime", "ingot.model_runtime", "mcp_server.server", "agent"),
+    ),
 ]
 # optimize.search reaches change control only through ChangeControl (propose) and the bundle it
 # returns, and reports an incident (the loop's mined score below the bar) like any caller.

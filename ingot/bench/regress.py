@@ -283,7 +283,7 @@ def run_endpoint(settings: Any, out: Path) -> dict[str, Any]:
     model, every call recorded in `out/cassettes/` so a second run replays them at no cost, the
     report also written to `out/report.json`."""
     from ingot.errors import ConfigError
-    from ingot.runtime import judge_tiers, llm_config, sandbox
+    from ingot.model_runtime import judge_tiers, llm_config, sandbox
     from optimize.models.cassette import Cassette
     from optimize.models.ledger import UsageLedger, load_prices
 

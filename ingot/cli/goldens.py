@@ -43,7 +43,7 @@ def _store(skills: tuple[Path, ...]):  # noqa: ANN202 - a GoldenStore
 @click.option("--json", "as_json", is_flag=True, help="Print the same runs as JSON.")
 def traces(skills: tuple[Path, ...], skill: str | None, limit: int, as_json: bool) -> None:
     """Recorded runs (newest first), with the id `ingot bless` takes."""
-    from ingot.runtime import trace_store
+    from ingot.model_runtime import trace_store
 
     settings = settings_for(skills)
     read = trace_store(settings, read_only=True).read()
@@ -97,7 +97,7 @@ def _final(record) -> str:  # noqa: ANN001 - a TraceRecord
 @click.option("--no-draft", is_flag=True, help="Do not ask the teacher for criteria; write them yourself.")
 def bless(skills: tuple[Path, ...], trace_id: str, no_draft: bool) -> None:
     """Make the recorded run TRACE_ID a golden of the skill revision that served it."""
-    from ingot.runtime import llm_client, run_id, trace_store
+    from ingot.model_runtime import llm_client, run_id, trace_store
     from optimize.measure.golden_criteria import draft_review
     from optimize.models.traces import find_trace
 
@@ -300,7 +300,8 @@ def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
     A regression (the replay cell fails) is an incident: every change class of SKILL drops to
     manual autonomy, and a revision autonomy promoted is rolled back. Exits 0 when the cell
     passes, 1 when it fails, is missing (the replays could not decide) or has nothing to replay."""
-    from ingot.runtime import change_control, llm_client, replay_context, run_id, sandbox
+    from ingot.model_runtime import llm_client, replay_context, run_id, sandbox
+    from ingot.runtime import change_control
     from optimize.control.autopilot import report_incident
 
     settings = settings_for(skills)

@@ -105,7 +105,8 @@ def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict
     from ingot.cli.serve import serve as run
     from ingot.cli.serve import tool_limits
     from ingot.evaluation import BackgroundEvaluator
-    from ingot.runtime import change_control, inbox, models_missing, one_blas_thread, open_library
+    from ingot.model_runtime import models_missing
+    from ingot.runtime import change_control, inbox, one_blas_thread, open_library
     from mcp_server.telemetry import setup_telemetry
     from optimize.control.autopilot import Autopilot
 
@@ -149,6 +150,8 @@ def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict
             library.reload()
             duties.append(("guard", guard.check))
         duties.append(("autonomy", Autopilot(control, disk_state=library.on_disk).tick))
+        if settings.git_push_remote:  # commits another process made but could not push
+            duties.append(("push", lambda: control.promoter.commits.retry_unpushed(control.roots)))
         background.start(duties, stop, settings.autopilot_tick_s)
     endpoints = [f"MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"] if mcp else []
     endpoints += [f"UI at http://{settings.bind_host}:{settings.ui_port}/"] if ui else []

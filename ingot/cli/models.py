@@ -43,17 +43,10 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
     """Search for a better body (or description) for SKILL and queue it, with evidence, for review.
 
     Every paid call is journaled until the run succeeds: rerunning after a failure resumes."""
-    from ingot.runtime import (
-        change_control,
-        model_run,
-        open_library,
-        provenance,
-        recent_traffic,
-        replay_context,
-        researcher,
-    )
-    from ingot.runtime import judge as make_judge
-    from ingot.runtime import sandbox as make_sandbox
+    from ingot.model_runtime import judge as make_judge
+    from ingot.model_runtime import model_run, provenance, recent_traffic, replay_context, researcher
+    from ingot.model_runtime import sandbox as make_sandbox
+    from ingot.runtime import change_control, open_library
     from mcp_server.telemetry import setup_telemetry
     from optimize.measure.taskset import draft_task_set, load_task_set
     from optimize.search.describe import propose_description
@@ -151,8 +144,9 @@ def evaluate(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
 @click.argument("skill")
 def mine(skills: tuple[Path, ...], skill: str) -> None:
     """How SKILL does on recorded traffic: mean score, failing dimensions, weakest tasks."""
-    from ingot.runtime import change_control, model_run, open_library, state_home, trace_store
-    from ingot.runtime import judge as make_judge
+    from ingot.model_runtime import judge as make_judge
+    from ingot.model_runtime import model_run, trace_store
+    from ingot.runtime import change_control, open_library, state_home
     from mcp_server.telemetry import setup_telemetry
     from optimize.control.autopilot import report_incident
     from optimize.measure.mining import mine as run_mining
@@ -197,16 +191,9 @@ def mine(skills: tuple[Path, ...], skill: str) -> None:
 @click.argument("targets", nargs=-1)
 def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
     """Mine every skill with a task set (or TARGETS) and optimize the unhealthy ones (quarantined)."""
-    from ingot.runtime import (
-        change_control,
-        model_run,
-        open_library,
-        replay_context,
-        researcher,
-        sandbox,
-        trace_store,
-    )
-    from ingot.runtime import judge as make_judge
+    from ingot.model_runtime import judge as make_judge
+    from ingot.model_runtime import model_run, replay_context, researcher, sandbox, trace_store
+    from ingot.runtime import change_control, open_library
     from mcp_server.telemetry import setup_telemetry
     from optimize.search.loop import run_loop
 
@@ -246,7 +233,7 @@ def loop_command(skills: tuple[Path, ...], targets: tuple[str, ...]) -> None:
 def agent_command(task: str, cwd: str | None, no_create: bool) -> None:
     """Run the reference agent on TASK: route once, serve with the right model, record the run."""
     from agent.run import ReferenceAgent
-    from ingot.runtime import agent_limits, llm_client, run_id, sandbox, trace_store
+    from ingot.model_runtime import agent_limits, llm_client, run_id, sandbox, trace_store
     from mcp_server.telemetry import setup_telemetry
 
     settings = settings_for()
@@ -302,7 +289,8 @@ def proxy(upstream: str, port: int | None, harness: str | None) -> None:
 
     from agent.proxy import build_proxy
     from ingot.cli.serve import is_loopback
-    from ingot.runtime import state_home, trace_store
+    from ingot.model_runtime import trace_store
+    from ingot.runtime import state_home
     from mcp_server.sessions import SessionRoutes
     from optimize.models.cassette import Cassette
 

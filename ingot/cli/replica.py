@@ -8,6 +8,7 @@ from the CLI (library.py's `serve` hands a replica's serving to `serve_replica`)
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 import tempfile
@@ -36,7 +37,7 @@ def baseline(skills: tuple[Path, ...], reason: str | None) -> None:
     setup_logging("WARNING")
     control = change_control(settings)
     made = sign_baseline(control, actor(settings), reason)
-    control.promoter.commits.wait_for_pushes(PUSH_WAIT_S)
+    control.promoter.commits.wait_for_pushes(PUSH_WAIT_S)  # (and at exit: pushes.py)
     for done in made:
         click.echo(
             f"baseline {done.commit[:12]} of {done.skills} skills in {done.top} (audit line {done.entry.seq})"
@@ -215,7 +216,9 @@ def _line(row: dict) -> str:
     what = row["note"] or f"{row['action']} {row['skill']} {str(row['revision'])[:12]}"
     passport = ""
     if row["passport"]:
-        passport = f"  passport {row['passport']}"
+        state, *accepted = row["passport"].split("; ")
+        counted = [f"{len(part.split(': ', 1)[1].split(', '))} {part.split(':')[0]}" for part in accepted]
+        passport = f"  passport {state}" + "".join(f", {c}" for c in counted)
         if row["passport_rederived"]:
             passport += f" (evidence says {row['passport_rederived']})"
     verdict = "ok" if row["ok"] else f"FAIL: {row['problem']}"
@@ -228,14 +231,11 @@ def _line(row: dict) -> str:
 COMMANDS = (baseline, replica, verify_history)
 
 
-def serve_replica(settings, sockets: dict) -> None:  # noqa: ANN001 - Settings
-    """Serve MCP from the replica's verified library; sync every REPLICA_INTERVAL_S, and switch the
-    served library whenever a sync (this process's or `ingot replica sync`'s) verified more."""
+def replica_library(settings, sync: bool):  # noqa: ANN001, ANN202 - Settings -> (Replica, Library, Event)
+    """The library a replica serves (what its last verified sync named), kept following its
+    switches; with `sync`, this process also syncs (first now, then every REPLICA_INTERVAL_S)."""
     import threading
 
-    from ingot import metrics_sources
-    from ingot.cli.serve import serve as run
-    from ingot.cli.serve import tool_limits
     from ingot.runtime import one_blas_thread, procedure_from, replica_config, replica_home, skill_limits
     from mcp_server.embedding import load_embedder
     from mcp_server.library import Library
@@ -247,7 +247,11 @@ def serve_replica(settings, sockets: dict) -> None:  # noqa: ANN001 - Settings
     node = Replica(config, limits)
     placeholder = config.folder / "root"  # a replica serves only what its pin names: never a folder's edits
     placeholder.mkdir(parents=True, exist_ok=True)
-    _tell(node.sync(wait_s=60), set())
+    if sync:
+        try:
+            _tell(node.sync(wait_s=60), set())
+        except Exception:  # (a full disk): serve what verified before; the next tick retries
+            logging.getLogger("ingot.replica").exception("the first sync failed; serving what verified")
     embedder = load_embedder(
         settings.embed_model_dir,
         settings.embed_model_sha256,
@@ -260,7 +264,22 @@ def serve_replica(settings, sockets: dict) -> None:  # noqa: ANN001 - Settings
     library.reload()
     one_blas_thread()
     stop = threading.Event()
-    threading.Thread(target=_follow, args=(node, library, stop), name="ingot-replica", daemon=True).start()
+    follow = threading.Thread(
+        target=_follow, args=(node, library, stop, sync), name="ingot-replica", daemon=True
+    )
+    follow.start()
+    return node, library, stop
+
+
+def serve_replica(settings, sockets: dict) -> None:  # noqa: ANN001 - Settings
+    """Serve MCP from the replica's verified library; sync every REPLICA_INTERVAL_S, and switch the
+    served library whenever a sync (this process's or `ingot replica sync`'s) verified more."""
+    from ingot import metrics_sources
+    from ingot.cli.serve import serve as run
+    from ingot.cli.serve import tool_limits
+
+    node, library, stop = replica_library(settings, sync=True)
+    config = node.config
     served = library.status().skills
     click.echo(
         f"ingot: replica of {config.remote} ({config.branch}), verifying every {config.interval_s:g} s; "
@@ -286,8 +305,9 @@ def serve_replica(settings, sockets: dict) -> None:  # noqa: ANN001 - Settings
         stop.set()
 
 
-def _follow(node, library, stop) -> None:  # noqa: ANN001 - Replica, Library, threading.Event
-    """Sync on the interval; reload the library when served.json changed (any process's switch)."""
+def _follow(node, library, stop, sync: bool = True) -> None:  # noqa: ANN001 - Replica, Library, Event
+    """Sync on the interval (`sync`); reload the library when served.json changed (any process's
+    switch: this one's, `ingot serve --replica`'s or `ingot replica sync`'s)."""
     import logging
     import time
 
@@ -297,7 +317,7 @@ def _follow(node, library, stop) -> None:  # noqa: ANN001 - Replica, Library, th
     next_sync = time.monotonic() + node.config.interval_s
     while not stop.wait(WATCH_S):
         try:
-            if time.monotonic() >= next_sync:
+            if sync and time.monotonic() >= next_sync:
                 next_sync = time.monotonic() + node.config.interval_s
                 _tell(node.sync(), told, log)
             stamp = _stamp(node)

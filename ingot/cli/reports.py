@@ -321,7 +321,10 @@ def push_line(git) -> str:  # noqa: ANN001 - a GitState with a remote
         )
     waiting = f"push to {git.remote}: {git.unpushed} commit(s) not pushed"
     if push is None or push.error is None:
-        return f"{waiting}; a push is on its way (`ingot serve` retries until it lands)"
+        return (
+            f"{waiting}; no attempt recorded since: `ingot serve` pushes it at its next tick (or push "
+            "by hand)"
+        )
     fix = (
         "the remote has commits this repository does not (someone else pushed): look at them, then "
         "push by hand; Ingot never force-pushes"
@@ -359,7 +362,7 @@ def _git_line(git) -> str:  # noqa: ANN001 - a GitState or None
 
 
 def _sandbox_state(skills: tuple[Path, ...]):  # noqa: ANN202 - a SandboxStatus
-    from ingot.runtime import sandbox
+    from ingot.model_runtime import sandbox
     from optimize.control.status import sandbox_status
 
     settings = settings_for(skills)

@@ -21,6 +21,7 @@ from typing import Any
 import uvicorn
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.routing import Route
 
 from ingot import metrics_sources
 from ingot.errors import ConfigError
@@ -81,7 +82,7 @@ def mcp_app(
         json_response=JSON_RESPONSES,
     )
     names = [h if h.startswith("[") else h.rsplit(":", 1)[0] for h in hosts]
-    app.mount("/metrics", TrustedHostMiddleware(metrics.app(), allowed_hosts=names))
+    app.router.routes.append(Route("/metrics", TrustedHostMiddleware(metrics.app(), allowed_hosts=names)))
     # Refused before it is read into memory and parsed: no tool takes anything near this much.
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=MCP_MAX_BODY_BYTES)
     return app
@@ -164,7 +165,7 @@ def ui_options(settings: Settings) -> UIOptions:
             )
     if token is not None and len(token) < 16:
         raise ConfigError("UI_ACCESS_TOKEN must be at least 16 characters; use a long random string")
-    from ingot.runtime import llm_client, optimize_missing, run_id, trace_store
+    from ingot.model_runtime import llm_client, optimize_missing, run_id, trace_store
 
     drafter = None
     if settings.teacher_model:
@@ -213,6 +214,9 @@ def ui_app(
         options.tasks_dir,
     )
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=ui_hosts(bind_host, allowed_hosts))
+    metrics = Metrics(library)  # `ingot ui` alone is a server too; behind the UI's own guard
+    metrics.add(metrics_sources.change_control(control))
+    app.router.routes.append(Route("/metrics", metrics.app()))
     return app
 
 

@@ -2,7 +2,9 @@
 
 Claude Code, Claude Desktop, Cursor, VS Code, Codex and Zed start a local server as a child
 process and speak MCP over its stdio. This serves the same tools and `skill://` resources as
-`ingot serve`, from the same state home, with the same quarantine: approved revisions only.
+`ingot serve`, from the same state home, with the same quarantine: approved revisions only. On a
+replica machine (REPLICA_REMOTE set, no --skills) it serves the replica's last verified library
+instead, read-only.
 stdout carries the protocol and nothing else: it is pointed at stderr from the first moment
 until the transport takes it, so a stray print from any library cannot corrupt the wire.
 
@@ -62,10 +64,13 @@ def mcp(skills: tuple[Path, ...], background: bool) -> None:
     from mcp_server.telemetry import setup_telemetry
 
     with stdout_to_stderr():
-        settings = settings_for(skills)
+        settings = settings_for()
+        replica = bool(settings.replica_remote) and not skills  # no skills root to check then
+        if not replica:
+            settings = settings_for(skills)
         setup_logging(settings.log_level)
         setup_telemetry(settings)  # with an OTLP endpoint set, spans leave at exit, EOF or SIGTERM
-        server, library, stop = _open(settings, background)
+        server, library, stop = _open_replica(settings) if replica else _open(settings, background)
     try:
         server.run(transport="stdio", show_banner=False)
     finally:
@@ -77,7 +82,8 @@ def _open(settings: Settings, background: bool):
     """The library, change control and the MCP server, settled and announced on stderr."""
     from ingot import background as duties_module
     from ingot.cli.serve import tool_limits
-    from ingot.runtime import change_control, inbox, models_missing, one_blas_thread, open_library
+    from ingot.model_runtime import models_missing
+    from ingot.runtime import change_control, inbox, one_blas_thread, open_library
     from mcp_server.server import build_server
     from mcp_server.sessions import SessionRoutes
     from mcp_server.telemetry import instrument
@@ -127,6 +133,25 @@ def _open(settings: Settings, background: bool):
         tool_limits(settings),
         evaluator.submit if evaluator else None,
     )
+    instrument(server, "stdio")
+    return server, library, stop
+
+
+def _open_replica(settings: Settings):  # noqa: ANN202 - (FastMCP, Library, Event)
+    """On a replica machine (REPLICA_REMOTE set): what its last verified sync named, read-only (no
+    create_skill), following each switch `ingot serve --replica` or `ingot replica sync` makes."""
+    from ingot.cli.replica import replica_library
+    from ingot.cli.serve import tool_limits
+    from mcp_server.server import build_server
+    from mcp_server.telemetry import instrument
+
+    node, library, stop = replica_library(settings, sync=False)
+    click.echo(
+        f"ingot: {library.status().skills} skills verified from {node.config.remote}; MCP on stdio "
+        "(a replica: `ingot serve --replica` or `ingot replica sync` fetches and verifies)",
+        err=True,
+    )
+    server = build_server(library, None, None, tool_limits(settings), None)
     instrument(server, "stdio")
     return server, library, stop
 

@@ -47,6 +47,7 @@ def manifest(control: ChangeControl, repo: GitRepo, roots: list[Path]) -> bytes:
         for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
             try:
                 skills[folder.name] = read_skill(root, folder, control.limits).revision
+                _regular_files_only(repo, root, folder.name)
             except SkillInvalid as exc:
                 raise IngotError(
                     f"{folder} is not a valid skill ({exc}); a baseline attests every folder of the "
@@ -54,6 +55,19 @@ def manifest(control: ChangeControl, repo: GitRepo, roots: list[Path]) -> bytes:
                 ) from exc
         listed[repo.rel(root) or "."] = skills
     return rfc8785.dumps({"schema_version": SCHEMA_VERSION, "roots": listed})
+
+
+def _regular_files_only(repo: GitRepo, root: Path, skill: str) -> None:
+    """A replica takes a folder from git's objects, where a link is a link: refuse one here."""
+    rel = repo.rel(root / skill)
+    for entry in repo.git("ls-tree", "-r", "-z", f"HEAD:{rel}").decode("utf-8", "replace").split("\0"):
+        if not entry:
+            continue
+        meta, path = entry.split("\t", 1)
+        mode = meta.split()[0]
+        if mode not in ("100644", "100755") and not any(p.startswith(".") for p in path.split("/")):
+            what = "a symlink" if mode == "120000" else "a submodule" if mode == "160000" else f"mode {mode}"
+            raise SkillInvalid(f"{path} is {what} in git; replicas serve regular files only")
 
 
 def message(entry: AuditEntry, rel_roots: list[str], digest: str, count: int) -> str:

@@ -17,17 +17,16 @@ Checking signatures and reading history back is signed_history.py's; no cryptogr
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import subprocess
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ingot import faults
 from ingot.errors import IngotError
+from ingot.fsutil import check_relative
 from mcp_server.registry import Limits
 
 GIT_TIMEOUT_S = 60.0
@@ -203,17 +202,48 @@ class GitRepo:
             total += int(size)
         if total > limits.max_skill_bytes:
             raise GitError(f"{where} is {total} bytes; the limit is {limits.max_skill_bytes}")
-        archive = self.git("archive", "--format=tar", ref, "--", rel_path)
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(dest, filter="data")  # no absolute paths, traversal or links
+        self.export_tree(f"{ref}:{rel_path}", dest / rel_path)
         return dest / rel_path
 
     def export_tree(self, spec: str, dest: Path) -> None:
-        """Write the tree `spec` (`commit:path`) as the folder `dest`: regular files only, no
-        links, absolute paths or traversal (tarfile's data filter)."""
-        archive = self.git("archive", "--format=tar", spec)
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(dest, filter="data")
+        """Write the tree `spec` (`commit:path`) as the folder `dest`, straight from git's objects:
+        regular files only (a link or a submodule is refused), every path checked to stay inside;
+        hidden files are left out, as the registry never reads them."""
+        listing = self.git("ls-tree", "-r", "-z", spec).decode("utf-8", "replace")
+        entries = []
+        for entry in (e for e in listing.split("\0") if e):
+            meta, path = entry.split("\t", 1)
+            mode, kind, sha = meta.split()
+            if any(part.startswith(".") for part in path.split("/")):
+                continue
+            if kind != "blob" or mode not in ("100644", "100755"):
+                what = "symlink" if mode == "120000" else kind
+                raise GitError(f"{path} in {spec} is a {what}; a skill holds only regular files")
+            entries.append((check_relative(path), mode, sha))
+        blobs = self._blobs([sha for _, _, sha in entries])
+        dest.mkdir(parents=True, exist_ok=True)
+        for path, mode, sha in entries:
+            target = dest / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(blobs[sha])
+            target.chmod(0o755 if mode == "100755" else 0o644)
+
+    def _blobs(self, shas: list[str]) -> dict[str, bytes]:
+        """The contents of `shas`, read in one `git cat-file --batch`."""
+        wanted = list(dict.fromkeys(shas))
+        if not wanted:
+            return {}
+        out = self.git("cat-file", "--batch", stdin="".join(f"{s}\n" for s in wanted).encode())
+        found, at = {}, 0
+        for sha in wanted:
+            header_end = out.index(b"\n", at)
+            name, kind, size = out[at:header_end].decode().split()
+            if kind != "blob":
+                raise GitError(f"{name} is a {kind}, not a file's contents")
+            start = header_end + 1
+            found[sha] = out[start : start + int(size)]
+            at = start + int(size) + 1  # the newline after each object
+        return found
 
     # -- recording a promotion ---------------------------------------------------------------
 

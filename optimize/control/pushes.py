@@ -12,9 +12,11 @@ shown as such, with what to do; nothing is ever force-pushed.
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import json
 import logging
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,7 @@ from optimize.control.gitrepo import GitError, GitRepo
 log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 FIRST_WAIT_S, LONGEST_WAIT_S = 1.0, 60.0
+EXIT_WAIT_S = 30.0  # how long a process about to exit gives the push it started (a CLI approval)
 RECORD = "git-push.json"
 
 
@@ -114,9 +117,25 @@ class Pusher:
         with self._lock:
             self._requested += 1
             self._wake.set()
+            if self._requested == 1:  # a process about to exit first gives its push a chance
+                atexit.register(self._at_exit)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ingot-git-push", daemon=True)
                 self._thread.start()
+
+    def _at_exit(self) -> None:
+        state = self.wait(EXIT_WAIT_S)
+        if state is not None and state.error and self.busy:
+            print(
+                f"ingot: could not push to {self.remote} yet ({state.error}); `ingot serve` retries it and "
+                "`ingot status` shows it",
+                file=sys.stderr,
+            )
+
+    @property
+    def busy(self) -> bool:
+        """A push (or its retries) is under way."""
+        return self._thread is not None
 
     def wait(self, timeout_s: float) -> PushState | None:
         """Wait up to `timeout_s` until an attempt covered every request made so far (whether it

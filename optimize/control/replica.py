@@ -101,10 +101,10 @@ class RevisionStore:
         scratch = self.path / f".tmp-{skill}-{tree[:12]}"
         shutil.rmtree(scratch, ignore_errors=True)
         try:
-            repo.export_tree(f"{commit}:{path}", scratch)
             try:
+                repo.export_tree(f"{commit}:{path}", scratch)
                 revision = read_skill(scratch.parent, scratch, self.limits, name=skill).revision
-            except SkillInvalid:
+            except (SkillInvalid, GitError):  # a link, a submodule, an invalid skill: not served
                 revision = None
             if revision is not None and not self.folder(skill, revision).is_dir():
                 self.folder(skill, revision).parent.mkdir(parents=True, exist_ok=True)
@@ -194,7 +194,7 @@ class Replica:
         faults.point("replica: verify")
         try:
             result = self._verify(tip, served)
-        except (HistoryError, GitError) as exc:
+        except (HistoryError, GitError, OSError) as exc:
             refused = ((tip, str(exc)),)
             self._status(status, served, tip, refused=refused)
             return SyncResult(tip, served.commit if served else None, False, refused, str(exc))

@@ -34,7 +34,7 @@ SWITCHES = ("promote", "rollback", "remove", "restore")  # the actions that chan
 SIGNATURES = {  # git's %G? letter, as a person reads it
     "G": "good",
     "U": "signed by a key not in the allowed signers file",
-    "N": "unsigned",
+    "N": "unsigned: a replica serves only commits signed by a key in its allowed-signers file",
     "B": "bad signature",
     "X": "good signature, expired",
     "Y": "good signature by an expired key",
@@ -90,7 +90,8 @@ class Checked:
 
     @property
     def signature(self) -> str:
-        return SIGNATURES.get(self.commit.signature, f"unknown signature status {self.commit.signature}")
+        said = SIGNATURES.get(self.commit.signature, f"unknown signature status {self.commit.signature}")
+        return said.split(":")[0]  # the short form; a failure's problem says the rest
 
 
 class HistoryError(GitError):

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from ingot.cli.serve import UIOptions, ui_app
-from ingot.runtime import optimize_missing
+from ingot.model_runtime import optimize_missing
 from ingot.settings import Settings, load_settings
 from tests.conftest import running_asgi, wait_for
 from tests.scripted_llm import scripted_llm

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ingot.cli.serve import UIOptions, ui_app
-from ingot.runtime import optimize_missing
+from ingot.model_runtime import optimize_missing
 from ingot.settings import Settings
 from optimize.control.changes import ChangeControl
 from scripts import demo

@@ -26,7 +26,7 @@ from optimize.control.audit import AuditEntry
 from optimize.control.gitrepo import NOTES_REF, TRAILER, GitError, GitHistory, GitRepo
 from optimize.control.promote.folders import StepHook
 from optimize.control.promote.snapshots import ABSENT
-from optimize.control.pushes import Pusher
+from optimize.control.pushes import Pusher, read_state
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +160,21 @@ class GitCommits:
             pusher = self._pushers[repo.top] = Pusher(self.home, repo, self.git.push_remote)
         pusher.request()
         return pusher
+
+    def retry_unpushed(self, roots: tuple[Path, ...]) -> None:
+        """Push the repository of each of `roots` whose HEAD the push record does not show
+        delivered (a commit made by a process that exited before its push landed); `ingot serve`
+        runs this at its background tick. A push already under way here keeps its own retries."""
+        if not self.git.push_remote or self.home is None:
+            return
+        state = read_state(self.home, self.git.push_remote)
+        for root in roots:
+            repo = self._repo(root)
+            if repo is None or repo.head() is None or (state is not None and state.pushed == repo.head()):
+                continue
+            pusher = self._pushers.get(repo.top)
+            if pusher is None or not pusher.busy:
+                self.push(root)
 
     def wait_for_pushes(self, timeout_s: float) -> None:
         """Give the pushes in flight up to `timeout_s` (a CLI process is about to exit)."""

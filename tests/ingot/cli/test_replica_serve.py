@@ -176,3 +176,48 @@ def test_a_forgery_is_refused_by_every_replica_which_keeps_serving_and_says_why(
         assert status.returncode == 1
         assert f"REFUSED {forged[:12]}: unsigned" in status.stdout
         assert f"refused {forged[:12]}" in node.log.read_text()  # and the log says it, once
+
+
+def test_ingot_mcp_on_a_replica_machine_serves_what_the_replica_verified_and_follows_its_syncs(team):
+    """A host on a replica machine launches `ingot mcp` (REPLICA_REMOTE set): it serves the last
+    verified library read-only, and a later `ingot replica sync` switches it while it runs."""
+    from mcp import StdioServerParameters
+    from mcp.client import Client as SDKClient
+
+    home = team.tmp / "replica-host"
+    home.mkdir()
+    env = {**env_for(team, home), "REPLICA_REMOTE": str(team.remote)}
+    sync = subprocess.run(
+        [*INGOT, "replica", "sync"], cwd=home, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert sync.returncode == 0, sync.stderr
+    before = team.primary_revisions()[SKILL]
+
+    async def go():
+        server = StdioServerParameters(
+            command=sys.executable, args=["-m", "ingot.cli", "mcp"], env=env, cwd=str(home)
+        )
+        async with SDKClient(server) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            first = (await client.call_tool("get_skill", {"name": SKILL})).structured_content["revision"]
+            promoted = await asyncio.to_thread(team.promote, "FOLLOWED")
+            again = await asyncio.to_thread(
+                subprocess.run,
+                [*INGOT, "replica", "sync"],
+                cwd=home,
+                env=env,
+                capture_output=True,
+                timeout=120,
+            )
+            assert again.returncode == 0
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                now = (await client.call_tool("get_skill", {"name": SKILL})).structured_content["revision"]
+                if now == promoted:
+                    return tools, first, now, promoted
+                await asyncio.sleep(0.05)
+            return tools, first, now, promoted
+
+    tools, first, now, promoted = asyncio.run(go())
+    assert "create_skill" not in tools and "route_and_load" in tools  # read-only
+    assert first == before and now == promoted

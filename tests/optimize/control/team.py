@@ -91,8 +91,9 @@ class Team:
         return git(work, "rev-parse", "HEAD").strip()
 
 
-def make_team(tmp: Path, neighbours) -> Team:  # noqa: ANN001 - a Library's `current`
-    """A primary with the bundled skills committed, pushed, baselined (signed) and pushed again."""
+def make_team(tmp: Path, neighbours, before_commit: Callable[[Path], None] | None = None) -> Team:  # noqa: ANN001
+    """A primary with the bundled skills committed, pushed, baselined (signed) and pushed again;
+    `before_commit(root)` may change the skills first."""
     key, other = keygen(tmp / "primary_key", "primary"), keygen(tmp / "other_key", "someone")
     allowed = tmp / "allowed_signers"
     allowed.write_text(f"ingot {(tmp / 'primary_key.pub').read_text()}")
@@ -100,6 +101,8 @@ def make_team(tmp: Path, neighbours) -> Team:  # noqa: ANN001 - a Library's `cur
     root = top / "skills"
     shutil.copytree(BUNDLED_SKILLS, root)
     (top / "README.md").write_text("team skills\n")
+    if before_commit is not None:
+        before_commit(root)
     git(tmp, "init", "-q", "--bare", "-b", "main", str(remote))
     git(top, "init", "-q", "-b", "main")
     git(top, "add", "-A")

@@ -281,3 +281,31 @@ def test_a_kill_at_any_point_of_a_commit_leaves_head_index_and_work_tree_in_step
         assert git(top, "rev-list", "--count", "HEAD") == ("2\n" if switched else "1\n"), name
         assert not switched or after.in_step, (name, after)
     assert stale_seen  # the kill after update-ref was among them, and status saw it
+
+
+def test_a_commit_whose_push_never_landed_is_pushed_by_the_next_process_that_serves(repo, tmp_path):
+    """A CLI approval commits, its push fails (remote away), the process exits; `ingot serve`'s
+    background tick (`retry_unpushed`) in another process delivers it once the remote is back."""
+    top, root, control = repo
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    git(top, "remote", "add", "origin", str(remote))
+    git(top, "push", "-q", "origin", "main")
+    away = tmp_path / "away.git"
+    remote.rename(away)
+    cli = ChangeControl(
+        control.runs_dir, control.roots, neighbours=control.neighbours, git=GitHistory(True, "origin")
+    )
+    rewrite(cli, "WHILE-AWAY")
+    cli.promoter.commits.wait_for_pushes(60)
+    assert read_state(control.runs_dir, "origin").error  # recorded, not dropped
+    away.rename(remote)
+    serving = ChangeControl(
+        control.runs_dir, control.roots, git=GitHistory(True, "origin")
+    )  # another process
+    serving.promoter.commits.retry_unpushed(serving.roots)
+    serving.promoter.commits.wait_for_pushes(60)
+    assert git(remote, "rev-parse", "main") == git(top, "rev-parse", "HEAD")
+    assert serving.status().roots[0].git.unpushed == 0
+    serving.promoter.commits.retry_unpushed(serving.roots)  # nothing left: no new push starts
+    assert not serving.promoter.commits._pushers[top.resolve()].busy

@@ -278,3 +278,36 @@ def test_a_kill_between_a_commit_and_its_evidence_note_is_mended_by_recovery_and
     result = replica.sync()
     assert result.switched and not result.refused, result
     assert team.served(config)[SKILL] == change.candidate_revision
+
+
+def test_a_hidden_file_and_an_executable_script_verify_as_the_registry_reads_them(tmp_path, library_factory):
+    """What a replica serves is what the registry reads: a hidden file in a skill folder is not
+    part of its revision (nor written), an executable script keeps its mode."""
+
+    def extras(root):
+        (root / SKILL / ".notes").write_text("the author's scratch notes\n")
+        script = root / SKILL / "scripts" / "collect.sh"
+        script.parent.mkdir()
+        script.write_text("#!/bin/sh\necho collected\n")
+        script.chmod(0o755)
+
+    team = make_team(tmp_path, None, extras)
+    team.control.neighbours = library_factory(team.root).current
+    replica, config = team.replica()
+    assert replica.sync().switched
+    assert team.served(config) == team.primary_revisions()
+    stored = config.folder / "revisions" / SKILL / team.served(config)[SKILL]
+    assert not (stored / ".notes").exists() and (stored / "scripts" / "collect.sh").stat().st_mode & 0o111
+
+
+def test_a_baseline_refuses_a_symlink_a_replica_could_not_serve(tmp_path):
+    import pytest as _pytest
+
+    from ingot.errors import IngotError
+
+    def link(root):
+        (root / SKILL / "references").mkdir(exist_ok=True)
+        (root / SKILL / "references" / "alias.md").symlink_to("../SKILL.md")
+
+    with _pytest.raises(IngotError, match="alias.md is a symlink in git"):
+        make_team(tmp_path, None, link)

@@ -1,6 +1,6 @@
 """A reference-agent run as a Langfuse user sees it: real MCP server, scripted model, fake Langfuse.
 
-The store is the one the settings build (`ingot.runtime.trace_store` with both LANGFUSE keys),
+The store is the one the settings build (`ingot.model_runtime.trace_store` with both LANGFUSE keys),
 so these tests also hold production's wiring to `LangfuseTraceStore.connect`. What they assert on
 is what the real SDK exported, decoded (tests/otlp.py), and what the observations API answers
 (tests/fake_langfuse.py), read through the SDK's own API client."""
@@ -16,7 +16,7 @@ import pytest
 from langfuse.api.client import LangfuseAPI
 
 from agent.run import AgentResult, ReferenceAgent
-from ingot.runtime import trace_store
+from ingot.model_runtime import trace_store
 from ingot.settings import load_settings
 from optimize.control.changes import ChangeControl
 from optimize.models.ledger import Price, UsageLedger

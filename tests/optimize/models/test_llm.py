@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from ingot.errors import ConfigError
-from ingot.runtime import llm_client
+from ingot.model_runtime import llm_client
 from ingot.settings import load_settings
 from optimize.models.cassette import Cassette, CassetteMiss
 from optimize.models.endpoints import LLMConfig, make_endpoint

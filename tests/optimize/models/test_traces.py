@@ -80,7 +80,7 @@ def test_old_records_are_dropped_by_age(tmp_path):
 
 
 def test_commands_that_read_all_traffic_delete_expired_records_from_disk(tmp_path):
-    from ingot.runtime import trace_store
+    from ingot.model_runtime import trace_store
     from ingot.settings import load_settings
 
     (tmp_path / "skills").mkdir()

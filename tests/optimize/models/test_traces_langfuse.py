@@ -65,7 +65,7 @@ def test_unreadable_observations_are_skipped_and_counted(store):
 
 
 def test_settings_choose_langfuse_only_when_both_keys_are_set(monkeypatch, tmp_path):
-    from ingot.runtime import trace_store
+    from ingot.model_runtime import trace_store
     from ingot.settings import load_settings
     from optimize.models.traces import LocalTraceStore
 
