@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run demo install dev test test-image test-sandbox-nonroot check format bench bench-routing bench-latency bench-agent bench-regress calibrate tune-procedure confidence-ceiling compose-check screenshots clean
+.PHONY: run demo install dev test test-image test-sandbox-nonroot check format bench bench-routing bench-latency bench-stdio bench-replica bench-agent bench-regress calibrate tune-procedure confidence-ceiling compose-check screenshots clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -82,6 +82,14 @@ bench-routing: install
 
 bench-latency: install
 	$(VENV)/bin/ingot bench latency
+
+# `ingot mcp` as hosts launch it: cold start against a bare fastmcp server, stdio vs HTTP per call.
+bench-stdio: install
+	$(VENV)/bin/ingot bench stdio --skills skills
+
+# Approve on a primary to served on three verifying replicas; a replica's sync cost at 100 and 1,000 skills.
+bench-replica: install
+	$(VENV)/bin/ingot bench replica --skills skills
 
 bench-agent: dev
 	$(VENV)/bin/ingot bench agent

@@ -1,8 +1,9 @@
-"""The MCP front end: routing tools and skill:// resources over streamable HTTP.
+"""The MCP front end: routing tools and skill:// resources, over streamable HTTP or stdio.
 
-Tools: `suggest_skills`, `get_skill`, `route_and_load`, `reload_skills`. Skills are also exposed
-as SEP-2640 `skill://<name>/...` resources with their manifests (fastmcp's Skills extension),
-each file checked against the served revision's digest before it is returned. At most one
+Tools: `suggest_skills`, `get_skill`, `route_and_load`, `reload_skills`, and `create_skill`
+where change control is given (never on a replica). Skills are also exposed as SEP-2640
+`skill://<name>/...` resources, one per file (skill_resources.py), each checked against the
+served revision's digest before it is returned. At most one
 skill body crosses the boundary per call. Tool failures come back as tool errors the calling
 model can read; nothing a client sends can crash the server. Host and Origin headers are
 checked (DNS-rebinding protection), and the default bind is loopback.

@@ -254,7 +254,7 @@ def main() -> int:
         step("replica serves an approval", lambda: team(run, compose, clone, owner))
         step("down", lambda: down(compose, clone, owner))
     finally:
-        compose("down", "--volumes", "--remove-orphans", check=False, timeout=180)
+        compose("--profile", "replica", "down", "--volumes", "--remove-orphans", check=False, timeout=180)
         subprocess.run(["rm", "-rf", str(work)], check=False)
     print("numbers: " + json.dumps(run.numbers, sort_keys=True), flush=True)
     return 0

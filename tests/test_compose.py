@@ -80,6 +80,7 @@ def test_every_ingot_service_drops_to_the_owner_of_skills_after_the_state_step(c
         if name == "replica":  # ./skills only to run as its owner: read-only, and its own state home
             assert "./skills:/app/skills:ro" in [v.replace(str(REPO), ".") for v in service["volumes"]]
             assert service["environment"]["INGOT_HOME"] == "/app/team/replica"
+            assert service["environment"]["REPLICA_REMOTE"] == "/app/team/remote.git"
     state = services["state"]
     assert state["user"] == "0:0" and state["entrypoint"] == ["/usr/local/sbin/ingot", "--prepare"]
     assert {v.split(":")[1] for v in state["volumes"]} == {

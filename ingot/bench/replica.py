@@ -171,6 +171,7 @@ def propagation(skills: Path, replicas: int, rounds: int, interval_s: float) -> 
             done = [_wait(url, skill, expected) - started for _, url in nodes]
             each += done
             per_round.append(max(done))
+        lead.control.promoter.commits.close(60)
         return {
             "replicas": replicas,
             "rounds": rounds,
@@ -217,6 +218,7 @@ def sync_cost(size: int, rounds: int) -> dict:
             start = time.perf_counter()
             node.sync()
             idle.append((time.perf_counter() - start) * 1000)
+        lead.control.promoter.commits.close(60)  # nothing left writing in the folder
         return {
             "skills": size,
             "first_sync_ms": round(first_ms, 1),

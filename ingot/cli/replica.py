@@ -139,11 +139,8 @@ def verify_history(
     scratch = Path(tempfile.mkdtemp(prefix="ingot-verify-history-"))
     try:
         repo, tip, notes = _history(settings, remote, branch or settings.replica_branch, scratch)
-        verifier = Verifier(
-            repo,
-            Path(signers).absolute(),
-            RevisionStore(scratch / "revisions", skill_limits(settings)).export,
-        )
+        store = RevisionStore(scratch / "revisions", skill_limits(settings))
+        verifier = Verifier(repo, Path(signers).absolute(), store.export, store.prefetch)
         verifier.notes_ref = notes
         rows, failed, baselines = [], None, 0
         for checked in walk(verifier, read_commits(repo, Path(signers).absolute(), tip)):

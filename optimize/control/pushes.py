@@ -111,6 +111,7 @@ class Pusher:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._requested = self._attempted = 0  # requests made, and how many an attempt has covered
+        self._closed = False
 
     def request(self) -> None:
         """Push HEAD soon (now, or when the retry in progress next runs)."""
@@ -131,6 +132,17 @@ class Pusher:
                 "`ingot status` shows it",
                 file=sys.stderr,
             )
+
+    def close(self, timeout_s: float) -> None:
+        """Let the attempt under way finish (up to `timeout_s`), then make no more (a process
+        that is about to delete the repository, such as a benchmark)."""
+        self.wait(timeout_s)
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+            self._wake.set()
+        if thread is not None:
+            thread.join(timeout_s)
 
     @property
     def busy(self) -> bool:
@@ -162,6 +174,9 @@ class Pusher:
         wait = FIRST_WAIT_S
         while True:
             with self._lock:
+                if self._closed:
+                    self._thread = None
+                    return
                 self._wake.clear()
                 covering = self._requested
             try:

@@ -85,6 +85,7 @@ class RevisionStore:
     def __init__(self, path: Path, limits: Limits) -> None:
         self.path, self.limits = path, limits
         self._trees: dict[tuple[str, str], str | None] = {}  # (skill, git tree id) -> revision
+        self._listed: dict[tuple[str, str], dict[str, str]] = {}  # (commit, root) -> folder tree ids
 
     def folder(self, skill: str, revision: str) -> Path:
         return self.path / skill / revision
@@ -93,7 +94,7 @@ class RevisionStore:
         """Write the folder `root/skill` at `commit` as its revision's folder; the revision, or
         None when it is not a valid skill. A git tree seen before is not written again."""
         path = skill if root in (".", "") else f"{root}/{skill}"
-        tree = repo.text("rev-parse", f"{commit}:{path}")
+        tree = self._listed.get((commit, root), {}).get(skill) or repo.text("rev-parse", f"{commit}:{path}")
         known = self._trees.get((skill, tree), "")
         if known is None or (known and self.folder(skill, known).is_dir()):  # pruned: export again
             return known
@@ -114,6 +115,40 @@ class RevisionStore:
             shutil.rmtree(scratch, ignore_errors=True)
         self._trees[skill, tree] = revision
         return revision
+
+    def prefetch(self, repo: GitRepo, commit: str, root: str) -> None:
+        """Export every folder of `root` at `commit` in one pass over git's objects (a baseline
+        checks them all: one `ls-tree` and one `cat-file --batch` instead of two per skill)."""
+        spec = f"{commit}:{'' if root in ('.', '') else root}"
+        folders = {}
+        for entry in repo.git("ls-tree", "-z", spec).decode("utf-8", "replace").split("\0"):
+            if entry and entry.split()[1] == "tree" and not entry.split("\t", 1)[1].startswith("."):
+                folders[entry.split("\t", 1)[1]] = entry.split()[2]
+        self._listed = {(commit, root): folders}  # only the newest listing is worth keeping
+        todo = {name: tree for name, tree in folders.items() if (name, tree) not in self._trees}
+        if not todo:
+            return
+        scratch = self.path / f".tmp-prefetch-{commit[:12]}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            try:
+                repo.export_tree(spec, scratch)
+            except GitError:  # a link somewhere: each folder is then checked (and refused) alone
+                return
+            for name, tree in todo.items():
+                try:
+                    revision = read_skill(scratch, scratch / name, self.limits, name=name).revision
+                except SkillInvalid:
+                    self._trees[name, tree] = None
+                    continue
+                if not self.folder(name, revision).is_dir():
+                    self.folder(name, revision).parent.mkdir(parents=True, exist_ok=True)
+                    faults.point("replica: place revision")
+                    (scratch / name).rename(self.folder(name, revision))
+                self._trees[name, tree] = revision
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def prune(self, keep: set[tuple[str, str]]) -> None:
         """Remove revisions no kept state serves (and what a killed export left)."""
@@ -228,7 +263,7 @@ class Replica:
         return self.repo.resolve(TIP_REF), None
 
     def _verify(self, tip: str, served: LibraryState | None) -> RangeResult:
-        verifier = Verifier(self.repo, self.config.allowed_signers, self.store.export)
+        verifier = Verifier(self.repo, self.config.allowed_signers, self.store.export, self.store.prefetch)
         verifier.notes_ref = NOTES_REF
         if served is not None:
             if not self.repo.is_ancestor(served.commit, tip):

@@ -178,8 +178,15 @@ def folders(repo: GitRepo, commit: str, root: str) -> dict[str, str]:
 class Verifier:
     """Checks ranges of one repository's history against one allowed-signers file."""
 
-    def __init__(self, repo: GitRepo, allowed_signers: Path, export: Exporter) -> None:
+    def __init__(
+        self,
+        repo: GitRepo,
+        allowed_signers: Path,
+        export: Exporter,
+        prefetch: Callable[[GitRepo, str, str], None] | None = None,
+    ) -> None:
         self.repo, self.allowed_signers, self.export = repo, allowed_signers, export
+        self.prefetch = prefetch  # exports a whole root at once, before a baseline checks each folder
 
     def check(self, commit: Commit, state: LibraryState | None) -> tuple[Checked, LibraryState | None]:
         """One commit against the state before it; the state after it when it passes."""
@@ -274,6 +281,8 @@ class Verifier:
                 commit, False, "the baseline's manifest is not readable JSON", evidence=evidence
             ), None
         for root, skills in roots.items():
+            if self.prefetch is not None:
+                self.prefetch(self.repo, commit.sha, root)
             served = folders(self.repo, commit.sha, root)
             if set(served) != set(skills):
                 extra = sorted(set(served) ^ set(skills))[0]

@@ -176,6 +176,11 @@ class GitCommits:
             if pusher is None or not pusher.busy:
                 self.push(root)
 
+    def close(self, timeout_s: float) -> None:
+        """Finish the pushes under way and start no more."""
+        for pusher in self._pushers.values():
+            pusher.close(timeout_s)
+
     def wait_for_pushes(self, timeout_s: float) -> None:
         """Give the pushes in flight up to `timeout_s` (a CLI process is about to exit)."""
         for pusher in self._pushers.values():

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from optimize.control.baseline import sign_baseline
 from optimize.control.replica import replica_status, served_state
+from tests.conftest import wait_for
 from tests.optimize.control.team import SKILL, Team, git, make_team
 
 
@@ -177,10 +179,17 @@ def test_an_unreachable_remote_keeps_the_library_served_lagging_then_it_catches_
     assert result.error and "cannot fetch" in result.error and not result.switched
     assert team.served(config) == before
     status = replica_status(config)
-    assert status.error and status.lag_s >= 0
+    assert status.error and status.lag_s > 0  # behind since its last good fetch...
+    wait_for(lambda: replica_status(config).lag_s > status.lag_s, timeout=10)  # ...and growing
+    assert replica_sync_again_fails(replica)
     hidden.rename(team.remote)
     assert replica.sync().switched and team.served(config)[SKILL] == promoted
     assert replica_status(config).error is None and replica_status(config).lag_s == 0
+
+
+def replica_sync_again_fails(replica) -> bool:
+    result = replica.sync()
+    return bool(result.error) and not result.switched
 
 
 def test_verify_history_prints_every_commit_and_fails_at_the_first_forgery(team, synced):
@@ -189,7 +198,9 @@ def test_verify_history_prints_every_commit_and_fails_at_the_first_forgery(team,
     def verify():
         return subprocess.run(
             [
-                shutil.which("ingot") or "ingot",
+                sys.executable,
+                "-m",
+                "ingot.cli",
                 "verify-history",
                 str(team.remote),
                 "--allowed-signers",
