@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run demo install dev test test-image test-sandbox-nonroot check format bench bench-routing bench-latency bench-stdio bench-replica bench-agent bench-regress calibrate tune-procedure confidence-ceiling compose-check screenshots clean
+.PHONY: run demo demo-reset install dev test test-image test-sandbox-nonroot check format bench bench-routing bench-latency bench-stdio bench-replica bench-agent bench-regress calibrate tune-procedure confidence-ceiling compose-check screenshots clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -28,10 +28,16 @@ dev: $(VENV)/.dev-installed
 run: install
 	GIT_HISTORY=false $(VENV)/bin/ingot serve
 
-# The README's first ten minutes with models and no API key: the bundled skills copied to .demo/,
-# `ingot serve` pointed at the scripted model server from tests/ (see scripts/demo.py).
+# The README's first ten minutes with models and no API key: a clean copy of the bundled skills in
+# .demo/ each time (the last demo's folder is cleared first; `make demo KEEP=1` continues it), and
+# `ingot serve` pointed at the scripted model server from tests/ (see scripts/demo.py). In another
+# shell, `source .demo/env` puts this venv's `ingot` on PATH with the demo's settings.
 demo: install
-	$(PY) scripts/demo.py
+	$(PY) scripts/demo.py $(if $(KEEP),--keep)
+
+# Remove the demo's folder (.demo/, or DEMO_DIR) without starting anything.
+demo-reset: | $(PY)
+	$(PY) scripts/demo.py --reset
 
 # Two workers, each test file on one of them (--dist loadfile keeps module fixtures and a file's
 # servers together): the suite is mostly waiting on child processes and servers, so two workers
@@ -130,3 +136,12 @@ compose-check:
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+# The documentation site (mkdocs-material): `make docs` serves docs/ with live reload on
+# http://127.0.0.1:8001; `make docs-build` writes site/ failing on any warning, as tests/test_docs.py does.
+.PHONY: docs docs-build
+docs: dev
+	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
+
+docs-build: dev
+	$(PY) -m mkdocs build --strict -d site

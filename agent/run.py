@@ -46,7 +46,7 @@ from mcp.shared.exceptions import MCPError
 
 from agent.chat_model import PROVIDER, IngotChatModel
 from agent.workspace import ScriptRunner, SkillSnapshot, workspace
-from ingot.errors import ConfigError, IngotError, SkillChanged
+from ingot.errors import ConfigError, IngotError, SkillChanged, first_line
 from optimize.models.llm import LLMClient
 from optimize.models.prompting import render
 from optimize.models.traces import AppendOnFinish, RunTrace, TraceRecord, TraceStore
@@ -278,7 +278,15 @@ class ReferenceAgent:
                         await _tool(client, "reload_skills", {})
             raise AssertionError("unreachable: the loop returns or raises")
 
-        return asyncio.run(go())
+        try:
+            return asyncio.run(go())
+        except RuntimeError as exc:  # fastmcp wraps a refused connection as "Client failed to connect"
+            if not str(exc).startswith("Client failed to connect"):
+                raise
+            raise IngotError(
+                f"cannot reach Ingot's MCP server at {self.mcp_url} ({first_line(exc)}): "
+                "start it with `ingot serve` in another shell, or set MCP_URL to where it runs"
+            ) from exc
 
     def run(self, task: str, cwd: str | None = None) -> AgentResult:
         session = self.session or f"{self.harness}-{secrets.token_hex(8)}"

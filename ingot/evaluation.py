@@ -5,7 +5,8 @@ automatic run after `ingot propose` and after an agent's `create_skill` when mod
 configured, and the UI's Evaluate action (which runs the command). Settings become objects here
 (like runtime.py); measuring is optimize/measure/evaluate.py's job and attaching the bundle is
 change control's. A failed run keeps what it paid for (runtime.model_run's journal): rerunning
-the same command resumes.
+the same command resumes. Progress (each cell as it starts, the work done inside it) goes to the
+caller's `on_step` (ingot/progress.py); nothing here prints.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ingot.model_runtime import (
     replay_context,
     sandbox,
 )
+from ingot.progress import Count, OnStep, Steps
 from ingot.runtime import actor
 from ingot.settings import Settings
 from mcp_server.library import Library
@@ -34,7 +36,7 @@ from optimize.control.evidence import Evidence
 from optimize.control.kinds import KINDS, why_not_applicable
 from optimize.control.passport import Passport, passport
 from optimize.control.proposals import Proposed
-from optimize.measure.evaluate import Candidate
+from optimize.measure.evaluate import Candidate, steps_of
 from optimize.measure.evaluate import evaluate as measure
 from optimize.models.llm import LLMClient
 
@@ -65,14 +67,16 @@ def measured_run(
     candidate: Candidate,
     journal: str,
     record: Callable[[Measured], T],
+    on_step: OnStep | None = None,
 ) -> T:
     """Measure `candidate`'s every cell in one paid run and hand the result to `record` (which
-    attaches or queues it) inside the run, so a failure keeps the journal and a rerun resumes."""
+    attaches or queues it) inside the run, so a failure keeps the journal and a rerun resumes.
+    `on_step` hears each cell start and each unit of work inside it."""
     with model_run(settings, f"evaluate-{candidate.skill}", journal=journal) as llm:
         missing = models_missing(settings)
         inputs = evaluation_inputs(settings, library, llm if missing is None else None)
         inputs.extra_cells = {"replay": _replay_cell(settings, llm, missing)}
-        measurements = measure(candidate, inputs)
+        measurements = measure(candidate, inputs, steps=Steps(steps_of(inputs), on_step))
         totals = llm.ledger.totals() if llm.ledger else None
         cost = (
             {**totals["total"], "run_id": totals["run_id"], "ledger": f"ledgers/{totals['run_id']}.json"}
@@ -94,8 +98,10 @@ def evaluate_change(
     skill: str,
     change_id: str,
     by: str | None = None,
+    on_step: OnStep | None = None,
 ) -> Evaluated:
-    """Measure the pending `change_id` of `skill` and rest it on the new bundle."""
+    """Measure the pending `change_id` of `skill` and rest it on the new bundle (`on_step`: see
+    `measured_run`)."""
     change = control.pending_change(skill, change_id)  # unknown, decided or displaced: one clear error
     candidate = Candidate(
         skill,
@@ -118,7 +124,7 @@ def evaluate_change(
             measured_against=change.champion_revision,
         )[1]
 
-    bundle = measured_run(settings, library, candidate, f"evaluate-{skill}-{change_id}", attach)
+    bundle = measured_run(settings, library, candidate, f"evaluate-{skill}-{change_id}", attach, on_step)
     verdict = passport(bundle.data, control.live_revision(skill), control.thresholds)
     ledger = (bundle.data.get("cost") or {}).get("ledger")
     return Evaluated(change_id, bundle, verdict, ledger)
@@ -132,6 +138,7 @@ def propose_measured(
     files: Mapping[str, bytes],
     note: str | None,
     new: bool,
+    on_step: OnStep | None = None,
 ) -> tuple[Proposed, Evaluated]:
     """`ingot propose` with evaluation: admit the candidate (refused at once by a failed check),
     measure every cell before it is queued, then queue it on that evidence, so whether it
@@ -159,17 +166,20 @@ def propose_measured(
             new=new,
         )
 
-    proposed = measured_run(settings, library, candidate, f"propose-{skill}-{revision[:12]}", queue)
+    journal = f"propose-{skill}-{revision[:12]}"
+    proposed = measured_run(settings, library, candidate, journal, queue, on_step)
     bundle = evidence_mod.load(control.runs_dir / str(proposed.change.evidence_path))
     verdict = passport(bundle.data, control.live_revision(skill), control.thresholds)
     ledger = (bundle.data.get("cost") or {}).get("ledger")
     return proposed, Evaluated(proposed.change.id, bundle, verdict, ledger)
 
 
-def _replay_cell(settings: Settings, llm: LLMClient, missing: str | None) -> Callable[[Candidate], dict]:
+def _replay_cell(
+    settings: Settings, llm: LLMClient, missing: str | None
+) -> Callable[[Candidate, Count], dict]:
     """The regression-replay cell: the skill's blessed runs replayed with the candidate's bytes."""
 
-    def cell(change: Candidate) -> dict:
+    def cell(change: Candidate, count: Count) -> dict:
         why = why_not_applicable(change.kind, "replay") if change.kind in KINDS else None
         if why is not None:  # nothing to pay for: the passport shows the cell as n/a anyway
             return {"status": "not_applicable", "why": why}
@@ -177,7 +187,7 @@ def _replay_cell(settings: Settings, llm: LLMClient, missing: str | None) -> Cal
             return {"status": "not_measured", "why": missing}
         context = replay_context(settings)
         return context.cell(
-            change.skill, change.champion_files, change.candidate_files, llm, sandbox(settings)
+            change.skill, change.champion_files, change.candidate_files, llm, sandbox(settings), count
         )
 
     return cell

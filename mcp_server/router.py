@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from ingot.errors import IngotError
 from mcp_server import policy as policy_mod
 from mcp_server.calibration import (
     COMPONENTS,
@@ -41,7 +42,29 @@ from mcp_server.registry import Skill
 
 RECALIBRATE_AFTER_S = 0.2  # quiet time after an edit before its rule is re-derived
 MIN_SCORE_RANGE = (-1.0, 2.0)  # a per-call min_score (calibrated scale); the MCP tool's bounds too
+# The longest task any surface routes (MCP tools, `ingot route`, the Library's routing box): a
+# summary of a request, not a conversation; past it a pasted document outvotes the request.
+MAX_TASK_CHARS = 8000
 log = logging.getLogger(__name__)
+
+
+class TaskRefused(IngotError):
+    """A task to route is empty (nothing alphanumeric) or longer than MAX_TASK_CHARS."""
+
+    exit_code = 2
+
+
+def check_task(task: str) -> str:
+    """`task` unchanged when it may be routed, else `TaskRefused` with the one message every
+    surface shows (MCP as a tool error, the CLI as its `Error:` line, the UI as its error page)."""
+    if len(task) > MAX_TASK_CHARS:
+        raise TaskRefused(
+            f"task is {len(task):,} characters; send at most {MAX_TASK_CHARS:,} "
+            "(a summary of the request, not the whole conversation)"
+        )
+    if not any(ch.isalnum() for ch in task):  # blank, NULs, zero-width spaces, punctuation only
+        raise TaskRefused("task is empty: describe what you need done in one or two sentences")
+    return task
 
 
 @dataclass

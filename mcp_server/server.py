@@ -40,7 +40,7 @@ from mcp_server.notify import ChangeNotifier
 from mcp_server.policy import CallerContext, may_read
 from mcp_server.ratelimit import SourceRates
 from mcp_server.registry import Skill
-from mcp_server.router import MIN_SCORE_RANGE
+from mcp_server.router import MIN_SCORE_RANGE, TaskRefused, check_task
 from mcp_server.sessions import SessionRoutes
 from mcp_server.skill_resources import LibrarySkills
 from optimize.control.changes import ChangeControl
@@ -49,7 +49,6 @@ from optimize.control.proposals import SlotTaken
 from optimize.control.quarantine import agent_candidate
 
 log = logging.getLogger(__name__)
-MAX_TASK_CHARS = 8000
 LIST_PAGE_SIZE = 500  # tools/list, resources/list and skills/list items per page
 MIN_SCORE_FIELD = Field(  # route_and_load's and suggest_skills' per-call threshold (router.MIN_SCORE_RANGE)
     ge=MIN_SCORE_RANGE[0],
@@ -83,14 +82,10 @@ def _files(skill: Skill) -> list[dict[str, Any]]:
 
 
 def _check_task(task: str) -> str:
-    if len(task) > MAX_TASK_CHARS:
-        raise ToolError(
-            f"task is {len(task)} characters; send at most {MAX_TASK_CHARS} "
-            "(a summary of the request, not the whole conversation)"
-        )
-    if not any(ch.isalnum() for ch in task):  # blank, NULs, zero-width spaces, punctuation only
-        raise ToolError("task is empty: describe what you need done in one or two sentences")
-    return task
+    try:
+        return check_task(task)  # the limit every surface shares (router.py)
+    except TaskRefused as exc:
+        raise ToolError(str(exc)) from exc
 
 
 def _root_labels(roots: tuple[Path, ...]) -> dict[Path, str]:

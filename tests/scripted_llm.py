@@ -13,6 +13,7 @@ included, so tests can assert on exactly what was sent.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -128,6 +129,36 @@ class ScriptedLLM:
         self.add(system_contains="NEW-MARK", reply="strong answer")
         self.add(model="agent-model", reply="weak answer")
 
+    def script_goldens(
+        self,
+        criteria: tuple[str, ...] = ("answers the task it was given",),
+        teacher: str = "teacher-model",
+        judge: str = "judge-model",
+    ) -> None:
+        """Regression replay's model calls: the teacher drafts `criteria` (no world facts) when a
+        run is blessed; every replay judge tier (screen, re-check, adjudicate) rules "pass"; the
+        coverage judge rules each altered instruction changed and exercised by every blessed run
+        it was shown; the rationale is one plain sentence. Add before `script_optimizer`, whose
+        judge rules would also match a replay prompt that quotes the answers."""
+        self.add(
+            model=teacher,
+            user_contains="wants it kept as a regression test",
+            reply=json.dumps({"criteria": list(criteria), "world_facts": []}),
+        )
+        self.add(
+            model=judge,
+            user_contains="Write the rationale of a regression-replay verdict",
+            reply="Every blessed run was replayed with the changed skill and kept its commitments.",
+        )
+        self.add(model=judge, user_contains="what the change altered", compute=_coverage_rulings)
+        self.add(
+            model=judge,
+            user_contains="was replayed with the changed",
+            reply=json.dumps(
+                {"verdict": "pass", "failed": [], "cited_step": None, "rationale": "it keeps the golden"}
+            ),
+        )
+
     def script_pairwise(self, better: str, model: str = "judge-model") -> None:
         """The pairwise judge prefers the answer that is `better` (in either position); a tie when
         neither is. Add it before grade rules that would also match the answers' text."""
@@ -168,7 +199,31 @@ class ScriptedLLM:
                     if raw is not None and (not rule.garbage_times or rule.used <= rule.garbage_times):
                         return 200, {"__raw__": raw, "__type__": rule.garbage_type}, None
                     return 200, None, rule
-        return 500, {"error": {"message": f"no scripted rule matches: {json.dumps(body)[:300]}"}}, None
+        return 500, {"error": {"message": _unmatched(body)}}, None
+
+
+def _unmatched(body: dict[str, Any]) -> str:
+    """The error for a request no rule answers: one readable line naming the model and how the
+    last user message begins (never the request's JSON, which a person would have to unpick)."""
+    users = [_text(m) for m in body.get("messages", []) if m.get("role") == "user"]
+    opening = " ".join((users[-1] if users else "").split())[:80]
+    return (
+        f"no scripted rule matches this {body.get('model') or 'model'} request "
+        f"(last user message begins {opening!r}); add a rule for it"
+    )
+
+
+def _coverage_rulings(body: dict[str, Any]) -> str:
+    """The coverage judge's reply: every altered instruction in the prompt ("- i1 (...") changed
+    and exercised by every blessed run listed ("- g-...:")."""
+    prompt = _text(body["messages"][-1])
+    ids = re.findall(r"^- (i\d+) \(", prompt, flags=re.MULTILINE)
+    runs = re.findall(r"^- (g-[0-9a-f]+):", prompt, flags=re.MULTILINE)
+    rulings = [
+        {"id": i, "behaviour": "changed", "exercised_by": runs, "rationale": "the blessed runs reach it"}
+        for i in ids
+    ]
+    return json.dumps({"instructions": rulings})
 
 
 def _estimate(text: str) -> int:

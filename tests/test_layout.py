@@ -77,6 +77,7 @@ RULES: list[tuple[str, tuple[str, ...]]] = [
     ("ingot.model_runtime", FRONT_ENDS),
     ("ingot.evaluation", FRONT_ENDS),
     ("ingot.background", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
+    ("ingot.progress", ("ingot.", "mcp_server", "optimize", "agent", "ui")),
     ("ingot.bench", ("ingot.cli",)),
     ("ingot.metrics_sources", FRONT_ENDS),
     (

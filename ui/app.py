@@ -4,7 +4,8 @@ rollback, library, runs, and traces (bless a run as a golden, review its criteri
 Server-rendered pages (Jinja2, autoescaped) with one small static script and stylesheet, so it
 works offline with no build step. This module assembles the app and maps errors to HTTP: a refused
 approval is 422, a second approval or rollback while one is in flight (or a change already
-decided) is 409. The routes (review_routes.py, library_routes.py, trace_routes.py) decide through
+decided) is 409; an unknown page is a 404 page in the site's layout (API paths keep JSON
+errors). The routes (review_routes.py, library_routes.py, trace_routes.py) decide through
 the same `ChangeControl` methods as the CLI. Same-origin checks, the access token and security
 headers live in ui/security.py. Nothing here logs skill text, task text or reasons; uvicorn's
 access log sees only paths and status codes.
@@ -21,6 +22,7 @@ from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException
 
 from ingot import __version__
 from ingot.errors import IngotError, NotFound
@@ -30,8 +32,9 @@ from optimize.control.goldens_admin import GoldenAdmin
 from optimize.control.lock import PromotionConflict
 from optimize.measure.goldens import Golden, GoldenError, Review
 from optimize.models.traces import TraceStore
-from ui import review_card
+from ui import markdown, review_card
 from ui import skills as skill_views
+from ui.audit_page import add_audit_routes
 from ui.header import header
 from ui.library_routes import add_library_routes
 from ui.review_routes import add_review_routes
@@ -50,6 +53,16 @@ HTTP_STATUS: tuple[tuple[type[IngotError], int], ...] = (
     (NotFound, 404),
     (RunNotFound, 404),
 )
+# Paths a program reads: their errors stay JSON (`{"detail": "Not Found"}`), never an HTML page.
+MACHINE_PATHS = ("/api/", "/static/", "/metrics", "/healthz")
+
+
+def wants_json(request: Request) -> bool:
+    """A program's request (an API path, or JSON asked for and HTML not): errors answer in JSON."""
+    accept = request.headers.get("accept", "")
+    if request.url.path.startswith(MACHINE_PATHS):
+        return True
+    return "application/json" in accept and "text/html" not in accept
 
 
 def build_app(
@@ -70,6 +83,7 @@ def build_app(
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters["component"] = skill_views.component_text
     templates.env.filters["until"] = review_card.until
+    templates.env.filters["md"] = markdown.inline  # Ingot's own prose: `commands` render as code
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_middleware(Guard, token=token)
     site = Site(
@@ -93,6 +107,22 @@ def build_app(
             return JSONResponse({"error": str(exc)}, status_code=status)
         return page(request, "error.html", status_code=status, message=str(exc), status=status)
 
+    @app.exception_handler(HTTPException)
+    def http_error(request: Request, exc: HTTPException) -> Response:
+        # Unknown UI pages are a page in the site's layout with a way on; API paths stay JSON.
+        if wants_json(request) or exc.status_code not in (404, 405):
+            return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+        path = request.url.path
+        message = (
+            f"No page at {path}."
+            if exc.status_code == 404
+            else f"{path} cannot be opened as a page: it only takes a form's submission."
+        )
+        status = exc.status_code
+        response = page(request, "error.html", status_code=status, message=message, status=status)
+        response.headers.update(exc.headers or {})  # a 405 keeps its Allow header
+        return response
+
     @app.get("/")
     def index() -> RedirectResponse:
         return RedirectResponse("/review", status_code=303)
@@ -104,6 +134,7 @@ def build_app(
     add_review_routes(app, site)
     add_library_routes(app, site)
     add_trace_routes(app, site)
+    add_audit_routes(app, site)
 
     @app.get("/api/status")
     def api_status() -> dict[str, Any]:

@@ -136,7 +136,8 @@ class Risk:
     """A change's size and shape, from its bytes (measure/size.py), and the warning a reviewer needs."""
 
     size: ChangeSize
-    warning: str | None  # set when the share of the body kept is below RETENTION_WARN
+    warning: str | None  # set when the share of the body kept is below RETENTION_WARN, or a removal
+    removal: bool = False  # the candidate is nothing: the skill stops being served
 
     @property
     def added(self) -> int:
@@ -171,6 +172,13 @@ def risk(name: str, live: Mapping[str, bytes], candidate: Mapping[str, bytes], r
     """The change-risk summary of replacing `live` with `candidate` (empty `live`: a new skill)."""
     size = change_size(name, live, candidate)
     warning = None
+    if live and not candidate:  # nothing new to read: what goes is the whole live skill
+        return Risk(
+            size,
+            f"removes {name}: agents that route to it get no skill from the next request on; "
+            "read what it served (every line below is removed) and where its tasks go (routing impact)",
+            removal=True,
+        )
     if size.retained is not None and size.retained < retention_warn:
         warning = (
             f"keeps {size.retained:.0%} of the live body's lines (below RETENTION_WARN "

@@ -1,7 +1,9 @@
 """What was decided before: a skill's audit timeline, and the candidates set aside.
 
 The timeline is the skill's audit entries, newest first, an intent shown only when no outcome
-settled it, each linked to its evidence bundle when that bundle is still on disk. Set-aside
+settled it, each linked to its evidence bundle when that bundle is still on disk. A line shows
+revisions only when it names them (a trust or bless line moves none; a rejection names only its
+candidate), and says when a switch left the skill absent (removed) rather than "none". Set-aside
 candidates (displaced or withheld) are read from the queue's archive: kept, never dropped.
 Read-only: nothing here writes the audit chain or the archive.
 """
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optimize.control import evidence as evidence_mod
+from optimize.control.approved import FOLDER_SWITCHES
 from optimize.control.audit import AuditEntry
 from optimize.control.changes import ChangeControl
 
@@ -30,6 +33,30 @@ class TimelineEntry:
     reason: str | None
     evidence: str | None  # evidence bundle id, when the entry names one that exists
     change_id: str | None
+    moves: bool = True  # the line names revisions (a trust or bless line names none)
+    names_from: bool = True  # a switch's start (a rejection names only its candidate)
+
+    @property
+    def settled(self) -> bool:
+        """A switch that happened (not an intent still open, not an aborted one)."""
+        return (self.outcome or "").startswith("done")
+
+    @property
+    def switched(self) -> bool:
+        """This line changed what the skill's folder holds (a promotion, rollback or restore)."""
+        return self.settled and self.action in FOLDER_SWITCHES
+
+    @property
+    def removes(self) -> bool:
+        """This line took the skill out of service: a removal, or a rollback to before it existed."""
+        return self.switched and self.to_revision is None
+
+    @property
+    def outcome_shown(self) -> str | None:
+        """The outcome in words, when it is not plain `done` (a trust line's outcome is the level)."""
+        if not self.outcome or self.outcome == "done":
+            return None
+        return f"level now {self.outcome}" if self.action == "autonomy" else self.outcome
 
 
 def timeline(control: ChangeControl, skill: str) -> list[TimelineEntry]:
@@ -62,6 +89,8 @@ def _entry(entry: AuditEntry, bundles: Mapping[str, str]) -> TimelineEntry:
         reason=text("reason"),
         evidence=bundles.get(str(entry.get("evidence_digest"))),
         change_id=text("change_id"),
+        moves=any(k in entry.fields for k in ("from_revision", "to_revision")),
+        names_from=entry.get("action") not in ("reject", "withdraw"),
     )
 
 

@@ -1,8 +1,10 @@
 """The library, skill pages and background runs: what is served, how a task routes, and the
 optimize and evaluate runs started from the UI.
 
-Read-only over the served library, except starting and stopping runs (ui/runs.py). A skill name
-that nothing serves is a 404 naming the nearest served skills; "Try routing" asks as `ingot
+Read-only over the served library, except starting and stopping runs (ui/runs.py). The Library
+filters by GET query parameters (library_view.py), so every filtered view has a URL and needs no
+script; each skill links to its revision list (revisions.py). A skill name that nothing serves is
+a 404 naming the nearest served skills; "Try routing" asks as `ingot
 route` does by default, as a caller on this machine's platform.
 """
 
@@ -15,12 +17,19 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from ingot.errors import IngotError, SkillNotFound, did_you_mean
+from ingot.errors import SkillNotFound, did_you_mean
 from mcp_server.library import Library
 from mcp_server.policy import CallerContext
+from mcp_server.router import check_task
+from optimize.control.audit import AuditError
+from optimize.control.autopilot import change_passport
+from optimize.control.changes import ChangeControl
 from optimize.control.promote import check_skill_name
-from optimize.control.status import Status
+from optimize.control.status import SkillStatus, Status
+from ui import library_view
+from ui import revisions as revision_views
 from ui import skills as skill_views
+from ui.library_view import Filters
 from ui.site import Site
 
 
@@ -28,20 +37,64 @@ def add_library_routes(app: FastAPI, site: Site) -> None:
     library, control, runs, admin, page = site.library, site.control, site.runs, site.admin, site.page
     tasks_dir = site.tasks_dir
 
-    def skill_rows(status: Status) -> list[skill_views.Row]:
+    def skill_rows(status: Status, names: list[str]) -> dict[str, skill_views.Row]:
         managed = {s.name: s for s in status.skills}
         stored, _ = admin.store.all()
         goldens = Counter(g.golden.skill for g in stored if g.review.state == "active")
-        return [
-            skill_views.row(skill, managed.get(skill.name), control.runs_dir, tasks_dir, goldens)
-            for skill in sorted(library.skills().values(), key=lambda s: s.name)
-        ]
-
-    def library_values(status: Status) -> dict[str, Any]:
+        served = library.skills()
         return {
-            "rows": skill_rows(status),
+            name: skill_views.row(served[name], managed.get(name), control.runs_dir, tasks_dir, goldens)
+            for name in names
+            if name in served
+        }
+
+    # Each waiting change's passport state, kept by what it is computed from (its evidence file as
+    # it is now, and the live revision it is judged against): ~4 ms a change, on every view.
+    verdicts: dict[tuple[object, ...], str] = {}
+
+    def change_states(status: Status) -> dict[str, str]:
+        live = {s.name: s.live_revision for s in status.skills}
+        states = {}
+        for change in control.queue.scan()[0]:  # a damaged record is left out: listed as blocked
+            try:
+                info = (control.runs_dir / (change.evidence_path or "")).stat()
+                stamp: tuple[int, int] | None = (info.st_size, info.st_mtime_ns)
+            except OSError:
+                stamp = None
+            key = (change.id, change.evidence_digest, live.get(change.skill), stamp)
+            if key not in verdicts:
+                verdicts[key] = change_passport(control, change).state  # the review card's verdict
+            states[change.skill] = verdicts[key]
+        return states
+
+    def library_values(status: Status, filters: Filters | None = None) -> dict[str, Any]:
+        filters = filters or Filters()
+        values = _library_values(library, status)
+        listed = library_view.entries(
+            library.skills(),
+            values["missing"],
+            values["managed"],
+            change_states(status),
+            {
+                name: {cls: trust.level for cls, trust in classes.items()}
+                for name, classes in control.autonomy.table().items()
+            },
+            _revision_counts(control, library, values["missing"]),
+        )
+        shown = [e for e in listed if filters.matches(e)]
+        return {
+            "entries": shown,
+            "rows": skill_rows(status, [e.name for e in shown]),  # only what is shown is counted
+            "total": len(listed),
+            "filters": filters,
+            "choices": {
+                "state": library_view.STATE_CHOICES,
+                "pending": library_view.PENDING_CHOICES,
+                "autonomy": library_view.LEVELS,
+            },
+            "meanings": library_view.STATE_MEANING,
             "blocked": runs.blocked,
-            **_library_values(library, status),
+            **values,
         }
 
     @app.get("/skills")
@@ -49,15 +102,20 @@ def add_library_routes(app: FastAPI, site: Site) -> None:
         return RedirectResponse("/library", status_code=303)  # every skill is listed there
 
     @app.get("/library", response_class=HTMLResponse)
-    def library_page(request: Request) -> HTMLResponse:
+    def library_page(
+        request: Request,
+        name: str | None = None,
+        state: str | None = None,
+        pending: str | None = None,
+        autonomy: str | None = None,
+    ) -> HTMLResponse:
+        filters = Filters.parse(name, state, pending, autonomy)  # a bad value: one line naming the choices
         status = control.status()
-        return page(request, "library.html", state=status, **library_values(status))
+        return page(request, "library.html", state=status, **library_values(status, filters))
 
     @app.post("/library/route", response_class=HTMLResponse)
     def try_routing(request: Request, task: Annotated[str, Form()]) -> HTMLResponse:
-        task = task.strip()
-        if not task or len(task) > 4000:
-            raise IngotError("type a task of 1 to 4000 characters to see how it routes")
+        task = check_task(task.strip())  # MCP's and `ingot route`'s limit, and their refusal
         status = control.status()
         # As `ingot route` asks by default: a caller on this machine's platform.
         context = CallerContext(platform=sys.platform)
@@ -88,13 +146,35 @@ def add_library_routes(app: FastAPI, site: Site) -> None:
             skill_views.row(served, managed.get(skill), control.runs_dir, tasks_dir, goldens)
         )
         busy = [r for r in runs.list() if r.skill == skill and r.status in ("running", "stopping")]
+        try:
+            revisions: int | None = len(revision_views.revisions(control.history(skill), served.revision))
+        except AuditError:  # an unreadable chain must not take the skill page down
+            revisions = None
         return page(
             request,
             "skill.html",
             state=status,
             info=info,
+            revisions=revisions,
             blocked=runs.blocked,
             busy=busy[0] if busy else None,
+        )
+
+    @app.get("/skills/{skill}/revisions", response_class=HTMLResponse)
+    def revisions_page(request: Request, skill: str) -> HTMLResponse:
+        check_skill_name(skill)
+        entries = control.history(skill)  # SkillNotFound (404, the nearest names) for a name nothing knows
+        live = control.live_revision(skill)
+        listed = revision_views.revisions(entries, live, set(control.snapshots(skill)))
+        waiting = control.queue.get(skill)
+        return page(
+            request,
+            "revisions.html",
+            skill=skill,
+            revisions=listed,
+            live=live,
+            served=skill in library.skills(),
+            waiting=waiting,
         )
 
     @app.get("/runs", response_class=HTMLResponse)
@@ -130,6 +210,18 @@ def add_library_routes(app: FastAPI, site: Site) -> None:
     def stop_run(run_id: str) -> RedirectResponse:
         runs.stop(run_id)
         return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
+
+def _revision_counts(
+    control: ChangeControl, library: Library, missing: list[SkillStatus]
+) -> dict[str, int] | None:
+    """Each listed skill's revision count, from one pass over the chain (None: it cannot be read)."""
+    live: dict[str, str | None] = {name: s.revision for name, s in library.skills().items()}
+    live |= {s.name: s.live_revision for s in missing}
+    try:
+        return revision_views.counts(control.audit.entries(), live)
+    except AuditError:
+        return None
 
 
 def _library_values(library: Library, status: Status) -> dict[str, Any]:

@@ -61,6 +61,7 @@ class Statistic:
     n: int | None
     statistic: float | None
     p: str  # "p < 0.001", "p = 0.125", or "p undefined"
+    note: str = ""  # why a test is undefined, or how it was computed
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,7 @@ def statistic_of(block: Any) -> Statistic:
         as_int(block.get("n")),
         as_float(block.get("statistic")),
         p_clause(as_float(block.get("p"))),
+        str(block.get("note") or ""),
     )
 
 

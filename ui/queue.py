@@ -111,22 +111,23 @@ def routing_cards(
     impact: Mapping[str, Any],
 ) -> tuple[ScoreCard, ScoreCard]:
     """Routing before and after, for a change whose evidence is routing: a new skill's own held-out
-    cases routed to it (against no skill, which serves none of them), a removal's other skills'
-    top-1, a description's top-1. Each number on the held-out cases it counts, never on another
+    cases routed to it (against no skill, which serves none of them; with none of its own, the
+    other skills' top-1 its routing cell was judged on), a removal's other skills' top-1, a
+    description's top-1. Each number on the held-out cases it counts, never on another
     skill's cases alone."""
     champion = f"live {champion_revision[:12]}" if champion_revision else "no skill"
     candidate = "no skill (removed)" if kind == "removal" else f"candidate {candidate_revision[:12]}"
     metrics = impact.get("metrics") if isinstance(impact.get("metrics"), Mapping) else {}
-    if kind == "create":
-        own = impact.get("own") if isinstance(impact.get("own"), Mapping) else {}
-        n = own.get("cases") if isinstance(own.get("cases"), int) else None
+    own = impact.get("own") if isinstance(impact.get("own"), Mapping) else {}
+    if kind == "create" and isinstance(own.get("cases"), int) and own.get("cases"):
+        n = own.get("cases")
         before = own.get("champion_routed") / n if n else None
         after = own.get("challenger_routed") / n if n else None
         metric = f"its own routing cases routed to {skill}"
         values = (before, after)
-    else:
-        name = "others_top1" if kind == "removal" else "top1"
-        metric = "top-1 of other skills' cases" if kind == "removal" else "routing top-1 (held-out cases)"
+    else:  # a new skill with no cases of its own is judged on what it does to the others
+        name = "others_top1" if kind in ("removal", "create") else "top1"
+        metric = "top-1 of other skills' cases" if name == "others_top1" else "routing top-1 (held-out cases)"
         n = (metrics.get("n") or {}).get(name)
         values = ((metrics.get("champion") or {}).get(name), (metrics.get("challenger") or {}).get(name))
     return (

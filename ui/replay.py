@@ -2,13 +2,16 @@
 
 Parsed once from an evidence bundle's `replay` cell, the trace store and the goldens store into
 typed records. As everywhere in the UI, a value that was not measured stays None and the page
-shows it as missing. What an approval needs (nothing, a reason, an override) comes from
-`replay_rule.replay_rule`, the same rule `ChangeControl.approve` enforces.
+shows it as missing. Text from a model's error (a judge that failed) is made readable here: the
+request it echoes is left out, never shown as raw JSON; a run no judge settled is "undecided",
+never "decided"; and judging that failed claims no saving. What an approval needs (nothing, a
+reason, an override) comes from `replay_rule.replay_rule`, the rule `ChangeControl.approve` enforces.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +31,23 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+# A model request (or a reply quoting it) echoed inside an error: JSON with its keys in quotes.
+_PAYLOAD = re.compile(r"""["'](model|messages|role|content|temperature|error)["']\s*:""")
+
+
+def readable(text: str) -> str:
+    """`text` as a person reads it: an echoed model request or error payload (JSON, with its
+    literal `\\n`) is left out, and what stays is one line."""
+    while (match := _PAYLOAD.search(text)) is not None:
+        start = text.rfind("{", 0, match.start())
+        if start < 0:
+            break
+        end = text.rfind("}")
+        end = end + 1 if end > match.start() else len(text)
+        text = f"{text[:start].rstrip(' :-')} (the model's request and reply are left out){text[end:]}"
+    return " ".join(text.replace("\\n", " ").split())
+
+
 @dataclass(frozen=True)
 class GoldenResult:
     id: str
@@ -40,11 +60,22 @@ class GoldenResult:
     criteria_status: str
     controls: str  # e.g. "0 of 2 failed"
     cited: str  # the cited step, readable
+    judges_failed: int = 0  # judge calls that were configured and did not answer
 
     @property
     def finding(self) -> str:
         """What became of this blessed run: held, undecided or regressed."""
         return FINDING_OF.get(self.verdict, "unreadable")
+
+    @property
+    def level(self) -> str:
+        """Where it was settled, in the same words as its finding: a run no judge settled is
+        undecided at the level it reached, never "decided" there."""
+        if self.verdict in ("PASS", "BLOCK"):
+            return f"decided at {self.tier}" + (" (without a model)" if self.tier == "L0" else "")
+        if self.judges_failed:
+            return f"undecided: {self.judges_failed} judge call(s) failed (reached {self.tier})"
+        return f"undecided at {self.tier}"
 
 
 @dataclass(frozen=True)
@@ -86,7 +117,8 @@ class ReplayView:
     tiers: tuple[TierCost, ...] = ()
     all_strongest_usd: float | None = None
     judging_usd: float | None = None
-    saving: float | None = None
+    saving: float | None = None  # None when judging failed: nothing was saved
+    judging_failed: int = 0  # judge calls that were configured and did not answer, over every run
 
     @property
     def state(self) -> str | None:
@@ -108,15 +140,21 @@ def replay_view(evidence: Mapping[str, Any]) -> ReplayView:
     tiers = cell.get("tiers") if isinstance(cell.get("tiers"), Mapping) else {}
     judging = cost.get("judging") if isinstance(cost.get("judging"), Mapping) else {}
     by = cell.get("rationale_by") if isinstance(cell.get("rationale_by"), Mapping) else {}
+    goldens = tuple(_golden(g) for g in cell.get("goldens") or () if isinstance(g, Mapping))
+    failed = sum(g.judges_failed for g in goldens)
+    rationale = readable(_text(cell.get("rationale")))
+    if any(g.verdict not in ("PASS", "BLOCK") for g in goldens):  # said of runs no model settled
+        unsettled = "not settled: no model decided them (L0 findings only)"
+        rationale = rationale.replace("decided without a model (L0)", unsettled)
     return ReplayView(
         measured=True,
         why=None,
         verdict=rule.verdict,
         needs=rule.needs,
         reasons=rule.reasons,
-        rationale=_text(cell.get("rationale")),
+        rationale=rationale,
         rationale_by=f"{by.get('tier')} ({by.get('model') or 'no model'})" if by else "",
-        goldens=tuple(_golden(g) for g in cell.get("goldens") or () if isinstance(g, Mapping)),
+        goldens=goldens,
         noise_pass_rate=_num(noise.get("pass_rate")) if noise.get("status") == "measured" else None,
         noise_controls=noise.get("controls") if isinstance(noise.get("controls"), int) else None,
         noise_failed=noise.get("failed") if isinstance(noise.get("failed"), int) else None,
@@ -133,7 +171,8 @@ def replay_view(evidence: Mapping[str, Any]) -> ReplayView:
         ),
         all_strongest_usd=_num(counter.get("all_strongest_usd")),
         judging_usd=_num(counter.get("judging_usd")),
-        saving=_num(counter.get("saving")),
+        saving=None if failed else _num(counter.get("saving")),
+        judging_failed=failed,
     )
 
 
@@ -141,17 +180,20 @@ def _golden(entry: Mapping[str, Any]) -> GoldenResult:
     controls = [c for c in entry.get("controls") or () if isinstance(c, Mapping)]
     failed = sum(c.get("verdict") != "pass" for c in controls)
     cited = entry.get("cited") if isinstance(entry.get("cited"), Mapping) else None
+    decisions = [d for d in entry.get("decisions") or () if isinstance(d, Mapping)]
+    failed = sum(1 for d in decisions if d.get("model") and d.get("verdict") == "skipped")
     return GoldenResult(
         id=_text(entry.get("id")),
         task=_text(entry.get("task")),
         verdict=_text(entry.get("verdict")) or "?",
         tier=_text(entry.get("tier")) or "?",
-        why=_text(entry.get("why")),
+        why=readable(_text(entry.get("why"))),
         ruling=_text(entry.get("ruling")),
         usd=_num(entry.get("usd")),
         criteria_status=_text(entry.get("criteria_status")),
         controls=f"{failed} of {len(controls)} failed" if controls else "no controls",
         cited=f"{cited.get('run')} step {cited.get('step')}: {cited.get('quote')}" if cited else "",
+        judges_failed=failed,
     )
 
 

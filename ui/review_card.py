@@ -96,7 +96,7 @@ class Review:
 
     @property
     def state(self) -> str:
-        """ready | needs-acknowledgement | blocked: the one word for this change."""
+        """One of passport.STATES: the one word for this change."""
         return self.passport.state
 
     @property
@@ -107,7 +107,8 @@ class Review:
     def refusal_extra(self) -> str | None:
         """The refusal, when it says more than the passport's failed cells (a stale or tampered
         change): a blocked card states its reason once."""
-        if self.refusal is None or self.refusal.startswith(f"{self.change.id} is blocked: "):
+        said = (f"{self.change.id} is blocked: ", f"{self.change.id} is stale: ")  # the passport says it
+        if self.refusal is None or self.refusal.startswith(said):
             return None
         return self.refusal
 
@@ -128,6 +129,18 @@ class Review:
         if self.passport.overridable:
             return "an override"
         return "a reason" if self.passport.missing else "nothing"
+
+    @property
+    def failing_beside_headline(self) -> tuple[Cell, ...]:
+        """The failed cells the score cards do not show: a blocked change whose headline shows no
+        drop names what fails right there, not only in the folded evidence."""
+        failed, cards = self.passport.failed, self.scorecards
+        if not failed or cards is None or cards[0].value is None or cards[1].value is None:
+            return failed
+        if cards[1].value - cards[0].value >= -0.0005:  # the headline looks fine: say what is not
+            return failed
+        shown = "held-out A/B" if cards[0].metric == "held-out mean score" else "routing impact"
+        return tuple(c for c in failed if c.name != shown)
 
     @property
     def champion_tokens(self) -> int | None:

@@ -95,7 +95,7 @@ def add_review_routes(app: FastAPI, site: Site) -> None:
     ) -> RedirectResponse:
         check_skill_name(skill)
         with exclusive():  # missing cells need `accept_missing`, an overridable failure `override_reason`
-            control.approve(  # pinned to the evidence and the missing cells the confirmation showed
+            outcome = control.approve(  # pinned to the evidence and missing cells the confirmation showed
                 skill,
                 actor,
                 change_id,
@@ -105,7 +105,8 @@ def add_review_routes(app: FastAPI, site: Site) -> None:
                 evidence_digest=evidence_digest or None,
             )
         refresh(skill)
-        return RedirectResponse(f"/review?done=approved&skill={skill}", status_code=303)
+        done = "approved" if outcome.to_revision else "removed"  # an approved removal serves nothing
+        return RedirectResponse(f"/review?done={done}&skill={skill}", status_code=303)
 
     @app.post("/changes/{skill}/reject")
     def reject(

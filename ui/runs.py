@@ -1,29 +1,29 @@
-"""Background optimize runs started from the UI: one process per run, one run per skill at a time.
+"""Background runs started from the UI: one process per run, one run per skill at a time.
 
-A run is `ingot optimize SKILL [--description]` in its own process group, so a crash or a hung
-model call never takes the UI down and a run can be stopped. Its output goes to a pseudo-terminal
-so the progress bars draw as they do in a shell; it is kept in runs/ui-runs/<id>.log (capped),
-and progress is read from the newest bar. Metadata (<id>.json) outlives the UI: a run whose
-process vanished without a recorded exit shows as "interrupted". A run only proposes; it takes
-no change-control lock of its own beyond what `ingot optimize` takes to queue its result. A pass
-the model settings cannot run is refused before it starts, with what to set.
+A run is `ingot optimize SKILL [--description]` or `ingot evaluate SKILL --change ID` in its own
+process group, so a crash or a hung model call never takes the UI down and a run can be stopped.
+Its output goes to a pipe, so the CLI writes its progress as plain lines ("evaluate pdf: step 3
+of 5: held-out A/B 6/24 judgements", ingot/cli/progress.py); the log is kept in
+runs/ui-runs/<id>.log (capped) as it arrives, and progress is the newest such line, read back
+with `ingot.progress.parse`. When the run ends, the verdict it reported (the passport state of
+the change it measured or queued) is kept with it, so a run page never calls a blocked change's
+evaluation a success. Metadata (<id>.json) outlives the UI: a run whose process vanished without
+a recorded exit shows as "interrupted". A run only proposes; it takes no change-control lock of
+its own beyond what the command takes to queue its result. A pass the model settings cannot run
+is refused before it starts, with what to set.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import json
 import os
-import pty
 import re
 import secrets
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -31,15 +31,22 @@ from pathlib import Path
 
 from ingot.errors import IngotError
 from ingot.fsutil import write_atomic
+from ingot.progress import parse
 from optimize.control.lock import PromotionConflict
+from optimize.control.passport import STATE_MEANING, STATES
 from optimize.control.pending import ID_PATTERN
 from optimize.control.promote import check_skill_name
 
 MODES = ("body", "description", "evaluate")
 MAX_LOG_BYTES = 2 << 20
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_BAR = re.compile(r"(?P<desc>[^|\r\n]*?):\s*(?P<pct>\d+)%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)")
 _RUN_ID = re.compile(r"^run-[0-9]{8}T[0-9]{6}-[0-9a-f]{6}$")
+# What `ingot evaluate` and `ingot optimize` print about the change they measured or queued.
+_VERDICT = re.compile(
+    r"^(?:evaluated (?P<evaluated>chg-[0-9a-f]{12}): |queued (?P<queued>chg-[0-9a-f]{12}) for review \()"
+    r"(?P<state>[a-z-]+)",
+    re.MULTILINE,
+)
 
 
 class RunConflict(PromotionConflict):
@@ -64,17 +71,40 @@ class Run:
     pid: int | None = None
     exit_code: int | None = None
     finished: str | None = None
+    change_id: str | None = None  # the change it measured (evaluate) or queued (optimize)
+    verdict: str | None = None  # that change's passport state as the run reported it
+
+    @property
+    def title(self) -> str:
+        """What the run is, and once it has one, the verdict: "evaluate chg-… of pdf: blocked"."""
+        if self.mode == "evaluate":
+            what = f"evaluate {self.change_id or 'a change'} of {self.skill}"
+        else:
+            what = f"{self.mode} pass for {self.skill}"
+            if self.change_id:
+                what += f", queued {self.change_id}"
+        return f"{what}: {self.verdict}" if self.verdict else what
+
+    @property
+    def meaning(self) -> str | None:
+        """What the verdict means, in the passport's own words (control/passport.py)."""
+        return STATE_MEANING.get(self.verdict) if self.verdict else None
+
+    @property
+    def shown_status(self) -> str:
+        """The process's state as a reader takes it: a run that ran to its end "finished" (what
+        it found is the verdict, not this)."""
+        return "finished" if self.status == "succeeded" else self.status
 
 
 @dataclass(frozen=True)
 class Progress:
+    """The newest step a run reported: its line as written, and how far the whole run is."""
+
     label: str
     done: int
     total: int
-
-    @property
-    def percent(self) -> int:
-        return round(100 * self.done / self.total) if self.total else 0
+    percent: int
 
 
 def clean(raw: str) -> str:
@@ -87,12 +117,36 @@ def clean(raw: str) -> str:
 
 
 def progress_of(raw: str) -> Progress | None:
-    """The newest progress bar's position in raw terminal output."""
-    bars = list(_BAR.finditer(_ANSI.sub("", raw)[-8192:]))
-    if not bars:
-        return None
-    last = bars[-1]
-    return Progress(last["desc"].strip(" \r\n"), int(last["n"]), int(last["total"]))
+    """The newest step line in a run's output (ingot/progress.py), or None before the first."""
+    for line in reversed(clean(raw[-8192:]).splitlines()):
+        step = parse(line)
+        if step is not None:
+            return Progress(step.line(), step.done, step.total, round(100 * step.fraction))
+    return None
+
+
+def _steps_collapsed(text: str) -> str:
+    """The log with each step's run of progress lines cut to its newest ("4/12" replaces
+    "0/12" ... "3/12"), so the page reads like the bar a terminal would show."""
+    lines: list[str] = []
+    previous = None
+    for line in text.split("\n"):
+        step = parse(line)
+        key = None if step is None else (line[: line.find("step ")], step.index, step.name)
+        if key is not None and key == previous:
+            lines[-1] = line
+        else:
+            lines.append(line)
+        previous = key
+    return "\n".join(lines)
+
+
+def verdict_of(output: str) -> tuple[str | None, str | None]:
+    """The change a finished run measured or queued, and its passport state, from its output."""
+    found = next(reversed(list(_VERDICT.finditer(output))), None)
+    if found is None or found["state"] not in STATES:
+        return None, None
+    return found["evaluated"] or found["queued"], found["state"]
 
 
 class RunManager:
@@ -114,8 +168,6 @@ class RunManager:
             **(os.environ if env is None else env),
             "INGOT_HOME": str(runs_dir),
             "PYTHONUNBUFFERED": "1",
-            "COLUMNS": "100",
-            "TERM": "dumb",
         }
         self._lock = threading.Lock()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -144,50 +196,49 @@ class RunManager:
             for root in self.roots:
                 args += ["--skills", str(root)]
             self.folder.mkdir(parents=True, exist_ok=True)
-            master, slave = pty.openpty()
-            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
             try:
                 proc = subprocess.Popen(  # noqa: S603 - our own CLI, arguments validated above
                     args,
                     stdin=subprocess.DEVNULL,
-                    stdout=slave,
-                    stderr=slave,
+                    stdout=subprocess.PIPE,  # not a terminal: progress comes as plain lines
+                    stderr=subprocess.STDOUT,
                     env=self.env,
                     start_new_session=True,
                 )
             except OSError as exc:
-                os.close(master)
-                raise IngotError(f"could not start the optimize run: {exc}") from exc
-            finally:
-                os.close(slave)
-            run = Run(run_id, skill, mode, now.isoformat(timespec="seconds"), "running", proc.pid)
+                raise IngotError(f"could not start the run: {exc}") from exc
+            run = Run(
+                run_id,
+                skill,
+                mode,
+                now.isoformat(timespec="seconds"),
+                "running",
+                proc.pid,
+                change_id=change_id if mode == "evaluate" else None,
+            )
             self._procs[run_id] = proc
             self._save(run)
-        threading.Thread(target=self._pump, args=(run, proc, master), daemon=True).start()
+        threading.Thread(target=self._pump, args=(run, proc), daemon=True).start()
         return run
 
-    def _pump(self, run: Run, proc: subprocess.Popen[bytes], master: int) -> None:
+    def _pump(self, run: Run, proc: subprocess.Popen[bytes]) -> None:
         written = 0
-        with (self.folder / f"{run.id}.log").open("ab") as log:
-            while True:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: every writer closed the terminal
-                    break
-                if not chunk:
-                    break
+        assert proc.stdout is not None
+        with (self.folder / f"{run.id}.log").open("ab") as log, proc.stdout:
+            while chunk := os.read(proc.stdout.fileno(), 65536):  # as it comes: the page streams it
                 if written < MAX_LOG_BYTES:
                     log.write(chunk[: MAX_LOG_BYTES - written])
                     log.flush()
                     written += len(chunk)
-        os.close(master)
         code = proc.wait()
+        change_id, verdict = verdict_of(self.output(run.id)[0]) if code == 0 else (None, None)
         with self._lock:
             current = self.get(run.id)
             stopped = current.status in ("stopping", "stopped")
             status = "stopped" if stopped else "succeeded" if code == 0 else "failed"
             finished = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-            self._save(replace(current, status=status, exit_code=code, finished=finished))
+            outcome = {"change_id": change_id or current.change_id, "verdict": verdict}
+            self._save(replace(current, status=status, exit_code=code, finished=finished, **outcome))
             self._procs.pop(run.id, None)
 
     def stop(self, run_id: str, grace_s: float = 10.0) -> Run:
@@ -246,7 +297,7 @@ class RunManager:
                 raw = log.read().decode("utf-8", "replace")
         except FileNotFoundError:
             raw = ""
-        return clean(raw), progress_of(raw)
+        return _steps_collapsed(clean(raw)), progress_of(raw)
 
     def _save(self, run: Run) -> None:
         write_atomic(self.folder / f"{run.id}.json", json.dumps(asdict(run)).encode())

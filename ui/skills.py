@@ -4,11 +4,15 @@ Per skill: its revision and root, whether a change waits or the folder drifted, 
 counts (train, holdout, routing), how many evaluations (evidence bundles) and blessed runs
 (goldens) it has, and its latest live score from mining with the n and date it rests on. A count
 that cannot be read says why instead of showing zero. The skill page adds the body rendered and
-every file with its size (text shown, binary described). Nothing here writes.
+every file with its size (text shown, binary described). Nothing here writes. Task-set counts are
+kept per file and re-read only when the file's size or modification time changes: parsing 1,000
+task sets took most of the Library's time.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,16 +94,34 @@ def component_text(value: object) -> str:
     return str(value)
 
 
-def _tasks(tasks_dir: Path | None, name: str) -> tuple[TaskCounts | None, str | None]:
+_Counted = tuple[TaskCounts | None, str | None]
+_counted: dict[Path, tuple[tuple[int, int, int], _Counted]] = {}  # path -> (stat stamp, counts)
+_counted_lock = threading.Lock()
+
+
+def _tasks(tasks_dir: Path | None, name: str) -> _Counted:
     if tasks_dir is None:
         return None, "no task-set folder configured (TASKS_DIR)"
-    if not (tasks_dir / f"{name}.yaml").is_file():
+    path = tasks_dir / f"{name}.yaml"
+    try:
+        info = os.stat(path)
+    except OSError:
+        info = None
+    if info is None or not path.is_file():
         return None, "no task set: `ingot optimize` drafts one for you to review"
+    stamp = (info.st_ino, info.st_size, info.st_mtime_ns)
+    with _counted_lock:
+        known = _counted.get(path)
+    if known is not None and known[0] == stamp:
+        return known[1]
     try:
         tasks = load_task_set(tasks_dir, name)
+        counted: _Counted = (TaskCounts(len(tasks.train), len(tasks.holdout), len(tasks.routing)), None)
     except TaskSetError as exc:
-        return None, str(exc)
-    return TaskCounts(len(tasks.train), len(tasks.holdout), len(tasks.routing)), None
+        counted = (None, str(exc))
+    with _counted_lock:
+        _counted[path] = (stamp, counted)
+    return counted
 
 
 def row(

@@ -43,6 +43,7 @@ from ingot.bench.percentiles import percentiles
 from ingot.bench.served import peak_rss_mb, served
 from ingot.bench.workload import TaskSource, case_tasks, queries, write_library
 from ingot.errors import ConfigError, IngotError
+from ingot.progress import OnStep, Steps
 from ingot.runtime import one_blas_thread
 from ingot.settings import Settings
 from mcp_server.embedding import CachedEmbedder, load_embedder
@@ -218,8 +219,11 @@ def _measure(
     }
 
 
-def run_library(settings: Settings, skills: Path, cases: Path, query_count: int) -> dict:
+def run_library(
+    settings: Settings, skills: Path, cases: Path, query_count: int, on_step: OnStep | None = None
+) -> dict:
     """The same measurements on a copy of a real library, timed with its own cases' tasks."""
+    steps = Steps(["embedding backends", "the library"], on_step)
     tasks, per_seed = case_tasks(cases, query_count)
     cache = Path(tempfile.gettempdir()) / "ingot-bench"
     (cache / "cache").mkdir(parents=True, exist_ok=True)
@@ -230,24 +234,36 @@ def run_library(settings: Settings, skills: Path, cases: Path, query_count: int)
         names = sorted(p.name for p in root.iterdir() if (p / "SKILL.md").is_file())
         if not names:
             raise ConfigError(f"{skills} holds no skill folder")
+        steps.begin("embedding backends")
+        backends = embedding_backends(settings, per_seed, tasks)
+        steps.begin("the library")
+        measured = _measure(settings, root, names[len(names) // 2], per_seed, cache, tasks)
         return {
             "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
             "library": str(skills),
             "cases": str(cases),
             "queries_per_measurement": per_seed,
-            "embedding_backends": embedding_backends(settings, per_seed, tasks),
-            "results": [_measure(settings, root, names[len(names) // 2], per_seed, cache, tasks)],
+            "embedding_backends": backends,
+            "results": [measured],
         }
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def run(settings: Settings, sizes: list[int], query_count: int) -> dict:
+def run(settings: Settings, sizes: list[int], query_count: int, on_step: OnStep | None = None) -> dict:
+    """Every measurement on a synthetic library of each size; each reported to `on_step`."""
     cache = Path(tempfile.gettempdir()) / "ingot-bench"  # synthetic libraries: no state home needed
     (cache / "cache").mkdir(parents=True, exist_ok=True)
+    steps = Steps(["embedding backends", *(f"library of {size} skills" for size in sizes)], on_step)
+    steps.begin("embedding backends")
+    backends = embedding_backends(settings, query_count)
+    results = []
+    for size in sizes:
+        steps.begin(f"library of {size} skills")
+        results.append(_measure_size(settings, size, query_count, cache))
     return {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "queries_per_size": query_count,
-        "embedding_backends": embedding_backends(settings, query_count),
-        "results": [_measure_size(settings, size, query_count, cache) for size in sizes],
+        "embedding_backends": backends,
+        "results": results,
     }

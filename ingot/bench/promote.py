@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ingot.bench.latency import percentiles
+from ingot.progress import OnStep, Steps
 from ingot.settings import Settings
 from mcp_server.embedding import load_embedder
 from mcp_server.library import Library
@@ -53,7 +54,10 @@ def passing_ab(samples: int = 6) -> dict:
     return {"ab": {"status": "measured", "samples": samples, "cases": cases, "pairwise": pairwise}}
 
 
-def run(settings: Settings, rounds: int) -> dict:
+def run(settings: Settings, rounds: int, on_step: OnStep | None = None) -> dict:
+    """Approval latency and approve-to-served time over `rounds` promotions (each counted to
+    `on_step`)."""
+    count = Steps(["approve to served"], on_step).begin("approve to served")
     work = Path(tempfile.mkdtemp(prefix="ingot-bench-promote-"))
     library: Library | None = None
     try:
@@ -98,6 +102,7 @@ def run(settings: Settings, rounds: int) -> dict:
                     raise RuntimeError("promoted revision not served within 30 s")
                 time.sleep(0.001)
             served_ms.append((time.perf_counter() - start) * 1000)
+            count(round_, rounds, "promotions timed")
         return {
             "rounds": rounds,
             "approve_ms": percentiles(approve_ms),

@@ -34,6 +34,7 @@ from ingot.bench.percentiles import percentiles
 from ingot.bench.served import free_port
 from ingot.bench.workload import write_library
 from ingot.errors import ConfigError
+from ingot.progress import OnStep, Steps
 from ingot.settings import Settings
 from mcp_server.registry import Limits
 from optimize.control.baseline import sign_baseline
@@ -229,13 +230,28 @@ def sync_cost(size: int, rounds: int) -> dict:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def run(settings: Settings, replicas: int, rounds: int, interval_s: float, sizes: list[int]) -> dict:
+def run(
+    settings: Settings,
+    replicas: int,
+    rounds: int,
+    interval_s: float,
+    sizes: list[int],
+    on_step: OnStep | None = None,
+) -> dict:
+    """Propagation to `replicas`, then the sync cost per size; each reported to `on_step`."""
     if shutil.which("ssh-keygen") is None or shutil.which("git") is None:
         raise ConfigError("the replica bench needs git and ssh-keygen (openssh-client)")
     if replicas < 1 or rounds < 2:
         raise ConfigError("--replicas must be at least 1 and --rounds at least 2")
+    steps = Steps([f"propagation to {replicas} replica(s)", *(f"sync of {n} skills" for n in sizes)], on_step)
+    steps.begin(f"propagation to {replicas} replica(s)")
+    propagated = propagation(settings.skills_dirs[0], replicas, rounds, interval_s)
+    synced = []
+    for size in sizes:
+        steps.begin(f"sync of {size} skills")
+        synced.append(sync_cost(size, rounds))
     return {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
-        "propagation": propagation(settings.skills_dirs[0], replicas, rounds, interval_s),
-        "sync": [sync_cost(size, rounds) for size in sizes],
+        "propagation": propagated,
+        "sync": synced,
     }

@@ -34,6 +34,7 @@ from fastmcp import Client
 
 from ingot.bench.percentiles import percentiles
 from ingot.errors import ConfigError
+from ingot.progress import Count, OnStep, Steps, uncounted
 
 
 @dataclass(frozen=True)
@@ -165,12 +166,15 @@ def score(cases: Sequence[Case], decisions: Sequence[Decision], details: bool = 
     return report
 
 
-async def _route_all(url: str, cases: Sequence[Case]) -> tuple[list[Decision], list[float], list[float]]:
+async def _route_all(
+    url: str, cases: Sequence[Case], count: Count = uncounted
+) -> tuple[list[Decision], list[float], list[float]]:
     import time
 
     decisions, round_trip, route_ms = [], [], []
     async with Client(url) as client:
         for case in cases:
+            count(len(decisions), len(cases), "cases routed")
             start = time.perf_counter()
             data = (await client.call_tool("route_and_load", {"task": case.task})).structured_content
             round_trip.append((time.perf_counter() - start) * 1000)
@@ -178,6 +182,7 @@ async def _route_all(url: str, cases: Sequence[Case]) -> tuple[list[Decision], l
             names = ((loaded,) if loaded else ()) + tuple(a["name"] for a in data["alternatives"])
             decisions.append(Decision(loaded, names, data["score"], bool(data["match"])))
             route_ms.append(float(data["components"].get("route_ms", 0.0)))
+    count(len(decisions), len(cases), "cases routed")
     return decisions, round_trip, route_ms
 
 
@@ -215,15 +220,20 @@ def run(
     cases_path: Path,
     details: bool = False,
     strip_bodies: bool = False,
+    on_step: OnStep | None = None,
 ) -> dict:
     """Serve `skills` in a child `ingot serve` (its vector cache at `vectors`, kept between runs),
-    route every case over MCP, score the answers."""
+    route every case over MCP, score the answers; each step reported to `on_step`."""
     from ingot.bench.served import served
 
     cases = load_cases(cases_path)
+    steps = Steps(["starting ingot serve", "routing the cases", "calibration"], on_step)
     copied = _bodies_stripped(skills) if strip_bodies else nullcontext(skills)
+    steps.begin("starting ingot serve")
     with copied as roots, served(roots, vectors) as server:
-        decisions, round_trip, route_ms = asyncio.run(_route_all(server.url, cases))
+        count = steps.begin("routing the cases")
+        decisions, round_trip, route_ms = asyncio.run(_route_all(server.url, cases, count))
+        steps.begin("calibration")
         calibration = asyncio.run(_calibration(server.url))
     return {
         "skills_roots": [str(s) for s in skills],

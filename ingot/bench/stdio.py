@@ -34,6 +34,7 @@ from ingot.bench.percentiles import percentiles
 from ingot.bench.served import bench_home, served, served_roots
 from ingot.bench.workload import queries, write_library
 from ingot.errors import ConfigError
+from ingot.progress import OnStep, Steps
 from ingot.settings import Settings
 from mcp_server.embedding import load_embedder
 from mcp_server.library import Library
@@ -148,19 +149,28 @@ def _measure(label: str, root: Path, vectors: Path, launches: int, calls: int, f
     }
 
 
-def run(settings: Settings, sizes: list[int], launches: int, calls: int) -> dict:
-    """Cold start and per-call latency of `ingot mcp` on the configured library and on each size."""
+def run(
+    settings: Settings, sizes: list[int], launches: int, calls: int, on_step: OnStep | None = None
+) -> dict:
+    """Cold start and per-call latency of `ingot mcp` on the configured library and on each size;
+    each library reported to `on_step` as it starts."""
     if launches < 1 or calls < 5:
         raise ConfigError("--launches must be at least 1 and --calls at least 5")
+    roots = settings.skills_dirs[:1]
+    names = [f"the library at {r}" for r in roots] + [f"library of {n} skills" for n in sizes]
+    steps = Steps(["a bare server", *names], on_step)
+    steps.begin("a bare server")
     vectors = Path(tempfile.gettempdir()) / "ingot-bench" / "cache" / "vectors.sqlite"  # kept between runs
     vectors.parent.mkdir(parents=True, exist_ok=True)
     with open(os.devnull, "w") as quiet:
         floor_starts = _cold_starts(_stdio([sys.executable, "-c", FLOOR_SERVER], {}), launches, 0, quiet)
     floor = {"median": statistics.median(floor_starts), "launches": len(floor_starts)}
-    results = [
-        _measure(str(root), root, vectors, launches, calls, floor) for root in settings.skills_dirs[:1]
-    ]
+    results = []
+    for root in roots:
+        steps.begin(f"the library at {root}")
+        results.append(_measure(str(root), root, vectors, launches, calls, floor))
     for size in sizes:
+        steps.begin(f"library of {size} skills")
         folder = Path(tempfile.mkdtemp(prefix=f"ingot-bench-stdio-{size}-"))
         try:
             write_library(folder / "skills", size)

@@ -1,6 +1,9 @@
 """`ingot bench ...`: each benchmark prints JSON (the benchmarks themselves live in ingot/bench/).
 
-Registered on the group by `main.py`; this module imports only `options` from the CLI."""
+Long benchmarks (routing, latency, stdio, replica, promote) report their steps on stderr
+(ingot/cli/progress.py), so stdout carries the JSON alone.
+
+Registered on the group by `main.py`; this module imports only `options` and `progress` from the CLI."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from pathlib import Path
 import click
 
 from ingot.cli.options import print_json, settings_for, setup_logging, skills_option
+from ingot.cli.progress import progress
 from ingot.errors import IngotError
 
 
@@ -38,7 +42,9 @@ def bench_routing(skills: tuple[Path, ...], cases: Path, details: bool, strip_bo
     settings = settings_for(skills)
     setup_logging("WARNING")
     vectors = Path(tempfile.gettempdir()) / "ingot-bench" / "cache" / "vectors.sqlite"  # kept between runs
-    print_json(run(settings.skills_dirs, vectors, cases, details, strip_bodies))
+    with progress("bench routing") as on_step:  # stderr: the JSON on stdout stays clean
+        report = run(settings.skills_dirs, vectors, cases, details, strip_bodies, on_step)
+    print_json(report)
 
 
 @bench.command(name="latency")
@@ -62,10 +68,12 @@ def bench_latency(sizes: str, queries: int, skills: tuple[Path, ...], cases: Pat
     if len(skills) > 1:
         raise click.UsageError("give --skills once: the latency bench measures a copy of one library")
     setup_logging("WARNING")
-    if cases is not None:
-        print_json(run_library(settings, settings.skills_dirs[0], cases, queries))
-    else:
-        print_json(run(settings, [int(s) for s in sizes.split(",")], queries))
+    with progress("bench latency") as on_step:  # stderr: the JSON on stdout stays clean
+        if cases is not None:
+            report = run_library(settings, settings.skills_dirs[0], cases, queries, on_step)
+        else:
+            report = run(settings, [int(s) for s in sizes.split(",")], queries, on_step)
+    print_json(report)
 
 
 @bench.command(name="stdio")
@@ -82,7 +90,9 @@ def bench_stdio(skills: tuple[Path, ...], sizes: str, launches: int, calls: int)
 
     settings = settings_for(skills)
     setup_logging("WARNING")
-    print_json(run(settings, [int(s) for s in sizes.split(",") if s.strip()], launches, calls))
+    with progress("bench stdio") as on_step:
+        report = run(settings, [int(s) for s in sizes.split(",") if s.strip()], launches, calls, on_step)
+    print_json(report)
 
 
 @bench.command(name="replica")
@@ -100,7 +110,10 @@ def bench_replica(skills: tuple[Path, ...], replicas: int, rounds: int, interval
 
     settings = settings_for(skills)
     setup_logging("WARNING")
-    print_json(run(settings, replicas, rounds, interval, [int(s) for s in sizes.split(",") if s.strip()]))
+    with progress("bench replica") as on_step:
+        sized = [int(s) for s in sizes.split(",") if s.strip()]
+        report = run(settings, replicas, rounds, interval, sized, on_step)
+    print_json(report)
 
 
 @bench.command(name="promote")
@@ -111,7 +124,9 @@ def bench_promote(rounds: int) -> None:
 
     settings = settings_for()
     setup_logging("WARNING")
-    print_json(run(settings, rounds))
+    with progress("bench promote") as on_step:
+        report = run(settings, rounds, on_step)
+    print_json(report)
 
 
 @bench.command(name="optimize")

@@ -2,7 +2,7 @@
 
 The read-only reports (pending, history, status, audit verify) are in reports.py.
 
-Registered on the group by `main.py`; this module imports only `options` from the CLI."""
+Registered on the group by `main.py`; this module imports only `options` and `progress` from the CLI."""
 
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ def propose(
     description, both, or removal with --remove).
 
     The folder may be called anything; its SKILL.md must declare SKILL as its name."""
+    from ingot.cli.progress import progress
     from ingot.evaluation import evaluate_change, propose_measured
     from ingot.runtime import change_control, open_library
     from optimize.control.proposals import ProposalWithheld
@@ -86,7 +87,10 @@ def propose(
                 control, skill, files, "operator", library.similarity(skill, description), note, new=new
             )
         else:  # measured before it is queued: whether it waits or is withheld rests on all of it
-            proposed, evaluated = propose_measured(settings, library, control, skill, files, note, new)
+            with progress(f"propose {skill}") as on_step:
+                proposed, evaluated = propose_measured(
+                    settings, library, control, skill, files, note, new, on_step
+                )
     change = proposed.change
     if proposed.withheld:
         raise ProposalWithheld(
@@ -101,7 +105,8 @@ def propose(
     if proposed.displaced:
         click.echo(f"displaced the previous candidate to {proposed.displaced}")
     if evaluated is None and not no_evaluate:  # a removal: measured once queued (no model needed)
-        evaluated = evaluate_change(settings, library, control, skill, change.id)
+        with progress(f"evaluate {skill}") as on_step:
+            evaluated = evaluate_change(settings, library, control, skill, change.id, on_step=on_step)
     if evaluated is not None:
         print_evaluation(evaluated, skill)
 
@@ -152,7 +157,7 @@ def approve(
     are audited with the cells they accept; any other failed cell cannot be approved."""
     control, who = _control(skills)
     cells = None if accepting is None else [c.strip() for c in accepting.split(",") if c.strip()]
-    if accept_missing and cells is None:  # a person names the cells they accept, as they saw them
+    if accept_missing and accept_missing.strip() and cells is None:  # the cells accepted, as seen
         from optimize.control.verify import ApprovalRefused
 
         verdict = control.passport(control.pending_change(skill, change_id))

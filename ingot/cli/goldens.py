@@ -1,7 +1,7 @@
 """`ingot` commands for regression replay: traces, bless, goldens (list, show, approve, retire)
 and replay.
 
-Registered on the group by `main.py`; this module imports only `options` from the CLI."""
+Registered on the group by `main.py`; this module imports only `options` and `progress` from the CLI."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import click
 import yaml
 
 from ingot.cli.options import print_json, settings_for, setup_logging, skills_option
-from ingot.errors import ConfigError, IngotError
+from ingot.errors import ConfigError, IngotError, NotFound, did_you_mean
 
 
 def _admin(skills: tuple[Path, ...]):
@@ -102,16 +102,24 @@ def bless(skills: tuple[Path, ...], trace_id: str, no_draft: bool) -> None:
     from optimize.models.traces import find_trace
 
     admin, who, settings = _admin(skills)
-    record = find_trace(trace_store(settings), trace_id)
-    if record is None:
-        raise IngotError(
-            f"no recorded run {trace_id!r} (within TRACE_RETENTION_DAYS); `ingot traces` lists them"
+    store = trace_store(settings)
+    record = find_trace(store, trace_id)
+    if record is None:  # exit 2, an unknown id (EXIT_CODES), naming the nearest recorded ones
+        known = [r.id for r in store.read().records]
+        raise NotFound(
+            f"no recorded run {trace_id!r} (within TRACE_RETENTION_DAYS){did_you_mean(trace_id, known)}; "
+            "`ingot traces` lists them"
         )
     drafter = None
     if not no_draft and settings.teacher_model:
         llm = llm_client(settings, run_id("bless"))
         drafter = lambda golden: draft_review(llm, golden)[0]  # noqa: E731
-    stored, created = admin.bless(record, who, drafter)
+    undrafted = (
+        f"--no-draft (the teacher {settings.teacher_model} was not asked)"
+        if settings.teacher_model
+        else "no teacher model is configured (TEACHER_MODEL)"
+    )
+    stored, created = admin.bless(record, who, drafter, undrafted)
     click.echo(
         f"{'blessed' if created else 'already blessed'}: {stored.id} for "
         f"{stored.golden.skill}@{stored.golden.revision[:12]}"
@@ -196,7 +204,7 @@ def list_goldens(
 )
 def show(skills: tuple[Path, ...], golden_id: str, as_yaml: bool) -> None:
     """Show a golden: the run, its steps, its criteria and world facts."""
-    stored = _store(skills).find(golden_id)
+    stored = _find(_store(skills), golden_id)
     if as_yaml:
         click.echo(yaml.safe_dump(_editable(stored), sort_keys=False, allow_unicode=True))
         return
@@ -214,6 +222,22 @@ def show(skills: tuple[Path, ...], golden_id: str, as_yaml: bool) -> None:
     click.echo("answer:")
     click.echo("  " + golden.answer.replace("\n", "\n  "))
     _echo_review(stored)
+
+
+def _find(store, golden_id: str):  # noqa: ANN001, ANN202 - a GoldenStore, a Stored
+    """The golden `golden_id` names (an id or a prefix of at least six hex digits), or `NotFound`
+    (exit 2, EXIT_CODES) naming the nearest ids when it names none or several."""
+    found, _ = store.all()
+    ids = [s.id for s in found]
+    prefix = golden_id.strip().lower().removeprefix("g-")
+    matches = [s for s in found if len(prefix) >= 6 and s.golden.digest.startswith(prefix)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        listed = ", ".join(s.id for s in matches[:4])
+        raise NotFound(f"{golden_id!r} names {len(matches)} goldens ({listed}); give more of the id")
+    nearest = did_you_mean(golden_id, ids)
+    raise NotFound(f"no golden {golden_id!r}{nearest}; `ingot goldens list --all` lists them")
 
 
 def _one_line(exc: Exception) -> str:
@@ -263,7 +287,7 @@ def _echo_review(stored) -> None:
 def approve(skills: tuple[Path, ...], golden_id: str, source: Path | None) -> None:
     """Approve a golden's criteria and world facts as yours (edited from FILE, or as drafted)."""
     admin, who, _ = _admin(skills)
-    stored = admin.store.find(golden_id)
+    stored = _find(admin.store, golden_id)
     data = _editable(stored)
     if source is not None:
         try:
@@ -286,7 +310,7 @@ def approve(skills: tuple[Path, ...], golden_id: str, source: Path | None) -> No
 def retire(skills: tuple[Path, ...], golden_id: str, reason: str) -> None:
     """Stop replaying a golden; it stays on disk and in the audit chain."""
     admin, who, _ = _admin(skills)
-    stored = admin.retire(golden_id, who, reason)
+    stored = admin.retire(_find(admin.store, golden_id).id, who, reason)
     click.echo(f"retired {stored.id} ({stored.golden.skill}): {reason}")
 
 
@@ -300,7 +324,9 @@ def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
     A regression (the replay cell fails) is an incident: every change class of SKILL drops to
     manual autonomy, and a revision autonomy promoted is rolled back. Exits 0 when the cell
     passes, 1 when it fails, is missing (the replays could not decide) or has nothing to replay."""
+    from ingot.cli.progress import progress
     from ingot.model_runtime import llm_client, replay_context, run_id, sandbox
+    from ingot.progress import Steps
     from ingot.runtime import change_control
     from optimize.control.autopilot import report_incident
 
@@ -312,7 +338,9 @@ def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
         raise IngotError(f"skill {skill!r} is not live (`ingot history {skill}` shows what happened)")
     files = control.promoter.read_tree(root / skill, skill)
     llm = llm_client(settings, run_id(f"replay-{skill}"), cassette_name=f"replay-{skill}")
-    cell = replay_context(settings).cell(skill, None, files, llm, sandbox(settings))
+    with progress(f"replay {skill}") as on_step:  # stderr: --json stays clean
+        count = Steps(["replay"], on_step).begin("replay")
+        cell = replay_context(settings).cell(skill, None, files, llm, sandbox(settings), count)
     if as_json:
         print_json(cell)
     else:

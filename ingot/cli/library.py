@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ingot.cli.options import print_json, settings_for, setup_logging, skills_option
-from ingot.errors import IngotError
+from ingot.errors import ConfigError, IngotError
 from ingot.settings import Settings
 
 if TYPE_CHECKING:
@@ -88,8 +88,13 @@ def _serve(settings: Settings, ports: dict[str, str]) -> None:
     report, serve. `ports` names the servers to run ("mcp", "ui") and where each port came from."""
     from ingot.cli.serve import listen, ui_options
 
-    options = ui_options(settings) if "ui" in ports else None  # a bad token setting fails before any work
     wanted = {"mcp": settings.mcp_port, "ui": settings.ui_port}
+    if len(ports) == 2 and wanted["mcp"] == wanted["ui"]:  # both would bind it; the second fails late
+        raise ConfigError(
+            f"MCP and the UI are both given port {wanted['mcp']} ({ports['mcp']}; {ports['ui']}): "
+            "give each its own port, e.g. --mcp-port 8000 --ui-port 8080"
+        )
+    options = ui_options(settings) if "ui" in ports else None  # a bad token setting fails before any work
     sockets: dict[str, socket.socket] = {}
     try:
         for name, named in ports.items():  # a taken port fails now, before the model loads
@@ -220,7 +225,9 @@ def route(
     from ingot.cli.serve import tool_limits
     from ingot.runtime import open_library
     from mcp_server.policy import CallerContext, may_read
+    from mcp_server.router import check_task
 
+    check_task(task)  # the limit MCP and the Library's routing box share: refused before any loading
     settings = settings_for(skills)
     setup_logging("WARNING")
     library = open_library(settings, read_only=True)

@@ -49,11 +49,23 @@ def _evidence_table() -> str:
     return (
         "\b\nEvidence per kind of change (a change is classified by what its bytes change):\n"
         + "\n".join(lines)
-        + "\n\nEach cell is pass, fail, missing or n/a. A change is ready (every cell that applies\n"
-        "passed), needs-acknowledgement (nothing failed, some missing: `ingot approve --accept-missing`)\n"
-        "or blocked (a cell failed; a replay BLOCK, or an A/B / routing impact that measured no gain\n"
-        "and no harm, takes `--override-reason`; harm cannot be approved)."
+        + f"\n\n{_words()}"
     )
+
+
+def _words() -> str:
+    """The passport's vocabulary, as passport.py writes it down (the one place it is defined)."""
+    from optimize.control.passport import CELL_MEANING, STATE_MEANING
+
+    def table(title: str, meanings: dict[str, str]) -> str:
+        width = max(map(len, meanings)) + 2
+        rows = (
+            textwrap.fill(m, 96, initial_indent=f"  {w:<{width}}", subsequent_indent=" " * (width + 2))
+            for w, m in meanings.items()
+        )
+        return f"\b\n{title}:\n" + "\n".join(rows)
+
+    return table("Each cell is", CELL_MEANING) + "\n\n" + table("A change is", STATE_MEANING)
 
 
 @click.group(epilog=_epilog(), context_settings={"max_content_width": 100})

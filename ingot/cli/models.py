@@ -4,7 +4,8 @@ Each command that calls models installs the OTLP exporter when the settings name
 (mcp_server/telemetry.py), so its model calls leave as GenAI spans; the proxy forwards calls and
 makes none of its own.
 
-Registered on the group by `main.py`; this module imports only `options` and `serve` from the CLI."""
+Registered on the group by `main.py`; this module imports only `options`, `progress` and `serve`
+from the CLI."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
     """Search for a better body (or description) for SKILL and queue it, with evidence, for review.
 
     Every paid call is journaled until the run succeeds: rerunning after a failure resumes."""
+    from ingot.cli.progress import progress
     from ingot.model_runtime import judge as make_judge
     from ingot.model_runtime import model_run, provenance, recent_traffic, replay_context, researcher
     from ingot.model_runtime import sandbox as make_sandbox
@@ -59,9 +61,12 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
     control = change_control(settings, library=library)
     champion = served_skill(library, skill)
     kind = "description" if description_pass else "body"
-    with model_run(
-        settings, f"optimize-{kind}-{skill}", journal=f"optimize-{kind}-{skill}-{champion.short_revision}"
-    ) as llm:
+    with (
+        model_run(
+            settings, f"optimize-{kind}-{skill}", journal=f"optimize-{kind}-{skill}-{champion.short_revision}"
+        ) as llm,
+        progress(f"optimize {skill}") as on_step,
+    ):
         if description_pass:
             change_id, reason = propose_description(
                 skill,
@@ -73,6 +78,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
                 researcher(settings),
                 settings.tasks_dir,
                 recent_traffic(settings),
+                on_step,
             )
             click.echo(reason)
             queued = control.queue.get(skill) if change_id else None
@@ -103,6 +109,7 @@ def optimize(skills: tuple[Path, ...], skill: str, candidates: int | None, descr
             provenance=provenance(settings, llm),
             replay=replay_context(settings),
             traffic=recent_traffic(settings),
+            on_step=on_step,
         )
         click.echo(outcome.reason)
         if outcome.proposed:
@@ -127,6 +134,7 @@ def evaluate(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
     """Measure SKILL's pending change, whoever proposed it: every evidence cell that applies (checks,
     routing impact, held-out A/B, sandbox checks), attached as a new bundle; a rerun after a failure
     resumes from the calls already paid for."""
+    from ingot.cli.progress import progress
     from ingot.evaluation import evaluate_change
     from ingot.runtime import change_control, open_library
     from mcp_server.telemetry import setup_telemetry
@@ -136,7 +144,9 @@ def evaluate(skills: tuple[Path, ...], skill: str, change_id: str) -> None:
     setup_telemetry(settings)  # OTEL_EXPORTER_OTLP_ENDPOINT: model calls as GenAI spans
     library = open_library(settings)
     control = change_control(settings, library=library)
-    print_evaluation(evaluate_change(settings, library, control, skill, change_id), skill)
+    with progress(f"evaluate {skill}") as on_step:
+        evaluated = evaluate_change(settings, library, control, skill, change_id, on_step=on_step)
+    print_evaluation(evaluated, skill)
 
 
 @click.command()
@@ -288,7 +298,7 @@ def proxy(upstream: str, port: int | None, harness: str | None) -> None:
     import uvicorn
 
     from agent.proxy import build_proxy
-    from ingot.cli.serve import is_loopback
+    from ingot.cli.serve import is_loopback, listen
     from ingot.model_runtime import trace_store
     from ingot.runtime import state_home
     from mcp_server.sessions import SessionRoutes
@@ -301,12 +311,21 @@ def proxy(upstream: str, port: int | None, harness: str | None) -> None:
     cassette = None
     if settings.cassette_mode in ("record", "record-missing"):
         cassette = Cassette(state_home(settings) / "cassettes" / "proxy.jsonl", "record")
-    app = build_proxy(upstream, trace_store(settings), SessionRoutes(state_home(settings)), cassette, harness)
-    click.echo(
-        f"ingot: capture proxy at http://{settings.bind_host}:{settings.proxy_port}/v1 -> {upstream}",
-        err=True,
-    )
-    uvicorn.run(app, host=settings.bind_host, port=settings.proxy_port, log_level=settings.log_level.lower())
+    store, routes = trace_store(settings), SessionRoutes(state_home(settings))  # a bad root fails first
+    # Bound before it is announced: a taken port is one line and exit 2 (EXIT_CODES), not a
+    # started server that then fails to bind.
+    named = "--port" if port is not None else "PROXY_PORT or --port"
+    sock = listen(settings.bind_host, settings.proxy_port, named)
+    try:
+        app = build_proxy(upstream, store, routes, cassette, harness)
+        click.echo(
+            f"ingot: capture proxy at http://{settings.bind_host}:{settings.proxy_port}/v1 -> {upstream}",
+            err=True,
+        )
+        config = uvicorn.Config(app, log_level=settings.log_level.lower())
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
 
 
 COMMANDS = (optimize, evaluate, mine, loop_command, agent_command, proxy)

@@ -125,20 +125,25 @@ def print_evaluation(result: Evaluated, skill: str) -> None:
 def print_passport(verdict: Passport, skill: str, change_id: str) -> None:
     """Every cell on its own line (state, why, and for a missing one what would measure it),
     then what approving it takes."""
+    from optimize.control.passport import NEEDS_ACK, READY, STALE
+
     for cell in verdict.cells:
         click.echo(f"  {cell.name:<15} {cell.state:<8} {cell.why}")
         if cell.measure:
             click.echo(f"  {'':<15} {'':<8} to measure: {cell.measure}")
     base = f"ingot approve {skill} --change {change_id}"
-    if verdict.state == "ready":
+    if verdict.state == READY:
         click.echo(f"approve with: {base}")
-    elif verdict.state == "needs-acknowledgement":
+    elif verdict.state == NEEDS_ACK:
         names = ", ".join(c.name for c in verdict.missing)
         pinned = ",".join(c.name for c in verdict.missing)
         click.echo(
             f'approve only naming why {names} may stay missing: {base} --accept-missing "REASON" '
             f'--accepting "{pinned}"'
         )
+    elif verdict.state == STALE:
+        again = f"ingot evaluate {skill} --change {change_id}"
+        click.echo(f"stale: it cannot be approved until re-measured: `{again}`")
     elif verdict.overridable:
         failed = ", ".join(c.name for c in verdict.failed)
         pinned = ",".join(c.name for c in verdict.missing)

@@ -30,7 +30,8 @@ def _reader(skills: tuple[Path, ...]):  # noqa: ANN202 - a ChangeControl, import
 @click.option("--json", "as_json", is_flag=True, help="Print each change with its passport as JSON.")
 def list_pending(skills: tuple[Path, ...], as_json: bool) -> None:
     """List the changes waiting for a decision: kind, size and passport state (ready,
-    needs-acknowledgement or blocked) with the cells that make it so."""
+    needs-acknowledgement, blocked, or stale: the live skill changed since it was measured) with
+    the cells that make it so."""
     from optimize.measure.size import change_size
 
     control = _reader(skills)

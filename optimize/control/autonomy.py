@@ -36,7 +36,7 @@ from typing import Any
 from ingot.errors import ConfigError
 from ingot.fsutil import write_atomic
 from optimize.control.audit import AuditEntry, AuditError, AuditLog
-from optimize.control.passport import Passport
+from optimize.control.passport import STALE, Passport
 
 LEVELS = ("manual", "supervised", "auto")
 CLASSES = ("create", "description", "body")
@@ -88,6 +88,10 @@ def decide(
         return Decision("human", f"a {passport.kind} change is always decided by a person")
     if trust.level == "manual":
         return Decision("human", "this class is manual: a person approves each change")
+    if passport.state == STALE:  # nobody may approve it as it stands, autonomy included
+        return Decision(
+            "human", f"{passport.summary}; until then neither autonomy nor a person can approve it"
+        )
     if not passport.ready:
         return Decision("human", f"{passport.summary}. A person decides (fail-closed)")
     if trust.level == "auto":
@@ -297,7 +301,10 @@ class Autonomy:
                 out.append(old)  # nothing was delegated: nothing to take back
                 continue
             new = dataclasses.replace(old, level="manual", streak=0, last_incident=f"{when}: {why}")
-            out.append(self._put(skill, cls, new, actor, f"incident ({why}): {old.level} -> manual"))
+            moved = f"{old.level} -> manual"
+            if old.level == "manual":  # a streak toward a higher level restarts
+                moved = "stays manual" + (f", streak {old.streak} -> 0" if old.streak else "")
+            out.append(self._put(skill, cls, new, actor, f"incident ({why}): {moved}"))
         return out
 
     def first_report(self, skill: str, key: str) -> bool:

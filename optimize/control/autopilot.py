@@ -56,7 +56,7 @@ def change_passport(control: ChangeControl, change: PendingChange) -> Passport:
     except evidence_mod.EvidenceError as exc:
         why = f"the evidence cannot be read ({exc}): re-evaluate it (`ingot evaluate`)"
         return Passport(change.kind, tuple(Cell(name, FAIL, why) for name in CELLS))
-    return passport(data, control.live_revision(change.skill), control.thresholds)
+    return passport(data, control.live_revision(change.skill), control.thresholds, change.id)
 
 
 def change_trust(control: ChangeControl, change: PendingChange) -> Trust | None:

@@ -135,7 +135,7 @@ class ChangeControl:
             data = evidence_mod.load(self.runs_dir / change.evidence_path).data
         except evidence_mod.EvidenceError:
             return None
-        return passport(data, self.live_revision(change.skill), self.thresholds)
+        return passport(data, self.live_revision(change.skill), self.thresholds, change.id)
 
     def refusal(self, change: PendingChange) -> str | None:
         """Why approving `change` would be refused right now, or None if it would go ahead.

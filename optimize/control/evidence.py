@@ -26,7 +26,7 @@ from typing import Any
 from ingot.errors import IngotError
 from ingot.fsutil import write_atomic
 from optimize.control.gate import Thresholds, p_clause
-from optimize.control.passport import Passport, passport
+from optimize.control.passport import FAIL, PASS, Passport, passport
 from optimize.control.replay_rule import FINDING_OF, STATE_OF
 from optimize.measure.impact import METRIC_NAMES
 
@@ -282,7 +282,7 @@ def _cell(name: str, block: Mapping[str, Any]) -> list[str]:
     out = [f"- {BLOCK_NAMES.get(name, name)}:"]
     for check, result in (block.get("results") or {}).items():
         if isinstance(result, Mapping):
-            outcome = "passed" if result.get("passed") else "FAILED"
+            outcome = PASS if result.get("passed") else FAIL
             out.append(f"  - {check} check: {outcome} {result.get('detail', '')}".rstrip())
     return out
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from optimize.control.passport import FAIL, MISSING, PASS
 from optimize.measure.impact import METRIC_NAMES
 from optimize.measure.stats import finite, paired_tests, variance_is_zero
 
@@ -71,32 +72,34 @@ class _Rules:
         self.unshown: list[str] = []  # measured, no harm, but not shown better: an overridable fail
         self.warnings: list[str] = []
 
+    # Each rule is reported in the cells' own words (passport.CELL_STATES): pass, fail, missing.
     def check(self, name: str, ok: bool, failure: str) -> bool:
-        self.applied.append(f"{name}: {'ok' if ok else 'FAILED'}")
+        self.applied.append(f"{name}: {PASS if ok else FAIL}")
         if not ok:
             self.failed.append(failure)
         return ok
 
     def enough(self, name: str, ok: bool, shortfall: str) -> bool:
-        self.applied.append(f"{name}: {'ok' if ok else 'too few'}")
+        self.applied.append(f"{name}: {PASS if ok else f'{MISSING} (too few to decide)'}")
         if not ok:
             self.short.append(shortfall)
         return ok
 
     def shown(self, name: str, ok: bool, failure: str) -> bool:
-        self.applied.append(f"{name}: {'ok' if ok else 'NOT SHOWN'}")
+        unshown = f"{FAIL} (not shown better; an audited override may accept it)"
+        self.applied.append(f"{name}: {PASS if ok else unshown}")
         if not ok:
             self.unshown.append(failure)
         return ok
 
     def judged(self, why_if_ok: str, **extra: Any) -> Judged:
         if self.failed:
-            return Judged("fail", "; ".join(self.failed), tuple(self.applied), **extra)
+            return Judged(FAIL, "; ".join(self.failed), tuple(self.applied), **extra)
         if self.short:
-            return Judged("missing", "; ".join(self.short), tuple(self.applied), **extra)
+            return Judged(MISSING, "; ".join(self.short), tuple(self.applied), **extra)
         if self.unshown:
-            return Judged("fail", "; ".join(self.unshown), tuple(self.applied), overridable=True, **extra)
-        return Judged("pass", why_if_ok, tuple(self.applied), **extra)
+            return Judged(FAIL, "; ".join(self.unshown), tuple(self.applied), overridable=True, **extra)
+        return Judged(PASS, why_if_ok, tuple(self.applied), **extra)
 
 
 def measured(evidence: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
@@ -110,7 +113,7 @@ def guarded(rule: Any, evidence: Mapping[str, Any], *args: Any) -> Judged:
     try:
         return rule(evidence, *args)
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
-        return Judged("fail", f"the evidence is malformed ({type(exc).__name__}: {exc}); re-measure it")
+        return Judged(FAIL, f"the evidence is malformed ({type(exc).__name__}: {exc}); re-measure it")
 
 
 # -- held-out A/B --------------------------------------------------------------------------------
@@ -180,17 +183,34 @@ def _ab(evidence: Mapping[str, Any], t: Thresholds) -> Judged:
     deciding = [test for test in tests if test.p is not None] if small else [tests[0]]
     shown = ", ".join(f"{test.name} {p_clause(test.p)}" for test in tests)
     significant = bool(deciding) and all(test.p is not None and test.p <= t.alpha for test in deciding)
+    rule = _significance_rule(tests, deciding, small, n, t.alpha)
     rules.shown(
-        f"significance ({'both tests' if small else 'paired t-test'} p <= {t.alpha}; {shown})",
+        f"significance ({rule}; {shown})",
         significant,
-        f"not shown better: the gain is not significant ({shown}; needed p <= {t.alpha}"
-        f"{' from both' if small else ''}); more distinct held-out cases could show it",
+        f"not shown better: the gain is not significant ({shown}; needed {rule}); more distinct "
+        "held-out cases could show it",
     )
     return rules.judged(
         f"margin {margin:+.3f} over {n} distinct cases; {shown}",
         statistics=stats,
         warnings=tuple(rules.warnings),
     )
+
+
+def _significance_rule(tests: Any, deciding: Any, small: bool, n: int, alpha: float) -> str:
+    """The significance rule as it was applied: which tests decided, and, when a test was
+    undefined, which one and why, and what the rule used instead."""
+    if not small:
+        return f"paired t-test p <= {alpha} ({n} cases, at least {SMALL_N}: the t-test alone decides)"
+    why_small = f"{n} cases, fewer than {SMALL_N}" if n < SMALL_N else "the deltas have no variance"
+    undefined = [test for test in tests if test.p is None]
+    if not undefined:
+        return f"both tests p <= {alpha} ({why_small}: both must agree)"
+    said = "; ".join(f"{test.name} undefined: {test.note or 'no p-value'}" for test in undefined)
+    if not deciding:
+        return f"both tests p <= {alpha} ({why_small}); {said}, so no test could show a gain"
+    used = " and ".join(test.name for test in deciding)
+    return f"{used} p <= {alpha} ({why_small}; {said}, so the rule used the {used} alone)"
 
 
 def _pairwise(ab: Mapping[str, Any], rules: _Rules) -> None:

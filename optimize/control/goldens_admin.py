@@ -49,17 +49,24 @@ class GoldenAdmin:
             "its bytes cannot be put back for replays; bless a run of the live revision"
         )
 
-    def bless(self, record: TraceRecord, actor: str, drafter: Drafter | None = None) -> tuple[Stored, bool]:
+    def bless(
+        self,
+        record: TraceRecord,
+        actor: str,
+        drafter: Drafter | None = None,
+        undrafted: str = "no teacher drafted it (TEACHER_MODEL is unset, or its client could not start)",
+    ) -> tuple[Stored, bool]:
         """The golden made from `record`, stored and audited; (stored, False) if already blessed.
 
         `drafter` (the teacher) writes its criteria and world facts for review; without one the
-        golden waits for a person to write them (`ingot goldens approve`)."""
+        golden waits for a person to write them (`ingot goldens approve`), and its note says why
+        there is no draft (`undrafted`: the caller knows the setting, so the note is true)."""
         golden = golden_from_trace(record)
         files = self.revision_files(golden.skill, golden.revision)
         review = (
             drafter(golden)
             if drafter is not None
-            else Review(notes=("no teacher configured: write the criteria",))
+            else Review(notes=(f"not drafted: {undrafted}; write the criteria",))
         )
         with change_lock(self.control.runs_dir, self.control.lock_wait_s):
             stored, created = self.store.add(golden, files, review)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ingot import faults
-from ingot.errors import IngotError
+from ingot.errors import IngotError, WriteFailed
 from ingot.fsutil import check_relative, fsync_dir, hidden_entries, write_atomic
 from mcp_server.library import Similarity
 from mcp_server.registry import Registry, read_skill_files
@@ -231,6 +231,8 @@ class Guard:
     def _restore(self, name: str, why: str, kept: Kept | None) -> list[GuardEvent]:
         try:
             outcome = self._restore_approved(name, why)
+        except WriteFailed as exc:  # already says what failed (errno text, path), what is served, what to do
+            return [GuardEvent(name, "failed", str(exc))]
         except IngotError as exc:
             return [GuardEvent(name, "failed", f"could not restore the approved revision: {exc}")]
         now = f"at {outcome.to_revision[:12]}" if outcome.to_revision else "removed (never approved)"

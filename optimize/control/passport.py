@@ -1,31 +1,48 @@
 """A change's passport: the one verdict a person, the CLI, the UI and autonomy all act on.
 
-Six cells (kinds.CELLS), each `pass`, `fail`, `missing` (could apply, was not measured: says why
-and what would measure it) or `n/a` (cannot apply to this kind of change: says why; which cells
-apply to which kind is kinds.APPLIES). A change is in exactly one state:
-- `ready`: every cell that applies passed;
-- `needs-acknowledgement`: nothing failed, some cells are missing: a person may approve it only
-  by naming them with a reason (`ingot approve --accept-missing`), which is audited; autonomy never;
-- `blocked`: a cell failed. A replay BLOCK, or a measurement that did not show the change better
-  (an A/B without the required gain, a description without a routing gain; no harm found), may
-  be overridden with an audited reason; harm may not.
-Pure: evidence, the live revision and the thresholds in, a `Passport` out. Evidence measured on
-a champion that is no longer live fails every cell that applies: it describes another change.
+Six cells (kinds.CELLS), each in one of CELL_STATES; a change is in exactly one of STATES. The
+words, and what each means, are written down once, here (CELL_MEANING, STATE_MEANING): the CLI,
+the review card, History, EVIDENCE.md and the JSON import them and print nothing else. Which
+cells apply to which kind of change is kinds.APPLIES. Blocked: a replay BLOCK, or a measurement
+that did not show the change better (no harm found), may be overridden with an audited reason;
+harm may not. Stale: evidence measured on a champion that is no longer live describes another
+change: every cell that applies is `stale`, nothing is approved, and it says how to re-measure.
+Pure: evidence, the live revision and the thresholds in, a `Passport` out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from optimize.control.gate import Judged, Thresholds, ab_cell, measured, routing_cell
 from optimize.control.kinds import APPLIES, IF_CODE_RUNS, kind_of, why_not_applicable
 from optimize.control.replay_rule import replay_rule
 
-PASS, FAIL, MISSING, NA = "pass", "fail", "missing", "n/a"
+if TYPE_CHECKING:  # gate.py loads the statistics (numpy); the CLI's help reads the words without it
+    from optimize.control.gate import Judged, Thresholds
+
+PASS, FAIL, MISSING, NA, STALE = "pass", "fail", "missing", "n/a", "stale"
+CELL_STATES = (PASS, FAIL, MISSING, NA, STALE)
 READY, NEEDS_ACK, BLOCKED = "ready", "needs-acknowledgement", "blocked"
-STATES = (READY, NEEDS_ACK, BLOCKED)
+STATES = (READY, NEEDS_ACK, BLOCKED, STALE)  # best first: a queue sorts by it
+CELL_MEANING = {
+    PASS: "measured, and the evidence shows what the cell asks",
+    FAIL: "measured, and the evidence shows harm, or no gain where one is required",
+    MISSING: "applies to this change, was not measured (or too little to decide): says why and what "
+    "would measure it",
+    NA: "cannot apply to this kind of change: says why",
+    STALE: "measured on a skill that is no longer live: says what to re-measure",
+}
+STATE_MEANING = {
+    READY: "every cell that applies passed; the only state autonomy approves",
+    NEEDS_ACK: "nothing failed, some cells are missing: a person may approve it by naming them "
+    'with a reason (`--accept-missing "REASON" --accepting CELLS`), audited',
+    BLOCKED: "a cell failed: only a replay BLOCK or a gain not shown may be overridden with an "
+    "audited reason (`--override-reason`); harm cannot be approved",
+    STALE: "the live skill changed since the evidence was measured: nothing can approve it until "
+    "it is re-measured (`ingot evaluate SKILL --change ID`)",
+}
 MAX_COST_INCREASE = 0.25  # serving cost may grow by this share before the cost cell fails
 
 # What would measure each cell, for a `missing` one (its own `why` says what was lacking).
@@ -50,7 +67,7 @@ UNEXERCISED = (
 @dataclass(frozen=True)
 class Cell:
     name: str
-    state: str  # pass | fail | missing | n/a
+    state: str  # one of CELL_STATES
     why: str
     measure: str = ""  # missing: what would measure it
     overridable: bool = False  # fail: a replay BLOCK or no gain shown, which an audited override may accept
@@ -81,7 +98,14 @@ class Passport:
         return tuple(c for c in self.cells if c.state == MISSING)
 
     @property
+    def stale(self) -> tuple[Cell, ...]:
+        return tuple(c for c in self.cells if c.state == STALE)
+
+    @property
     def state(self) -> str:
+        """One of STATES; stale evidence outranks everything it says (it describes another change)."""
+        if self.stale:
+            return STALE
         if self.failed:
             return BLOCKED
         return NEEDS_ACK if self.missing else READY
@@ -90,6 +114,11 @@ class Passport:
     def ready(self) -> bool:
         """Every cell that applies passed: what autonomy requires."""
         return self.state == READY
+
+    @property
+    def sound(self) -> bool:
+        """Nothing failed and nothing is stale: ready, or waiting only on missing cells."""
+        return self.state in (READY, NEEDS_ACK)
 
     @property
     def overridable(self) -> bool:
@@ -105,6 +134,8 @@ class Passport:
         """One line: the state, then the cells that made it so."""
         if self.state == READY:
             return "ready: every cell that applies passed"
+        if self.state == STALE:
+            return f"{STALE}: {self.stale[0].why}"
         open_cells = self.failed or self.missing
         shown = ", ".join(f"{c.name} {c.state}" for c in open_cells)
         more = (
@@ -125,8 +156,25 @@ class Passport:
         }
 
 
-def passport(evidence: Mapping[str, Any], live_revision: str | None, thresholds: Thresholds) -> Passport:
-    """The cells for one evidence bundle, judged against what is live now."""
+def stale_why(skill: str, change_id: str | None, measured_on: str | None, live_now: str | None) -> str:
+    """The one line for evidence measured on a champion that is no longer live: the passport's
+    stale cells, approval's refusal and autonomy's decision all say it."""
+    return (
+        f"the live skill changed since this evidence was measured (measured on "
+        f"{measured_on[:12] if measured_on else 'no skill (new)'}, live now "
+        f"{live_now[:12] if live_now else 'nothing'}): "
+        f"re-measure with `ingot evaluate {skill} --change {change_id or 'ID'}`"
+    )
+
+
+def passport(
+    evidence: Mapping[str, Any],
+    live_revision: str | None,
+    thresholds: Thresholds,
+    change_id: str | None = None,
+) -> Passport:
+    """The cells for one evidence bundle, judged against what is live now (`change_id`, when
+    known, goes into the re-measure command a stale passport gives)."""
     kind = kind_of(evidence)
     ab = _judged_ab(evidence, thresholds)
     routing = _judged_routing(evidence, kind, thresholds)
@@ -146,19 +194,20 @@ def passport(evidence: Mapping[str, Any], live_revision: str | None, thresholds:
     }
     champion = evidence.get("champion_revision")
     if champion != live_revision:
-        why = (
-            f"measured against {str(champion or 'no skill')[:12]}, but {(live_revision or 'nothing')[:12]} "
-            "is live now: the evidence describes another change; re-evaluate it (`ingot evaluate`)"
-        )
-        cells = tuple(c if c.state == NA else Cell(c.name, FAIL, why) for c in cells)
+        why = stale_why(str(evidence.get("skill") or "SKILL"), change_id, champion, live_revision)
+        cells = tuple(c if c.state == NA else Cell(c.name, STALE, why) for c in cells)
     return Passport(kind, cells, **extra)
 
 
 def _judged_ab(evidence: Mapping[str, Any], t: Thresholds) -> Judged | None:
+    from optimize.control.gate import ab_cell, measured
+
     return ab_cell(evidence, t) if measured(evidence, "ab") else None
 
 
 def _judged_routing(evidence: Mapping[str, Any], kind: str, t: Thresholds) -> Judged | None:
+    from optimize.control.gate import measured, routing_cell
+
     return routing_cell(evidence, kind, t) if measured(evidence, "routing_impact") else None
 
 

@@ -28,7 +28,7 @@ from optimize.control.audit import AuditLog
 from optimize.control.gate import Thresholds
 from optimize.control.kinds import CELLS, what_changes
 from optimize.control.lock import PromotionConflict
-from optimize.control.passport import Passport, passport
+from optimize.control.passport import Passport, passport, stale_why
 from optimize.control.pending import LEGACY_KINDS, PendingChange
 from optimize.control.promote import ABSENT, Promoter, tree_revision
 from optimize.measure.cache import SealedCache
@@ -111,10 +111,11 @@ class Verifier:
         self.check_caches(bundle.data)
         live = self.live_revision(change.skill)
         if live != bundle.champion_revision or live != change.champion_revision:
+            measured_on = (
+                bundle.champion_revision if live != bundle.champion_revision else change.champion_revision
+            )
             raise ApprovalRefused(
-                f"skill {change.skill!r} changed on disk since the evidence was recorded (evidence "
-                f"champion {(bundle.champion_revision or 'none')[:12]}, on disk {(live or 'none')[:12]}); "
-                f"re-measure it"
+                f"{change.id} is stale: {stale_why(change.skill, change.id, measured_on, live)}"
             )
         actual = ABSENT if change.removal else tree_revision(change.files)
         if actual != bundle.candidate_revision or actual != change.candidate_revision:
@@ -123,7 +124,7 @@ class Verifier:
                 f"{bundle.candidate_revision[:12]} (edited after the evidence)"
             )
         self.check_kind(change, live, bundle.data)
-        verdict = passport(bundle.data, live, self.thresholds)
+        verdict = passport(bundle.data, live, self.thresholds, change.id)
         hard = [c for c in verdict.failed if not c.overridable]
         if hard:
             raise ApprovalRefused(
@@ -239,12 +240,17 @@ def accepted(
     cells the person saw missing (the confirmation page always
     sends them): a cell missing now that is not among them is a conflict, never accepted unseen.
     `ApprovalRefused` says what is lacking; autonomy never passes either."""
+    override_given = override is not None and override != ""
     reason, override = (accept_missing or "").strip()[:2000], (override or "").strip()[:2000]
     unknown = sorted(set(accepting or ()) - set(CELLS))
     if unknown:
         raise ApprovalRefused(
             f"unknown cell(s) {', '.join(map(repr, unknown))} in --accepting; the cells are "
             f"{', '.join(CELLS)}"
+        )
+    if override_given and not override:
+        raise ApprovalRefused(
+            'a reason is required: --override-reason "WHY" (why the failed cells are acceptable; audited)'
         )
     if verdict.failed and not override:
         raise ApprovalRefused(
@@ -253,6 +259,24 @@ def accepted(
             + "); approve only with an explicit override and its reason (--override-reason), which is audited"
         )
     missing = tuple(c.name for c in verdict.missing)
+    if accept_missing is not None and not reason:
+        raise ApprovalRefused(
+            'a reason is required: --accept-missing "REASON" (why the missing cells are acceptable; '
+            "audited with them)"
+        )
+    extra = [name for name in accepting or () if name not in missing]
+    unseen = [name for name in missing if accepting is not None and name not in set(accepting)]
+    listed = ", ".join(missing) or "none"
+    if extra:
+        named = "; ".join(f"{n}: {verdict.cell(n).state}" for n in extra)
+        are = "is" if len(extra) == 1 else "are"
+        not_missing = f"{', '.join(extra)} {are} not missing on this change ({named})"
+        if not unseen:  # a wrong name, not a change since: say which cells are missing
+            raise ApprovalRefused(
+                f"{not_missing}, so there is nothing to accept for {'it' if len(extra) == 1 else 'them'}; "
+                f"the missing cells are: {listed}"
+                + (f'. Name only those: --accepting "{",".join(missing)}"' if missing else "")
+            )
     if missing and not reason:
         listed = "; ".join(f"{c.name} ({c.why})" for c in verdict.missing)
         raise ApprovalRefused(
@@ -260,7 +284,13 @@ def accepted(
             "by naming why that is enough (the reason on the confirmation page, or `ingot approve "
             f'--accept-missing "REASON" --accepting "{",".join(missing)}"`), audited with the cells'
         )
-    unseen = [name for name in missing if accepting is not None and name not in set(accepting)]
+    if unseen and extra:  # named the wrong cells: which are missing, and that nothing unseen is accepted
+        one = len(unseen) == 1
+        raise PromotionConflict(
+            f"{not_missing}, and {', '.join(unseen)} {'is' if one else 'are'} missing now and you did not "
+            f"accept {'it' if one else 'them'}; the missing cells are: {listed}. If that is what you saw, "
+            f'name them (--accepting "{",".join(missing)}"); if not, review {change.id} again'
+        )
     if unseen:
         one = len(unseen) == 1
         raise PromotionConflict(

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from agent.run import serve, skill_system_prompt
 from agent.workspace import SkillSnapshot
 from ingot.errors import IngotError
+from ingot.progress import Count, uncounted
 from ingot.seal import Seal
 from optimize.measure.cache import CacheEntry, SealedCache
 from optimize.measure.execcheck import Sandbox, run_check
@@ -151,11 +151,14 @@ class ABRunner:
             return render("agent_novel", create_hint="")
         return skill_system_prompt("match", arm.name, arm.revision, arm.body or "")
 
-    def _run_arm(self, arm: Arm, tasks: Sequence[Task]) -> list[dict[str, Any]]:
+    def _run_arm(
+        self, arm: Arm, tasks: Sequence[Task], tick: Callable[[], None] = lambda: None
+    ) -> list[dict[str, Any]]:
+        """Each task served with `arm` and graded; `tick` after each (one judgement done)."""
         system = self._system(arm)
         skill = SkillSnapshot.of(arm.name, arm.files) if arm.files and arm.revision else None
         results = []
-        for task in tqdm(tasks, desc=f"A/B {arm.label[:12]}", unit="task", leave=False, disable=None):
+        for task in tasks:
             served = serve(
                 self.llm,
                 "agent",
@@ -185,6 +188,7 @@ class ABRunner:
                     "check": None if check is None else {"status": check.status, "reason": check.reason},
                 }
             )
+            tick()
         return results
 
     def _serving_cost(self, tokens_in: int | None, tokens_out: int | None) -> float | None:
@@ -199,19 +203,31 @@ class ABRunner:
         ledger = self.llm.ledger
         return ledger.prices.get(self.llm.config.endpoint("agent").model) if ledger else None
 
-    def champion_results(self, champion: Arm, tasks: Sequence[Task], holdout_hash: str) -> CacheEntry:
-        """The champion's results and their cache entry (read, or computed and written). Read
-        results are priced now from their token counts; the entry's bytes stay as sealed. An
-        entry from before the split token counts is remeasured only when it could now be priced."""
-        conditions = self.conditions(champion, tasks, holdout_hash)
+    def _champion(
+        self,
+        champion: Arm,
+        tasks: Sequence[Task],
+        conditions: dict[str, Any],
+        cached: CacheEntry | None,
+        tick: Callable[[], None] = lambda: None,
+    ) -> CacheEntry:
+        """The champion's results and their cache entry: `cached` (read, `_cached`) with its answers
+        priced now from their token counts (the entry's bytes stay as sealed), or the champion
+        run now (`tick` after each task) and written."""
+        if cached is not None:
+            return replace(cached, results=[self._repriced(r) for r in cached.results])
+        return self.cache.put(conditions, self._run_arm(champion, tasks, tick))
+
+    def _cached(self, conditions: dict[str, Any], tasks: int) -> CacheEntry | None:
+        """The champion's cache entry when it can be used as it is (one result per task, priced)."""
         entry = self.cache.get(conditions)
         if (
             entry is not None
-            and len(entry.results) == len(tasks)
+            and len(entry.results) == tasks
             and (self._price() is None or all(_counted(r) for r in entry.results))
         ):
-            return replace(entry, results=[self._repriced(r) for r in entry.results])
-        return self.cache.put(conditions, self._run_arm(champion, tasks))
+            return entry
+        return None
 
     def _repriced(self, result: Mapping[str, Any]) -> dict[str, Any]:
         """A cached answer with its `usd` at today's prices (unknown without its token counts)."""
@@ -240,8 +256,10 @@ class ABRunner:
             "challenger": "measured now",
         }
 
-    def run(self, champion: Arm, challenger: Arm, tasks: TaskSet) -> dict[str, Any]:
-        """The `ab` cell for an evidence bundle; `ABRefused` (before any call) if it cannot be."""
+    def run(self, champion: Arm, challenger: Arm, tasks: TaskSet, count: Count = uncounted) -> dict[str, Any]:
+        """The `ab` cell for an evidence bundle; `ABRefused` (before any call) if it cannot be.
+        `count` hears each judgement done: every answer graded (the champion's only when not
+        cached) and every pairwise comparison."""
         report = self.sampling(tasks)
         sampling = report.as_json([t.prompt for t in tasks.holdout], [t.prompt for t in tasks.train])
         leaks = self._leaks(tasks, report)
@@ -262,11 +280,22 @@ class ABRunner:
                 "was called"
             )
         distinct = [tasks.holdout[i] for i in report.kept]
-        entry = self.champion_results(champion, distinct, tasks.holdout_hash)
-        old, new = entry.results, self._run_arm(challenger, distinct)
+        conditions = self.conditions(champion, distinct, tasks.holdout_hash)
+        cached = self._cached(conditions, len(distinct))
+        total, done = len(distinct) * (2 if cached is not None else 3), 0
+
+        def tick() -> None:
+            nonlocal done
+            done += 1
+            count(done, total, "judgements")
+
+        count(0, total, "judgements")
+        entry = self._champion(champion, distinct, conditions, cached, tick)
+        old, new = entry.results, self._run_arm(challenger, distinct, tick)
         cases, tally = [], {"win": 0, "tie": 0, "loss": 0}
         for i, (task, a, b) in enumerate(zip(distinct, old, new, strict=True)):
             preference = self.judge.compare(task.prompt, a["answer"], b["answer"])
+            tick()
             verdict = {"b": "win", "a": "loss", "tie": "tie"}[preference.winner]
             tally[verdict] += 1
             cases.append(

@@ -11,7 +11,8 @@ proposal) land here with the change's files and the live champion's. Cells:
 - `replay` (given by the caller, measure/regress.py): the skill's blessed runs replayed with the
   candidate's bytes. A cell that cannot run says why, never a default.
 Measures and never decides: the verdict is the passport's (control/passport.py) when control
-attaches the bundle. Imports no control or search (tests/test_layout.py).
+attaches the bundle. Each cell is reported as a step as it starts, with the work done inside it
+(ingot/progress.py `Steps`); nothing here prints. Imports no control or search (tests/test_layout.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import yaml
 
 from ingot.errors import IngotError, SkillInvalid, first_line
+from ingot.progress import Count, Steps, uncounted
 from mcp_server.library import Library
 from mcp_server.registry import Skill, parse_skill_md
 from optimize.measure.ab import ABRefused, ABRunner, Arm
@@ -63,7 +65,17 @@ class Inputs:
     traffic: Sequence[str] = ()
     runner: ABRunner | None = None
     no_models: str = "no models configured: set BASE_URL, AGENT_MODEL and JUDGE_MODEL (see .env.example)"
-    extra_cells: Mapping[str, Callable[[Candidate], dict[str, Any]]] = field(default_factory=dict)
+    # name -> cell; each is shown as the step of that name and counts its work through `Count`
+    extra_cells: Mapping[str, Callable[[Candidate, Count], dict[str, Any]]] = field(default_factory=dict)
+
+
+# The evidence cells as the passport names them: the steps `evaluate` reports, in order.
+STEPS = {
+    "checks": "checks",
+    "routing_impact": "routing impact",
+    "ab": "held-out A/B",
+    "sandbox_checks": "sandbox checks",
+}
 
 
 def _parse(skill: str, files: Mapping[str, bytes]) -> tuple[str, str, dict]:
@@ -142,7 +154,7 @@ def impact_cell(change: Candidate, inputs: Inputs) -> dict[str, Any]:
     return cell
 
 
-def ab_cell(change: Candidate, inputs: Inputs) -> dict[str, Any]:
+def ab_cell(change: Candidate, inputs: Inputs, count: Count = uncounted) -> dict[str, Any]:
     if change.kind == "description":
         return not_applicable("a description change leaves the body unchanged: routing impact measures it")
     if change.candidate_files is None:
@@ -165,7 +177,7 @@ def ab_cell(change: Candidate, inputs: Inputs) -> dict[str, Any]:
         )
     challenger = Arm(change.skill, change.candidate_revision, body, change.candidate_files)
     try:
-        cell = inputs.runner.run(champion, challenger, tasks)
+        cell = inputs.runner.run(champion, challenger, tasks, count)
     except ABRefused as exc:
         return not_measured(str(exc))
     cell["task_set"] = origin(inputs.tasks_dir, change.skill)
@@ -211,18 +223,32 @@ def sandbox_cell(change: Candidate, ab: Mapping[str, Any], tasks_dir: Path) -> d
     return {"status": "measured", **found}
 
 
+def steps_of(inputs: Inputs, ab_given: bool = False) -> list[str]:
+    """The steps `evaluate` reports, in order (without the A/B when the caller ran it)."""
+    names = [name for key, name in STEPS.items() if not (ab_given and key == "ab")]
+    return names + list(inputs.extra_cells)
+
+
 def evaluate(
-    change: Candidate, inputs: Inputs, ab: Mapping[str, Any] | None = None
+    change: Candidate,
+    inputs: Inputs,
+    ab: Mapping[str, Any] | None = None,
+    steps: Steps | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The measurements for an evidence bundle: every cell, measured or saying why not. `ab`: an
-    A/B the caller already ran on these files (the optimizer's), used instead of running one."""
+    A/B the caller already ran on these files (the optimizer's), used instead of running one.
+    `steps`: where each cell is reported as it starts (the caller's run may have more steps)."""
+    steps = steps or Steps(steps_of(inputs, ab is not None))
+    steps.begin(STEPS["checks"])
     cells: dict[str, dict[str, Any]] = {"checks": checks_cell(change, inputs.library)}
+    steps.begin(STEPS["routing_impact"])
     try:
         cells["routing_impact"] = impact_cell(change, inputs)
     except (IngotError, KeyError, UnicodeDecodeError) as exc:
         cells["routing_impact"] = not_measured(f"the candidate could not be routed: {exc}")
-    cells["ab"] = dict(ab) if ab is not None else ab_cell(change, inputs)
+    cells["ab"] = dict(ab) if ab is not None else ab_cell(change, inputs, steps.begin(STEPS["ab"]))
+    steps.begin(STEPS["sandbox_checks"])
     cells["sandbox_checks"] = sandbox_cell(change, cells["ab"], inputs.tasks_dir)
     for name, cell in inputs.extra_cells.items():
-        cells[name] = cell(change)
+        cells[name] = cell(change, steps.begin(name))
     return cells

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.workspace import revision_of
+from ingot.progress import Count, uncounted
 from optimize.measure.cascade import Cascade, JudgeTiers
 from optimize.measure.coverage import coverage
 from optimize.measure.drift import ResearchCheck, World, WorldSource, drift_cards
@@ -81,8 +82,10 @@ class ReplayContext:
         candidate_files: Mapping[str, bytes],
         llm: LLMClient,
         sandbox: Sandbox | None = None,
+        count: Count = uncounted,
     ) -> dict[str, Any]:
-        """The replay cell for one candidate; a fresh `World` per evaluation."""
+        """The replay cell for one candidate; a fresh `World` per evaluation; `count` hears each
+        replay run and each replay judged."""
         return replay_cell(
             skill,
             champion_files,
@@ -95,6 +98,7 @@ class ReplayContext:
             world=World(self.world_sources, self.research),
             cache_dir=self.cache_dir,
             teacher_model=self.teacher_model,
+            count=count,
         )
 
 
@@ -111,6 +115,7 @@ def replay_cell(
     world: World | None = None,
     cache_dir: Path | None = None,
     teacher_model: str | None = None,
+    count: Count = uncounted,
 ) -> dict[str, Any]:
     """The `measurements["replay"]` block for `candidate_files` of `skill`.
 
@@ -145,6 +150,7 @@ def replay_cell(
             world,
             cache_dir,
             teacher_model,
+            count,
         )
     except BudgetExceeded as exc:
         return not_measured(f"MAX_RUN_USD reached during the replays: {exc}")
@@ -163,6 +169,7 @@ def _measure(
     world: World,
     cache_dir: Path | None,
     teacher_model: str | None,
+    count: Count = uncounted,
 ) -> dict[str, Any]:
     replayer = Replayer(llm, world, sandbox, settings.limits)
     cascade = Cascade(llm, tiers, settings.side_effects)
@@ -197,24 +204,37 @@ def _measure(
                             pool.submit(replayer.run, work.stored.golden, work.recorded, champion_files),
                         )
                     )
+        # replays run, then each fresh control judged, then each candidate replay judged
+        total = len(jobs) + sum(1 for _, n, _ in jobs if n is not None) + len(works)
+        done = 0
+
+        def tick(units: int = 1) -> None:
+            nonlocal done
+            done += units
+            count(done, total, "replays run and judged")
+
+        count(0, total, "replays run and judged")
         for work, n, job in jobs:
             if n is None:
                 work.candidate = job.result()
             else:
                 work.controls.append(job.result())
+            tick()
         for work in works:
             work.drift = drift_cards(work.stored.golden, work.stored.review, world)
         fresh = [w for w in works if w.controls and not w.controls_cached]
-        judged = list(pool.map(lambda w: [cascade.judge(expected(w), c) for c in w.controls], fresh))
+        judged = pool.map(lambda w: [cascade.judge(expected(w), c) for c in w.controls], fresh)
         for work, judgements in zip(fresh, judged, strict=True):
             work.control_judgements = judgements
             write_cache(cache_dir, work.cache_key, work.controls, work.control_judgements)
-        candidates = list(
-            pool.map(
-                lambda w: cascade.judge(expected(w), w.candidate, [c.answer for c in w.controls if c.answer]),
-                works,
-            )
-        )
+            tick(len(judgements))
+        candidates = []
+        for judgement in pool.map(
+            lambda w: cascade.judge(expected(w), w.candidate, [c.answer for c in w.controls if c.answer]),
+            works,
+        ):
+            candidates.append(judgement)
+            tick()
     for work, judgement in zip(works, candidates, strict=True):
         work.judgement = judgement
     entries = [golden_entry(w) for w in works]
@@ -309,7 +329,12 @@ def _rationale(
         findings += "\n- not exercised by any blessed run: " + "; ".join(unexercised)
     if not used:
         text = (
-            f"{SAID.get(verdict, verdict)}: {len(entries)} golden(s) replayed; decided without a model (L0). "
+            f"{SAID.get(verdict, verdict)}: {len(entries)} golden(s) replayed; "
+            + (
+                "decided without a model (L0). "
+                if verdict != "WARN"
+                else "not settled: no model decided them (L0 findings only). "
+            )
             + " ".join(f"{e['id']}: {e['why']}." for e in entries)
         )
         if unexercised:

@@ -32,14 +32,18 @@ class ChangeSize:
 
     @property
     def label(self) -> str:
-        """The candidate's name, e.g. "+2 / -86 lines, 98% of the body changed, keeps 2% of it"."""
+        """The candidate's name, e.g. "+2 / -86 lines, 98% of the body's lines changed (diff), 2%
+        of the live body's lines kept": two different measures, each named."""
         parts = [f"+{self.added} / -{self.removed} lines"]
         if self.binary:
             parts.append(f"{self.binary} binary file(s)")
         if self.retained is None:
             parts.append("a new skill")
         else:
-            parts.append(f"{self.body_changed:.0%} of the body changed, keeps {self.retained:.0%} of it")
+            parts.append(
+                f"{self.body_changed:.0%} of the body's lines changed (diff), "
+                f"{self.retained:.0%} of the live body's lines kept"
+            )
         return ", ".join(parts)
 
 

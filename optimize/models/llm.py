@@ -239,7 +239,7 @@ class LLMClient:
         except openai.APIStatusError as exc:
             raise LLMError(
                 f"{endpoint.base_url} answered {exc.status_code} for the {role} role after "
-                f"{self.config.max_retries} retries: {exc.message}"
+                f"{self.config.max_retries} retries: {_provider_words(exc)}"
             ) from exc
         except openai.APIError as exc:  # what is left: an `{"error": ...}` event inside a 200 stream
             raise _Malformed(f"an error event in the stream: {exc.message}") from exc
@@ -288,6 +288,21 @@ class LLMClient:
                     },
                 ]
         raise AssertionError("unreachable")
+
+
+def _provider_words(exc: openai.APIStatusError) -> str:
+    """What the provider said, without the SDK's "Error code: 500 - " and dict dump around it:
+    the `error.message` (or `message`, or `detail`) of a JSON body, else the SDK's message."""
+    body = exc.body
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        for key in ("message", "detail"):
+            said = error.get(key) if isinstance(error, Mapping) else None
+            if isinstance(said, str) and said.strip():
+                return " ".join(said.split())
+        if isinstance(error, str) and error.strip():
+            return " ".join(error.split())
+    return " ".join(str(exc.message).split())
 
 
 class _Malformed(Exception):

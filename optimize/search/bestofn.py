@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
-from tqdm import tqdm
 
 from agent.run import serve, skill_system_prompt
+from ingot.progress import Count, Steps, uncounted
 from optimize.measure.cache import SealedCache
 from optimize.measure.judge import Judge
 from optimize.measure.size import change_size
@@ -37,6 +37,7 @@ ANGLES = (
     "cover the failure modes explicitly, with what to do instead",
 )
 LENGTH_PENALTY = 0.05  # score lost per 100% growth in body length over the seed
+STEPS = ("seed rollout", "diagnosis", "authoring candidates", "train race")  # what `search` reports
 
 
 class _Diagnosis(BaseModel):
@@ -81,14 +82,19 @@ class CandidateSearch:
         grade = self.judge.grade(task.prompt, served.answer, rubric=task.rubric)
         return grade.score, served.answer, "; ".join(grade.rationales)
 
-    def search(self, name: str, revision: str, seed: str, train: tuple[Task, ...]) -> SearchResult:
-        rollout = self._seed_rollout(name, revision, seed, train)
+    def search(
+        self, name: str, revision: str, seed: str, train: tuple[Task, ...], steps: Steps | None = None
+    ) -> SearchResult:
+        """The best candidate, or why none beats the seed; each of STEPS reported to `steps`."""
+        steps = steps or Steps(STEPS)
+        rollout = self._seed_rollout(name, revision, seed, train, steps.begin(STEPS[0]))
         seed_mean = sum(s for s, _, _ in rollout) / len(rollout)
         failures = "\n\n".join(
             f"TASK: {t.prompt}\nSCORE: {s:.2f}\nJUDGE: {why}"
             for t, (s, _, why) in zip(train, rollout, strict=True)
             if s < 0.999
         )
+        steps.begin(STEPS[1])
         diagnosis, _ = self.llm.complete_json(
             "teacher",
             [
@@ -99,14 +105,19 @@ class CandidateSearch:
             ],
             _Diagnosis,
         )
+        count = steps.begin(STEPS[2])
+        count(0, self.n, "candidates written")
         with ThreadPoolExecutor(self.n) as pool:
-            authored = list(pool.map(lambda angle: self._author(seed, diagnosis, angle), ANGLES[: self.n]))
+            authored = []
+            for body in pool.map(lambda angle: self._author(seed, diagnosis, angle), ANGLES[: self.n]):
+                authored.append(body)
+                count(len(authored), self.n, "candidates written")
         candidates = [
             Candidate(f"cand-{i + 1}", angle, body)
             for i, (angle, body) in enumerate(zip(ANGLES[: self.n], authored, strict=True))
             if body.strip()
         ]
-        survivors = self._race(name, candidates, train)
+        survivors = self._race(name, candidates, train, steps.begin(STEPS[3]))
         best = max(survivors, key=lambda c: (c.mean, -len(c.body)), default=None)
         if best is None:
             return SearchResult(seed_mean, None, tuple(candidates), tuple(diagnosis.issues), "no candidates")
@@ -134,13 +145,15 @@ class CandidateSearch:
         )
 
     def _seed_rollout(
-        self, name: str, revision: str, seed: str, train: tuple[Task, ...]
+        self, name: str, revision: str, seed: str, train: tuple[Task, ...], count: Count = uncounted
     ) -> list[tuple[float, str, str]]:
         def run() -> list[tuple[float, str, str]]:
-            return [
-                self._score(name, revision, seed, task)
-                for task in tqdm(train, desc="seed rollout", unit="task", leave=False, disable=None)
-            ]
+            scored = []
+            count(0, len(train), "tasks")
+            for task in train:
+                scored.append(self._score(name, revision, seed, task))
+                count(len(scored), len(train), "tasks")
+            return scored
 
         if self.cache is None:
             return run()
@@ -165,18 +178,35 @@ class CandidateSearch:
         authored, _ = self.llm.complete_json("teacher", [{"role": "user", "content": prompt}], _Authored)
         return authored.body
 
-    def _race(self, name: str, candidates: list[Candidate], train: tuple[Task, ...]) -> list[Candidate]:
-        """Successive halving: each round scores the survivors on the next slice of train tasks."""
+    def _race(
+        self, name: str, candidates: list[Candidate], train: tuple[Task, ...], count: Count = uncounted
+    ) -> list[Candidate]:
+        """Successive halving: each round scores the survivors on the next slice of train tasks.
+        `count` hears each candidate scored on a task, out of what the race can still need."""
         survivors, start = list(candidates), 0
         rounds = max(1, math.ceil(math.log2(max(len(candidates), 1))) + 1)
         per_round = max(1, math.ceil(len(train) / rounds))
+        done, total = 0, _race_size(len(candidates), len(train), per_round)
+        count(done, total, "tasks scored")
         while survivors and start < len(train):
             batch = train[start : start + per_round]
-            for candidate in tqdm(
-                survivors, desc=f"race over {len(batch)} task(s)", unit="candidate", leave=False, disable=None
-            ):
-                candidate.scores += [self._score(name, candidate.id, candidate.body, t)[0] for t in batch]
+            for candidate in survivors:
+                for task in batch:
+                    candidate.scores.append(self._score(name, candidate.id, candidate.body, task)[0])
+                    done += 1
+                    count(done, total, "tasks scored")
             start += per_round
             if len(survivors) > 1 and start < len(train):
                 survivors = sorted(survivors, key=lambda c: -c.mean)[: max(1, len(survivors) // 2)]
         return survivors
+
+
+def _race_size(candidates: int, tasks: int, per_round: int) -> int:
+    """How many (candidate, task) scorings the race makes: the halving is fixed by the counts."""
+    survivors, start, size = candidates, 0, 0
+    while survivors and start < tasks:
+        size += survivors * len(range(start, min(start + per_round, tasks)))
+        start += per_round
+        if survivors > 1 and start < tasks:
+            survivors = max(1, survivors // 2)
+    return size

@@ -24,12 +24,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ingot.progress import OnStep, Steps
 from mcp_server.library import Library
 from mcp_server.router import Router
 from mcp_server.skillfiles import read_served_files
 from mcp_server.skillmd import with_description
 from optimize.measure.checks import collision_check
-from optimize.measure.evaluate import Candidate, Inputs
+from optimize.measure.evaluate import Candidate, Inputs, steps_of
 from optimize.measure.evaluate import evaluate as measure_cells
 from optimize.measure.impact import METRIC_NAMES, case_key
 from optimize.measure.taskset import RoutingCase
@@ -99,7 +100,9 @@ def optimize_description(
     cases: Sequence[RoutingCase],
     n: int = 5,
     brief: Brief = OFF,
+    steps: Steps | None = None,
 ) -> DescriptionOutcome:
+    steps = steps or Steps(DESCRIBE_STEPS)
     select, gate = split(cases)
     if not select or not gate:
         return DescriptionOutcome(
@@ -113,10 +116,14 @@ def optimize_description(
     listing = "\n".join(f"- {'SHOULD' if c.expected == skill else 'SHOULD NOT'}: {c.task}" for c in select)
     prompt = render("optimize_describe", n=n, name=skill, description=current, cases=listing)
     prompt += brief.prompt_section()
+    steps.begin(DESCRIBE_STEPS[0])
     proposals, _ = llm.complete_json("teacher", [{"role": "user", "content": prompt}], _Proposals)
     scored: list[tuple[float, str, Router]] = []
     refused: list[str] = []
-    for text in [d.strip() for d in proposals.descriptions if d.strip()][:n]:
+    texts = [d.strip() for d in proposals.descriptions if d.strip()][:n]
+    count = steps.begin(DESCRIBE_STEPS[1])
+    for done, text in enumerate(texts):
+        count(done, len(texts), "candidates routed")
         if len(text) > 1024:
             refused.append("over 1024 characters")
             continue
@@ -127,6 +134,7 @@ def optimize_description(
             continue
         router = router_with(library, skill, text)
         scored.append((_selection_score(metrics(router, skill, select)), text, router))
+    count(len(texts), len(texts), "candidates routed")
     if not scored:
         return DescriptionOutcome(
             None, None, "no usable candidate: " + "; ".join(refused or ["none proposed"])
@@ -159,6 +167,9 @@ def optimize_description(
     return DescriptionOutcome(chosen, measurements, why, seen)
 
 
+DESCRIBE_STEPS = ("writing candidate descriptions", "routing the candidates")  # then the cells
+
+
 def description_files(library: Library, skill: str, description: str) -> Mapping[str, bytes]:
     files = read_served_files(library.get(skill))
     files["SKILL.md"] = with_description(files["SKILL.md"].decode("utf-8"), description).encode()
@@ -173,13 +184,14 @@ def description_evidence(
     traffic: Sequence[str],
     selection: dict,
     seen: tuple[str, ...] = (),
+    steps: Steps | None = None,
 ) -> dict[str, Any]:
     """The cells a description change rests on, measured as for any change (measure/evaluate.py):
     admission checks and routing impact over every routing case and recent traffic, the cases
     the teacher was shown (`seen`) left out as leakage; plus how the candidate was selected."""
     champion = library.get(skill)
     candidate = Candidate(skill, "description", "candidate", files, champion.revision, None, frozenset(seen))
-    cells = measure_cells(candidate, Inputs(library, tasks_dir, traffic))
+    cells = measure_cells(candidate, Inputs(library, tasks_dir, traffic), steps=steps)
     return {**cells, "selection": {"status": "measured", **selection}}
 
 
@@ -193,11 +205,15 @@ def propose_description(
     research: Researcher | None = None,
     tasks_dir: Path | None = None,
     traffic: Sequence[str] = (),
+    on_step: OnStep | None = None,
 ) -> tuple[str | None, str]:
-    """Run the description pass and queue its winner: (change id or None, what happened)."""
+    """Run the description pass and queue its winner: (change id or None, what happened);
+    each step reported to `on_step` as it starts."""
     champion = library.get(skill)
     brief = research.brief(skill, champion.description) if research else OFF
-    found = optimize_description(skill, library, llm, cases, candidates, brief)
+    tasks_dir = tasks_dir or Path("optimize/tasks")
+    steps = Steps([*DESCRIBE_STEPS, *steps_of(Inputs(library, tasks_dir, traffic))], on_step)
+    found = optimize_description(skill, library, llm, cases, candidates, brief, steps)
     if found.chosen is None or found.measurements is None:
         return None, found.reason
     files = description_files(library, skill, found.chosen)
@@ -205,10 +221,11 @@ def propose_description(
         skill,
         library,
         files,
-        tasks_dir or Path("optimize/tasks"),
+        tasks_dir,
         traffic,
         dict(found.measurements["routing"]),
         found.seen,
+        steps,
     )
     cost = llm.ledger.totals()["total"] if llm.ledger else None
     proposed = control.propose(

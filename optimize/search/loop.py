@@ -134,7 +134,7 @@ def _passing_body_change(control: ChangeControl, skill: str) -> Any:
     if change is None or change.source != "optimizer" or change.kind != "body":
         return None
     verdict = control.passport(change)
-    return change if verdict is not None and verdict.state != "blocked" else None
+    return change if verdict is not None and verdict.sound else None
 
 
 def _description_pass(

@@ -5,7 +5,8 @@ Load the skill's task set (refusing a leaky one), search for a better body on th
 the skill's blessed goldens with it (regress.py: the "replay" cell), measure every other cell a
 body change has (admission checks, routing impact, sandbox checks: measure/evaluate.py, as for
 any change), and hand the result to change control as a pending change with its evidence and
-cost. It proposes; it never activates: nothing here writes a skills root.
+cost. It proposes; it never activates: nothing here writes a skills root. Each step (search,
+A/B, every cell) is reported to the caller's `on_step` as it starts, with the work done inside.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingot.errors import IngotError
+from ingot.progress import OnStep, Steps
 from ingot.seal import Seal
 from mcp_server.library import Library
 from mcp_server.skillfiles import read_served_files
@@ -22,13 +24,15 @@ from mcp_server.skillmd import with_body
 from optimize.control.changes import ChangeControl
 from optimize.measure.ab import ABRefused, ABRunner, Arm
 from optimize.measure.cache import SealedCache
-from optimize.measure.evaluate import Candidate, Inputs
+from optimize.measure.evaluate import STEPS as CELL_STEPS
+from optimize.measure.evaluate import Candidate, Inputs, steps_of
 from optimize.measure.evaluate import evaluate as measure_cells
 from optimize.measure.execcheck import Sandbox
 from optimize.measure.judge import Judge
 from optimize.measure.regress import ReplayContext
 from optimize.measure.taskset import load_task_set, origin
 from optimize.models.llm import LLMClient
+from optimize.search.bestofn import STEPS as SEARCH_STEPS
 from optimize.search.bestofn import CandidateSearch
 from optimize.search.research import OFF, Researcher
 
@@ -55,6 +59,7 @@ def optimize_body(
     provenance: dict | None = None,
     replay: ReplayContext | None = None,
     traffic: Sequence[str] = (),
+    on_step: OnStep | None = None,
 ) -> Outcome:
     tasks = load_task_set(tasks_dir, skill)
     if tasks.leakage:
@@ -76,8 +81,10 @@ def optimize_body(
     champion_files = read_served_files(champion)  # read now: the search can take minutes
     brief = research.brief(skill, champion.description) if research else OFF
     rollouts = SealedCache(control.runs_dir / "cache" / "rollout", seal)
+    cells = Inputs(library, tasks_dir, traffic)
+    steps = Steps([*SEARCH_STEPS, CELL_STEPS["ab"], *steps_of(cells, ab_given=True), "replay"], on_step)
     search = CandidateSearch(llm, judge, candidates, brief, rollouts).search(
-        skill, champion.revision, champion.body, tasks.train
+        skill, champion.revision, champion.body, tasks.train, steps
     )
     if search.winner is None:
         return Outcome(skill, None, None, search.reason)
@@ -87,12 +94,14 @@ def optimize_body(
         Arm(skill, champion.revision, champion.body, champion_files),
         Arm(skill, search.winner.id, search.winner.body, files),
         tasks,
+        steps.begin(CELL_STEPS["ab"]),
     )
     ab["task_set"] = origin(tasks_dir, skill)
     candidate = Candidate(skill, "body", search.winner.id, files, champion.revision, champion_files)
-    measurements = measure_cells(candidate, Inputs(library, tasks_dir, traffic), ab=ab)
+    measurements = measure_cells(candidate, cells, ab=ab, steps=steps)
+    count = steps.begin("replay")
     measurements["replay"] = (
-        replay.cell(skill, champion_files, files, llm, sandbox)
+        replay.cell(skill, champion_files, files, llm, sandbox, count)
         if replay is not None
         else {"status": "not_measured", "why": "regression replay was not configured for this run"}
     )

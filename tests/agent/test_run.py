@@ -12,6 +12,7 @@ import pytest
 from agent.run import ReferenceAgent
 from agent.workspace import revision_of
 from optimize.models.traces import LocalTraceStore
+from tests.conftest import free_port
 from tests.scripted_llm import scripted_llm
 
 
@@ -118,6 +119,22 @@ def test_without_a_key_the_cli_prints_the_route_and_exits_0(world, tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("route: match release-notes")
     assert "API_KEY" in done.stdout
+
+
+def test_with_no_server_running_the_cli_says_so_in_one_line(tmp_path):
+    env = {**os.environ, "MCP_URL": f"http://127.0.0.1:{free_port()}/mcp", "HF_HUB_OFFLINE": "1"}
+    env.update({"INGOT_HOME": str(tmp_path / "home"), "SKILLS_DIRS": str(_empty_root(tmp_path))})
+    done = subprocess.run(
+        [sys.executable, "-m", "ingot.cli", "agent", "Draft release notes for v3.1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("Error: cannot reach Ingot's MCP server at http://127.0.0.1:")
+    assert "start it with `ingot serve`" in done.stderr and len(done.stderr.splitlines()) == 1
 
 
 def _empty_root(tmp_path: Path) -> Path:

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from ingot.home import establish
+from ingot.progress import parse
 from mcp_server.skillmd import with_description
 from optimize.control import evidence
 from optimize.control.changes import ChangeControl
@@ -224,13 +225,16 @@ def test_garbage_replies_are_one_error_and_a_rerun_pays_for_nothing_twice(librar
             cwd=tmp_path,
             **models(server, tasks),
         )
-        lines = failed.stderr.strip().splitlines()
+        progress, lines = [], []  # the steps it got through (ingot/cli/progress.py), then one error
+        for line in failed.stderr.strip().splitlines():
+            (progress if parse(line) is not None else lines).append(line)
         assert (
             failed.returncode == 1
             and len(lines) == 1
             and lines[0].startswith("Error: ")
             and "not a chat completion" in lines[0]
         )
+        assert progress[-1].startswith("evaluate release-notes: step 3 of 5: held-out A/B ")
         assert "Traceback" not in failed.stderr
         paid = [json.dumps(r.body, sort_keys=True) for r in server.chat_requests()]
         broken.garbage = None
@@ -408,10 +412,10 @@ def test_a_candidate_is_measured_before_it_is_queued_so_a_blocked_one_never_disp
 
     thief = candidate(tmp_path / "b", root, steal)
     second = propose(root, thief, tmp_path, TASKS_DIR=str(tasks))
-    assert second.returncode == 3 and second.stderr.startswith(
-        f"Error: withheld: a better change is waiting ({waiting})"
-    )
-    assert "blocked: routing impact fail" in second.stderr  # judged on its measured evidence
+    said = [line for line in second.stderr.splitlines() if parse(line) is None]  # no progress lines
+    assert second.returncode == 3 and len(said) == 1
+    assert said[0].startswith(f"Error: withheld: a better change is waiting ({waiting})")
+    assert "blocked: routing impact fail" in said[0]  # judged on its measured evidence
     assert bundle(root)[1] == waiting
 
 

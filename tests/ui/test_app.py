@@ -116,9 +116,9 @@ def test_a_change_gone_stale_shows_why_and_approval_is_refused(world):
     skill_md = world.root / GOOD / "SKILL.md"
     skill_md.write_text(skill_md.read_text() + "\nEdited by hand.\n")
     page = httpx.get(f"{world.ui}/review").text
-    assert "changed on disk since the evidence was recorded" in page
+    assert "the live skill changed since this evidence was measured" in page
     response = post(world, f"/changes/{GOOD}/approve", {"change_id": change.id}, Accept="application/json")
-    assert response.status_code == 422 and "changed on disk" in response.json()["error"]
+    assert response.status_code == 422 and "is stale: the live skill changed" in response.json()["error"]
     assert "Edited by hand." in skill_md.read_text()
 
 
@@ -150,7 +150,7 @@ def test_bad_paths_are_clean_errors(world):
     assert httpx.get(f"{world.ui}/runs/not-a-run").status_code == 404
     assert post(world, "/runs", {"skill": "no-such-skill", "mode": "body"}).status_code == 404
     assert post(world, "/runs", {"skill": GOOD, "mode": "everything"}).status_code == 400
-    assert post(world, "/library/route", {"task": "x" * 5000}).status_code == 400
+    assert post(world, "/library/route", {"task": "x" * 8001}).status_code == 400  # MCP's limit: 8,000
 
 
 def test_with_a_token_every_request_needs_it_and_it_never_travels_in_urls(world):
@@ -407,3 +407,25 @@ def test_an_approval_accepts_only_the_evidence_and_the_missing_cells_the_reviewe
     right = {**other, "accepting": ["held-out A/B"]}
     assert post(world, "/changes/kiln-firing/approve", right).status_code == 303
     assert world.control.live_revision("kiln-firing") == change.candidate_revision
+
+
+def test_an_unknown_page_is_a_page_of_the_site_and_api_paths_keep_json_errors(world, page):
+    response = page.goto(f"{world.ui}/audits")
+    assert response.status == 404 and response.headers["content-type"].startswith("text/html")
+    assert page.get_by_test_id("error-message").inner_text() == "No page at /audits."
+    assert page.get_by_test_id("error-links").inner_text() == "Go to the Library, History or Review."
+    assert page.get_by_test_id("pending-count").is_visible()  # in the site's layout, header and all
+    page.get_by_test_id("error-links").get_by_role("link", name="Library").click()
+    page.wait_for_url("**/library")
+    for path, accept in (
+        ("/api/nope", "text/html"),
+        ("/nope", "application/json"),
+        ("/static/nope.css", "*/*"),
+    ):
+        answer = httpx.get(f"{world.ui}{path}", headers={"Accept": accept})
+        assert (answer.status_code, answer.json()) == (404, {"detail": "Not Found"}), path
+    form_only = page.goto(f"{world.ui}/library/route")
+    assert form_only.status == 405 and "POST" in form_only.headers["allow"]
+    assert page.get_by_test_id("error-message").inner_text() == (
+        "/library/route cannot be opened as a page: it only takes a form's submission."
+    )

@@ -113,13 +113,13 @@ def test_the_risk_summary_is_computed_from_the_diff_for_every_change_whatever_it
     world.control.propose("git-commit-messages", "operator", files, {})
     page.goto(f"{world.ui}/review")
     good = card(page, GOOD).get_by_test_id("risk").inner_text()
-    assert "+2 / −0 lines in 1 file" in good and "keeps 100% of its lines" in good
+    assert "+2 / −0 lines in 1 file" in good and "live body lines kept word for word: 100%" in good
     assert card(page, GOOD).get_by_test_id("retention-warning").count() == 0
     new = card(page, NEW).get_by_test_id("risk").inner_text()
     assert "+7 / −0 lines in 1 file" in new and "a new skill" in new
     operator = card(page, "git-commit-messages")
     risky = operator.get_by_test_id("risk").inner_text()
-    assert "of the SKILL.md body changed" in risky and "−" in risky
+    assert "lines changed in the SKILL.md body (diff):" in risky and "−" in risky
     assert "below RETENTION_WARN 50%" in operator.get_by_test_id("retention-warning").inner_text()
 
 

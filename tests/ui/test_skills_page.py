@@ -137,3 +137,16 @@ def test_the_route_box_checks_the_platform_as_the_cli_does(world, page):
     assert "match csv-data-cleaning" in result
     components = page.get_by_test_id("route-components").inner_text()
     assert "platform" not in components.split("unchecked_constraints")[1].splitlines()[0]
+
+
+def test_task_set_counts_follow_the_file_when_it_changes(tmp_path):
+    from ui.skills import _tasks
+
+    path = tmp_path / "notes.yaml"
+    path.write_text("train: [a, b, c]\nholdout: [d]\n")
+    assert _tasks(tmp_path, "notes")[0].train == 3
+    path.write_text("train: [a, b, c, e, f]\nholdout: [d]\n")  # counts are kept per file, not forever
+    assert _tasks(tmp_path, "notes")[0].train == 5
+    path.write_text("train: [a\n")
+    counts, note = _tasks(tmp_path, "notes")
+    assert counts is None and "is not valid YAML" in note

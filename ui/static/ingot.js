@@ -1,4 +1,6 @@
 // Ingot UI: confirmations, diff view toggles and live run progress. No framework, no build step.
+// A run page polls /api/runs/ID each second while the run goes: its log and newest step stream
+// in; when it ends the page reloads to show the verdict the run reported.
 "use strict";
 
 document.addEventListener("submit", (event) => {
@@ -37,12 +39,14 @@ if (run && ["running", "stopping"].includes(run.dataset.status)) {
       setTimeout(poll, 3000);
       return;
     }
-    status.textContent = data.status;
-    status.className = `chip ${data.status}`;
+    const shown = data.status === "succeeded" ? "finished" : data.status;
+    status.textContent = shown;
+    status.className = `chip ${shown}`;
     run.dataset.status = data.status;
     if (data.progress) {
+      // The newest step the run reported ("step 3 of 5: held-out A/B 6/24 judgements").
       bar.value = data.progress.percent;
-      label.textContent = `${data.progress.label} ${data.progress.done}/${data.progress.total}`;
+      label.textContent = data.progress.label;
     }
     const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
     log.textContent = data.log;

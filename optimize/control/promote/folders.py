@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno as _errno
 import functools
 import os
 import sys
@@ -43,6 +44,9 @@ def write_tree(folder: Path, files: Mapping[str, bytes], label: str, step: StepH
     fsync_dir(folder)
 
 
+_UNSUPPORTED = frozenset({_errno.EINVAL, _errno.ENOSYS, _errno.EOPNOTSUPP, _errno.ENOTSUP})
+
+
 @functools.cache
 def _libc() -> ctypes.CDLL:
     """The C library, found once (find_library runs ldconfig in a subprocess: ~15 ms)."""
@@ -50,7 +54,9 @@ def _libc() -> ctypes.CDLL:
 
 
 def rename2(source: Path, target: Path, flags: int) -> None:
-    """renameat2 on Linux, renamex_np on macOS; refuse anything that is not atomic."""
+    """renameat2 on Linux, renamex_np on macOS; refuse anything that is not atomic
+    (`PromotionError`). A rename the system refused for another reason is an `OSError` with its
+    errno and `target`, which callers report as the failed write it is."""
     libc = _libc()
     if sys.platform.startswith("linux") and hasattr(libc, "renameat2"):
         result = libc.renameat2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), flags)
@@ -64,7 +70,12 @@ def rename2(source: Path, target: Path, flags: int) -> None:
         )
     if result != 0:
         errno = ctypes.get_errno()
-        raise PromotionError(
-            f"atomic switch of {target} failed: {os.strerror(errno)} (errno {errno}); "
-            "the filesystem may not support it. Nothing was changed"
-        )
+        if errno in _UNSUPPORTED:  # the only answers that mean "this filesystem cannot exchange"
+            raise PromotionError(
+                f"the filesystem under {target.parent} cannot switch folders atomically "
+                f"({os.strerror(errno)}); Ingot will not promote with a gap. Keep skills roots on "
+                "ext4, xfs, btrfs, tmpfs or APFS. Nothing was changed"
+            )
+        # Anything else (an I/O error, a full disk, permissions) is a failed write: its errno text
+        # and the folder, shown by the caller with what is still served and what to do.
+        raise OSError(errno, os.strerror(errno), str(target))

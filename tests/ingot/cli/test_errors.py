@@ -13,14 +13,16 @@ import pytest
 
 from ingot.cli.main import main, run
 from ingot.errors import EXIT_CODES, ConfigError, IngotError, NotFound
+from ingot.progress import parse
 from optimize.control.lock import PromotionConflict
 from tests.conftest import free_port, write_skill
 from tests.ingot.cli.test_main import bundled, ingot
 
 
 def error_line(done: subprocess.CompletedProcess, code: int) -> str:
-    """The one `Error:` line a failed command printed, after checking its exit code."""
-    lines = done.stderr.strip().splitlines()
+    """The one `Error:` line a failed command printed, after checking its exit code (a long
+    command's progress lines before it, ingot/cli/progress.py, are not part of the error)."""
+    lines = [line for line in done.stderr.strip().splitlines() if parse(line) is None]
     assert done.returncode == code, (done.returncode, done.stderr)
     assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in done.stderr, done.stderr
     return lines[0]

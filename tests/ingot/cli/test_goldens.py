@@ -37,12 +37,25 @@ def test_traces_bless_goldens_approve_retire_and_replay(tmp_path, library_factor
         listed = ingot("traces", "fx-quote", cwd=tmp_path, env=env)
         assert listed.returncode == 0 and record.id in listed.stdout and "answer" in listed.stdout
 
-        missing = ingot("bless", "tr-0000000000000000", cwd=tmp_path, env=env)
-        assert missing.returncode == 1 and missing.stderr.startswith("Error: no recorded run")
+        # An unknown id is exit 2 (the README's table: an unknown skill, change or revision),
+        # one line naming the nearest recorded run.
+        typo = record.id[:-1] + ("0" if record.id[-1] != "0" else "1")
+        missing = ingot("bless", typo, cwd=tmp_path, env=env)
+        assert missing.returncode == 2 and missing.stderr == (
+            f"Error: no recorded run {typo!r} (within TRACE_RETENTION_DAYS) (did you mean {record.id!r}?); "
+            "`ingot traces` lists them\n"
+        )
         blessed = ingot("bless", record.id, cwd=tmp_path, env=env)
         assert blessed.returncode == 0, blessed.stderr
         assert blessed.stdout.startswith("blessed: g-") and "criteria: none" in blessed.stdout
         golden_id = blessed.stdout.split()[1]
+        typo = golden_id[:-1] + ("0" if golden_id[-1] != "0" else "1")
+        for args in (("show", typo), ("approve", typo), ("retire", typo, "--reason", "r")):
+            unknown = ingot("goldens", *args, cwd=tmp_path, env=env)
+            assert unknown.returncode == 2 and unknown.stderr == (
+                f"Error: no golden {typo!r} (did you mean {golden_id!r}?); "
+                "`ingot goldens list --all` lists them\n"
+            ), (args, unknown.stderr)
 
         for args in (("goldens",), ("goldens", "fx-quote"), ("goldens", "list", "fx-quote")):
             shown = ingot(*args, cwd=tmp_path, env=env)

@@ -288,3 +288,16 @@ def test_trust_survives_only_through_the_chain_even_when_the_file_is_deleted(con
     fresh = ChangeControl(control.runs_dir, control.roots)
     assert fresh.autonomy.trust(SKILL, "description").level == "auto"
     assert fresh.autonomy.mirror_problem() is not None  # the missing mirror disagrees: said once
+
+
+def test_an_incident_on_a_manual_class_with_a_streak_says_the_streak_restarts(control):
+    allow(control, "auto")
+    change, _ = propose(control, 1)
+    control.approve(SKILL, "reviewer", change.id)
+    assert control.autonomy.trust(SKILL, "description").streak == 1
+    with change_lock(control.runs_dir):
+        control.autonomy.incident(SKILL, ("description",), "replay failed", "test")
+    reason = [e.get("reason") for e in control.history(SKILL) if e.get("action") == "autonomy"][-1]
+    assert (
+        reason == "description: incident (replay failed): stays manual, streak 1 -> 0"
+    )  # not "manual -> manual"

@@ -113,7 +113,7 @@ def test_a_forged_pending_record_is_refused(control):
 def test_a_champion_changed_after_the_evidence_is_refused(control):
     rewrite(control)
     (control.roots[0] / "alpha" / "SKILL.md").write_bytes(skill_md("alpha", "Alpha, hand-edited.", "x"))
-    with pytest.raises(ApprovalRefused, match="changed on disk since the evidence"):
+    with pytest.raises(ApprovalRefused, match=r"is stale: the live skill changed since this evidence"):
         control.approve("alpha", "reviewer", control.queue.get("alpha").id)
 
 

@@ -365,3 +365,38 @@ def test_an_audit_line_forged_without_the_key_approves_nothing(world, tmp_path):
         (control.runs_dir / name).unlink()
     decision, stderr = _route_cli(root, tmp_path)
     assert decision.get("revision") != edited and "does not verify" in stderr
+
+
+def test_a_restore_the_system_refuses_names_the_error_the_folder_and_what_to_do_and_the_next_tick_restores(
+    world,
+):
+    """renameat2 failing for a reason other than an unsupported filesystem (here a real ENOENT:
+    the staged copy vanishes just before the switch) is a failed write, not "the filesystem may not
+    support it": the errno text, the live folder, what is still served and what to do."""
+    from ingot import faults
+    from optimize.control.promote import STAGE_PREFIX
+
+    root, control, library, guard = world
+    approved = folder_bytes(root / SKILL)
+    skill_md = root / SKILL / "SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\nAGENT-EDIT: skip the changelog.\n")
+
+    def lose_the_stage(step: str) -> None:
+        if step == "switch: rename":
+            for stage in root.glob(f"{STAGE_PREFIX}*"):
+                shutil.rmtree(stage)
+
+    faults.install(lose_the_stage)
+    try:
+        events = guard.check()
+    finally:
+        faults.install(None)
+    failed = [str(e) for e in events if e.did == "failed"]
+    assert len(failed) == 1, [str(e) for e in events]
+    line = failed[0]
+    assert "may not support" not in line, line
+    assert f"No such file or directory ({root / SKILL})" in line, line
+    assert "Nothing was changed" in line and "is still served" in line and "then retry" in line, line
+    # The next tick settles the interrupted restore and finishes the job.
+    assert [e.did for e in guard.check()][-2:] == ["restored", "queued"]
+    assert folder_bytes(root / SKILL) == approved

@@ -74,12 +74,27 @@ def test_a_failing_cell_blocks_and_never_reads_as_missing(tmp_path):
     assert not verdict.overridable
 
 
-def test_evidence_measured_on_another_champion_fails_every_cell_that_applies(tmp_path):
+def test_evidence_measured_on_another_champion_is_stale_in_every_cell_that_applies_never_failed(tmp_path):
     stored = bundle(tmp_path, "description", green())
     stale = cells(stored.data, live="c" * 64)
-    assert {state for state, _ in stale.values()} == {"fail", "n/a"}
-    assert "re-evaluate" in stale["routing impact"][1] and stale["held-out A/B"][0] == "n/a"
-    assert passport(stored.data, "c" * 64, Thresholds()).state == "blocked"
+    assert {state for state, _ in stale.values()} == {"stale", "n/a"}
+    assert stale["routing impact"][1] == (
+        f"the live skill changed since this evidence was measured (measured on {CHAMPION[:12]}, live now "
+        f"{'c' * 12}): re-measure with `ingot evaluate alpha --change chg-1`"
+    ).replace("chg-1", "ID")
+    assert stale["held-out A/B"][0] == "n/a"
+    verdict = passport(stored.data, "c" * 64, Thresholds(), "chg-1")
+    assert verdict.state == "stale" and not verdict.ready and not verdict.failed
+    assert verdict.summary.startswith("stale: the live skill changed since")
+    assert "--change chg-1`" in verdict.summary
+    assert verdict.as_json()["state"] == "stale"
+
+
+def test_the_vocabulary_is_written_down_once_with_a_meaning_for_every_word():
+    from optimize.control.passport import CELL_MEANING, CELL_STATES, STATE_MEANING, STATES
+
+    assert set(CELL_MEANING) == set(CELL_STATES) == {"pass", "fail", "missing", "n/a", "stale"}
+    assert set(STATE_MEANING) == set(STATES) == {"ready", "needs-acknowledgement", "blocked", "stale"}
 
 
 def test_a_body_change_without_replay_or_prices_needs_acknowledgement_and_a_costlier_one_is_blocked(tmp_path):
@@ -155,3 +170,45 @@ def test_every_kind_gets_six_cells_in_the_table_s_order(tmp_path, kind):
     assert tuple(c.name for c in verdict.cells) == CELLS
     for cell in verdict.cells:
         assert (cell.state == "n/a") == APPLIES[kind][cell.name].startswith("n/a"), (kind, cell)
+
+
+def test_autonomy_never_approves_a_stale_change_and_says_nobody_can_until_it_is_re_measured(tmp_path):
+    import datetime as dt
+
+    from optimize.control.autonomy import Trust, decide
+
+    stored = bundle(tmp_path, "description", green())
+    verdict = passport(stored.data, "c" * 64, Thresholds(), "chg-1")
+    long_ago = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    decision = decide(Trust("auto", "auto"), verdict, long_ago, 0, dt.datetime.now(dt.UTC))
+    assert decision.action == "human"
+    assert decision.why.startswith("stale: the live skill changed since this evidence was measured")
+    assert decision.why.endswith("until then neither autonomy nor a person can approve it")
+
+
+def test_evidence_md_reports_every_rule_in_the_cells_own_words(tmp_path):
+    measurements = {**BODY_OK, **checks(passed=False)}
+    text = (bundle(tmp_path, "body", measurements).path.parent / "EVIDENCE.md").read_text()
+    rules = text.split("## Rules applied")[1].split("##")[0]
+    assert "no case the champion passed fails: pass" in rules
+    assert not re.search(r": (ok|FAILED|NOT SHOWN|too few)\b", rules), rules
+    assert "- validation check: fail test" in text and "FAILED" not in text
+
+
+def test_a_significance_rule_with_an_undefined_test_says_which_why_and_what_it_used(tmp_path):
+    same_gain = ab([0.2, 0.3, 0.2, 0.3], [0.7, 0.8, 0.7, 0.8])  # every delta +0.5: the t-test is undefined
+    verdict = passport(bundle(tmp_path, "body", {**BODY_OK, **same_gain}).data, CHAMPION, Thresholds())
+    (rule,) = [r for r in verdict.rules if r.startswith("significance")]
+    assert "both tests" not in rule
+    assert "paired t-test (one-sided) undefined: every delta is the same: zero variance" in rule
+    assert "so the rule used the exact sign-flip permutation (one-sided) alone" in rule
+
+
+def test_the_help_shows_the_vocabulary_as_passport_py_writes_it_down():
+    from click.testing import CliRunner
+
+    from optimize.control.passport import CELL_MEANING, STATE_MEANING
+
+    shown = " ".join(CliRunner().invoke(main, ["--help"]).output.split())
+    for word, meaning in (*CELL_MEANING.items(), *STATE_MEANING.items()):
+        assert f"{word} {meaning}" in shown, word

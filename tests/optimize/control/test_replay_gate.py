@@ -163,6 +163,8 @@ def test_a_warned_change_needs_acknowledgement_whose_reason_is_audited(control):
     assert verdict.state == "needs-acknowledgement" and [c.name for c in verdict.missing] == ["replay"]
     assert control.refusal(change) is None  # the button stays live: the form asks for the reason
     with pytest.raises(ApprovalRefused, match=r"needs acknowledgement: 1 cell\(s\) missing: replay"):
+        control.approve("alpha", "ana", change.id)
+    with pytest.raises(ApprovalRefused, match=r'^a reason is required: --accept-missing "REASON"'):
         control.approve("alpha", "ana", change.id, accept_missing="   ")
     control.approve("alpha", "ana", change.id, accept_missing="the contested line is a rewording")
     intent = next(e for e in AuditLog(control.runs_dir).entries() if e.get("action") == "promote-intent")
