@@ -31,7 +31,10 @@ def test_a_stale_skill_gets_a_pending_rewrite_with_evidence_and_skills_untouched
     outcome = optimize_body("release-notes", control, library, llm, judge, tasks, candidates=3)
     assert outcome.proposed and outcome.verdict == "needs-acknowledgement"  # no goldens, no prices
     # Its label is measured from its bytes; the strategy's intent only as "asked for".
-    assert re.search(r"won the train race .*: \+\d+ / -\d+ lines, \d+% of the body's lines changed \(diff\), \d+% of the live body's lines kept", outcome.reason)
+    size = (
+        r"\+\d+ / -\d+ lines, \d+% of the body's lines changed \(diff\), \d+% of the live body's lines kept"  # noqa: E501
+    )
+    assert re.search(rf"won the train race .*: {size}", outcome.reason)
     assert "(asked for: " in outcome.reason
     verdict = control.passport(control.queue.get("release-notes"))
     states = {c.name: c.state for c in verdict.cells}
