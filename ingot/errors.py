@@ -24,6 +24,11 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
         "conflict: another process holds the change lock, the change or revision you named was "
         "decided or replaced since you looked, or a proposal was withheld behind a better waiting change",
     ),
+    (
+        4,
+        "not checked against the outside: `ingot audit verify` could not read the pushed git "
+        "remote; the local checks passed and were printed",
+    ),
     (130, "interrupted (Ctrl-C)"),
 )
 

@@ -390,7 +390,13 @@ def audit() -> None:
 @audit.command(name="verify")
 @skills_option
 def audit_verify(skills: tuple[Path, ...]) -> None:
-    """Check every line and MAC of the state home's audit chain; print the head hash or the first bad line."""
+    """Check every line and MAC of the state home's audit chain, then the chain against the newest
+    audit line a commit pushed to GIT_PUSH_REMOTE records (fetched from the remote). Prints the
+    head hash or the first bad line, then what the remote says. Exits 1 when either check fails,
+    4 when the remote cannot be read (the local result is printed first), 0 otherwise, also when no
+    remote is configured (one line says the outside check was not made)."""
+    from optimize.control.audit_remote import check
+
     control = _reader(skills)
     result = control.audit.verify()
     if result.ok:
@@ -398,9 +404,15 @@ def audit_verify(skills: tuple[Path, ...]) -> None:
             f"ok: {result.lines} lines, head {result.head_hash}"
             + (f" ({result.note})" if result.note else "")
         )
-        return
-    click.echo(f"BROKEN at line {result.bad_line}: {result.problem}", err=True)
-    sys.exit(1)
+    else:
+        click.echo(f"BROKEN at line {result.bad_line}: {result.problem}", err=True)
+    outside = check(control.audit, control.roots, control.git)
+    for found in outside:
+        click.echo(f"outside: {found.message}", err=found.state in ("broken", "unchecked"))
+    if not result.ok or any(found.state == "broken" for found in outside):
+        sys.exit(1)
+    if any(found.state == "unchecked" for found in outside):
+        sys.exit(4)
 
 
 COMMANDS = (list_pending, history, status, audit)

@@ -12,10 +12,10 @@ Appends pre-announce themselves: the head first records the hash of the line abo
 written (`next`), then the line is appended and fsynced, then the head moves. So a head one line
 behind is accepted only for exactly the line it announced (a crash between append and head
 move), never for a line someone added. Appends are serialised by the change-control lock.
-A holder of the key can still rewrite history undetectably; ARCHITECTURE.md says what anchors
-against that. This module does the file work (key, append, head, repair); the hashing and the
-checks of lines and head are audit_verify.py's, the anchors in the claims beside the roots
-audit_anchors.py's.
+A holder of the key can still rewrite history undetectably; docs/design/change-control.md says
+what anchors against that (the claims; a pushed git history, audit_remote.py). This module
+does the file work (key, append, head, repair); the hashing and the checks of lines and head are
+audit_verify.py's, the anchors in the claims beside the roots audit_anchors.py's.
 """
 
 from __future__ import annotations

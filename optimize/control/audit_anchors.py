@@ -5,8 +5,9 @@ The chain's first line pins the fingerprint of the key it was written with, and 
 append each claim records the key's fingerprint and the newest line's sequence number and hash.
 `check` holds a chain that passes its own checks (audit_verify.py) to both: a replaced
 `audit.key` with every line re-MAC'd fails, and so does a chain truncated to an older state
-with an older head restored. ARCHITECTURE.md says what someone who can write the claims too can
-still do.
+with an older head restored. Someone who can write the claims too can put them back with the
+chain: audit_remote.py checks the chain against a pushed git history for that, and
+docs/design/change-control.md says what stays open.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingot.home import establish
 from mcp_server.registry import Limits
 from optimize.control.baseline import sign_baseline
 from optimize.control.changes import ChangeControl
@@ -74,6 +75,12 @@ class Team:
         """What a replica's server serves right now: each skill's revision."""
         return {n: s.revision for n, s in ReplicaPin(config, Limits())({}, (self.tmp / "empty",)).items()}
 
+    def remote_audit_line(self) -> tuple[str, list[str]]:
+        """The remote's tip and the `Ingot-Audit` trailer it records (seq, hash, MAC), read there."""
+        out = git(self.remote, "log", "-1", "--format=%H %(trailers:key=Ingot-Audit,valueonly)", "main")
+        commit, *line = out.split()
+        return commit, line
+
     def primary_revisions(self) -> dict[str, str]:
         return {p.name: self.control.live_revision(p.name) for p in self.root.iterdir() if p.is_dir()}
 
@@ -91,9 +98,15 @@ class Team:
         return git(work, "rev-parse", "HEAD").strip()
 
 
-def make_team(tmp: Path, neighbours, before_commit: Callable[[Path], None] | None = None) -> Team:  # noqa: ANN001
+def make_team(
+    tmp: Path,
+    neighbours,  # noqa: ANN001
+    before_commit: Callable[[Path], None] | None = None,
+    claimed: bool = False,
+) -> Team:
     """A primary with the bundled skills committed, pushed, baselined (signed) and pushed again;
-    `before_commit(root)` may change the skills first."""
+    `before_commit(root)` may change the skills first. `claimed`: its state home is established
+    as `ingot` does it, with a claim beside the root anchoring the audit chain's newest line."""
     key, other = keygen(tmp / "primary_key", "primary"), keygen(tmp / "other_key", "someone")
     allowed = tmp / "allowed_signers"
     allowed.write_text(f"ingot {(tmp / 'primary_key.pub').read_text()}")
@@ -103,6 +116,8 @@ def make_team(tmp: Path, neighbours, before_commit: Callable[[Path], None] | Non
     (top / "README.md").write_text("team skills\n")
     if before_commit is not None:
         before_commit(root)
+    if claimed:
+        establish((root,), tmp / "home")  # the claim folder ignores itself in git (.gitignore)
     git(tmp, "init", "-q", "--bare", "-b", "main", str(remote))
     git(top, "init", "-q", "-b", "main")
     git(top, "add", "-A")
