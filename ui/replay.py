@@ -55,7 +55,7 @@ class GoldenResult:
     verdict: str  # PASS | WARN | BLOCK: the record's word (CSS classes key on it); never shown
     tier: str  # where it was decided: L0..L3
     why: str
-    ruling: str  # passes | world moved | held | regressed
+    ruling: str  # passes | world moved | held | regressed | stale (`ingot replay`: the world moved)
     usd: float | None
     criteria_status: str
     controls: str  # e.g. "0 of 2 failed"

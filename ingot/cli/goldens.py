@@ -321,9 +321,13 @@ def retire(skills: tuple[Path, ...], golden_id: str, reason: str) -> None:
 def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
     """Replay SKILL's goldens with its live revision alone (catches a serving-model change).
 
-    A regression (the replay cell fails) is an incident: every change class of SKILL drops to
-    manual autonomy, and a revision autonomy promoted is rolled back. Exits 0 when the cell
-    passes, 1 when it fails, is missing (the replays could not decide) or has nothing to replay."""
+    A regression with the world unchanged (every recorded tool call answered as recorded) is an
+    incident: a model or harness change; every change class of SKILL drops to manual autonomy,
+    and a revision autonomy promoted is rolled back. A golden one of whose tool calls answers
+    differently now is stale instead (the world moved): named with the values that moved and how
+    to re-bless it, and never an incident. Exits 0 when the cell passes (a stale golden that held
+    against today's values included), 1 when it fails, is missing (the replays could not decide,
+    or a stale golden did not hold) or has nothing to replay."""
     from ingot.cli.progress import progress
     from ingot.model_runtime import llm_client, replay_context, run_id, sandbox
     from ingot.progress import Steps
@@ -345,10 +349,13 @@ def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
         print_json(cell)
     else:
         _echo_cell(skill, cell)
-    if cell.get("verdict") == "BLOCK":
+    if cell.get("verdict") == "BLOCK":  # a world move is stale (WARN), never a BLOCK here
         live = control.live_revision(skill) or "none"
         reasons = "; ".join(cell.get("reasons") or [])
-        why = f"a blessed run regressed on the live revision {live[:12]}: {reasons}"
+        why = (
+            f"a blessed run regressed on the live revision {live[:12]} with the world unchanged "
+            f"(a model or harness change): {reasons}"
+        )
         for note in report_incident(control, skill, why, "ingot-replay", key=f"replay:{live}"):
             click.echo(f"incident: {note}", err=True)
     sys.exit(0 if cell.get("verdict") == "PASS" else 1)
@@ -374,10 +381,22 @@ def _echo_cell(skill: str, cell: dict[str, Any]) -> None:
             f"  {entry['id']}  {FINDING_OF.get(entry['verdict'], '?'):<9} {entry['tier']}  {entry['why']}"
         )
         for card in entry["drift"]:
+            call = f"step {card['step']} " if card.get("step") else ""
             click.echo(
-                f"      drift: {card['label']} {card['old']} -> {card['new']} "
-                f"({card['source']}; {card['corroboration']}): {card['ruling']}"
+                f"      drift: {card['label']} {card['old']} -> {card['new']} ({call}{card['tool']}"
+                f"({json.dumps(card['arguments'], sort_keys=True)[:80]}); {card['source']}; "
+                f"{card['corroboration']}): {card['ruling']}"
             )
+        if entry.get("ruling") == "stale":
+            held = (
+                "it held against the values now" if entry["verdict"] == "PASS" else "not blamed on the skill"
+            )
+            click.echo(
+                f"      stale: the world moved, {held}: no incident (autonomy and the live revision stay)"
+            )
+            click.echo(f"      re-bless: {entry['rebless']}")
+        elif entry["verdict"] == "BLOCK":
+            click.echo("      incident: regressed with the world unchanged (a model or harness change)")
     click.echo(f"replay: {STATE_OF.get(cell['verdict'], 'fail')} (the passport's replay cell)")
     click.echo(cell["rationale"])
     cost = cell["cost"]

@@ -5,7 +5,9 @@ passing cell, WARN a missing one (a person names why it is enough), BLOCK a fail
 an explicit override, whose reason is audited, can accept. The verdict is
 recomputed from the per-golden findings and the change's coverage with measure/replay_verdict.py's
 rules, and the stricter of recomputed and recorded wins, so a forged PASS does not pass; a
-malformed cell is a BLOCK. Altered instructions no blessed run exercised are named apart.
+malformed cell is a BLOCK. Altered instructions no blessed run exercised are named apart. A
+change's cell is recomputed as a change's, never as the live revision replayed alone (whose
+stale rule excuses a difference on a golden the world moved under).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def replay_rule(evidence: Mapping[str, Any]) -> ReplayRequirement:
         why = block.get("why") if isinstance(block, Mapping) else "not in the evidence bundle"
         return ReplayRequirement(None, None, (f"replay not measured: {why}",))
     try:
-        verdict, reasons, unexercised = replay_cell_verdict(block)
+        verdict, reasons, unexercised = replay_cell_verdict(block, of_a_change=True)
         recorded = block.get("verdict")
         if recorded not in ORDER:
             raise ValueError(f"verdict {recorded!r}")

@@ -9,6 +9,8 @@ reads differently now, the new value is corroborated by a second call, or by a s
 corroborated change is ruled "world moved" and the replay is judged against the new value; an
 uncorroborated one is "unconfirmed", and the verdict can be no better than WARN. Nothing is
 re-executed that the user did not list: a tool with side effects is never called twice here.
+These cards are for the listed world facts; provenance.py makes the same cards, with the same
+corroboration, for every other value of the answer a tool call supplied.
 """
 
 from __future__ import annotations
@@ -214,7 +216,7 @@ def _follow(node: Any, path: tuple) -> Any:
 
 @dataclass(frozen=True)
 class DriftCard:
-    """One world fact that reads differently now: what it was, what it is, and the ruling."""
+    """One world value that reads differently now: what it was, what it is, and the ruling."""
 
     golden: str
     fact: str
@@ -226,6 +228,8 @@ class DriftCard:
     source: str
     corroboration: str
     ruling: str  # "world moved" | "unconfirmed"
+    step: int | None = None  # the recorded call it came from
+    listed: bool = True  # a world fact of the review; False: tracked by provenance (provenance.py)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -245,19 +249,7 @@ def drift_cards(golden: Golden, review: Review, world: World) -> list[DriftCard]
             continue
         second = world.again(step.name, step.arguments)
         again = locate(step.result, fact.value, second.value) if second else None
-        if new is not None and again == new:
-            corroboration, ruling = "a second call agrees", "world moved"
-        else:
-            corroboration = (
-                "no second call answered"
-                if second is None
-                else f"a second call says {again or 'something else'}"
-            )
-            ruling = "unconfirmed"
-            if new is not None and world.research is not None:
-                found, detail = world.research.confirms(fact.label, new)
-                corroboration += f"; {detail}"
-                ruling = "world moved" if found else ruling
+        corroboration, ruling = corroborate(new, again, second is not None, world.research, fact.label)
         cards.append(
             DriftCard(
                 golden.id,
@@ -270,6 +262,28 @@ def drift_cards(golden: Golden, review: Review, world: World) -> list[DriftCard]
                 now.source,
                 corroboration,
                 ruling,
+                step=fact.step,
             )
         )
     return cards
+
+
+def corroborate(
+    new: str | None,
+    again: str | None,
+    answered: bool,
+    research: ResearchCheck | None = None,
+    label: str | None = None,
+) -> tuple[str, str]:
+    """(corroboration, ruling) of a value that reads `new` now: "world moved" when a second call
+    (`again`; `answered` False: it failed) agrees, or the research tool finds `new` under
+    `label`; "unconfirmed" otherwise."""
+    if new is not None and again == new:
+        return "a second call agrees", "world moved"
+    corroboration = (
+        "no second call answered" if not answered else f"a second call says {again or 'something else'}"
+    )
+    if new is None or research is None or label is None:
+        return corroboration, "unconfirmed"
+    found, detail = research.confirms(label, new)
+    return f"{corroboration}; {detail}", "world moved" if found else "unconfirmed"

@@ -7,8 +7,9 @@ missing: L0 evidence of a regression). `level0` returns None when a model must l
 (cascade.py); `lost_commitments` then says which of the golden answer's commitments the replay
 lost (commitments.py), a finding for the judges, never evidence by itself. `Decision` and
 `Judgement` are what every tier records, serialisable to evidence.
-`Expected` is the golden as the world is now: a moved fact's value is replaced only inside the
-passages of the answer that quote it, never by a search-and-replace over the whole text.
+`Expected` is the golden as the world is now: a moved value (a world fact, or a value a tool
+supplied, provenance.py) is replaced only inside the passages of the answer that restate it, never
+in a passage that states a rule on it, and never by a search-and-replace over the whole text.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Literal
 
 from optimize.measure.commitments import Comparison, answer_facts, compare
 from optimize.measure.goldens import Golden, Review, call_key, quote_spans, value_spans
+from optimize.measure.provenance import Supplied, rule_spans
 from optimize.measure.replay import ReplayRun
 
 SIDE_EFFECT_TOOLS = frozenset({"write_file", "edit_file", "delete", "create_skill"})
@@ -102,25 +104,28 @@ class Expected:
 
     golden: Golden
     review: Review
-    now: Mapping[str, str] = field(default_factory=dict)  # fact id -> its value now (drift)
+    now: Mapping[str, str] = field(default_factory=dict)  # fact or value id -> its value now (drift)
+    values: tuple[Supplied, ...] = ()  # what tool calls supplied the answer (provenance.py)
 
     @property
     def answer(self) -> str:
-        """The golden's answer with each moved fact's value replaced by its value now, only where
-        it was observed: inside the fact's quotes, as a whole word or number. The same text
-        elsewhere in the answer is left alone, and so is the answer of a fact without quotes
+        """The golden's answer with each moved value replaced by its value now, only where it was
+        observed: inside a fact's quotes or the passages restating a supplied value, as a whole
+        word or number, and never inside a passage that states a rule ("go only when green").
+        The same text elsewhere is left alone, and so is the answer of a fact without quotes
         (the judges still read the move in `facts_text`)."""
         answer = self.golden.answer
+        rules = rule_spans(answer)
         edits: dict[tuple[int, int], str] = {}
-        for fact in self.review.facts:
-            new = self.now.get(fact.id)
+        for item in (*self.review.facts, *self.values):
+            new = self.now.get(item.id)
             if not new:
                 continue
-            values = value_spans(answer, fact.value)
-            for start, end in (q for quote in fact.quotes for q in quote_spans(answer, quote)):
+            values = value_spans(answer, item.value)
+            for start, end in (q for quote in item.quotes for q in quote_spans(answer, quote)):
                 for a, b in values:
-                    if start <= a and b <= end:
-                        edits.setdefault((a, b), new)  # the first fact quoting it wins
+                    if start <= a and b <= end and not any(s <= a and b <= e for s, e in rules):
+                        edits.setdefault((a, b), new)  # a listed fact first, then the first value
         # Spans of the recorded answer, applied from the end so earlier offsets still hold; a
         # span overlapping one already applied (two facts quoting the same text) is skipped.
         kept = len(answer) + 1
@@ -135,7 +140,16 @@ class Expected:
             value = self.now.get(fact.id) or fact.value
             moved = f" (was {fact.value} when recorded; the world moved)" if self.now.get(fact.id) else ""
             lines.append(f"- {fact.id}: {fact.label} = {value} (from step {fact.step}, {fact.tool}){moved}")
+        for item in self.moved_values():
+            lines.append(
+                f"- {item.id}: a value {item.tool} returned = {self.now[item.id]} (from step {item.step}, "
+                f"{item.tool}) (was {item.value} when recorded; the world moved)"
+            )
         return "\n".join(lines) or "(none)"
+
+    def moved_values(self) -> list[Supplied]:
+        """The supplied values (not listed as facts) that read differently now."""
+        return [v for v in self.values if self.now.get(v.id)]
 
     def criteria_text(self) -> str:
         return "\n".join(f"- {c.id}: {c.text}" for c in self.review.criteria) or "(none written)"
@@ -189,8 +203,9 @@ def sequence_diff(golden: Golden, replay: ReplayRun) -> dict[str, Any]:
 
 def lost_commitments(expected: Expected, replay: ReplayRun) -> Comparison:
     """The golden answer's commitments (commitments.py) and which the replay lost; a moved world
-    fact counts at its recorded value or its value now."""
-    moved = {f.value: expected.now[f.id] for f in expected.review.facts if expected.now.get(f.id)}
+    value counts at its recorded value or its value now."""
+    moved = {v.value: expected.now[v.id] for v in expected.moved_values()}
+    moved |= {f.value: expected.now[f.id] for f in expected.review.facts if expected.now.get(f.id)}
     facts = answer_facts(
         expected.golden.steps, [f.value for f in expected.review.facts] + list(moved.values())
     )

@@ -4,7 +4,9 @@
 it). Per golden: the candidate's replay (replay.py); controls, the unchanged champion replayed
 the same way (REPLAY_CONTROLS per golden, cached by champion revision, golden, criteria,
 serving model, tiers and world, like the A/B champion); drift cards for world facts that read
-differently now (drift.py); the cascade's judgement of every replay (cascade.py); and the
+differently now (drift.py), and for every value of the answer a recorded tool call supplied
+whose call answers differently now (provenance.py); the cascade's judgement of every replay
+(cascade.py), against the golden with the moved values in the passages restating them; and the
 golden's verdict (replay_verdict.py), where a difference the controls also show is never
 blamed on the candidate. Then the change's coverage (coverage.py): each instruction it alters
 is exercised by a blessed run or named as not exercised (a WARN, never a silent PASS). The
@@ -32,6 +34,7 @@ from optimize.measure.drift import ResearchCheck, World, WorldSource, drift_card
 from optimize.measure.golden_store import GoldenStore
 from optimize.measure.goldens import GoldenError
 from optimize.measure.level0 import SIDE_EFFECT_TOOLS
+from optimize.measure.provenance import moved_calls, supplied, value_cards
 from optimize.measure.replay import Replayer, ReplayLimits
 from optimize.measure.replay_cache import cache_key, read_cache, write_cache
 from optimize.measure.replay_report import (
@@ -175,6 +178,7 @@ def _measure(
     cascade = Cascade(llm, tiers, settings.side_effects)
     champion = revision_of(champion_files) if champion_files is not None else None
     for work in works:
+        work.supplied = supplied(work.stored.golden, work.recorded)
         if champion_files is not None and settings.controls:
             work.cache_key = cache_key(
                 work.stored,
@@ -221,7 +225,11 @@ def _measure(
                 work.controls.append(job.result())
             tick()
         for work in works:
-            work.drift = drift_cards(work.stored.golden, work.stored.review, world)
+            golden, review = work.stored.golden, work.stored.review
+            live_run = work.candidate if champion_files is None else None  # the live revision alone
+            work.moved_calls = moved_calls(golden, world, live_run)
+            work.drift = drift_cards(golden, review, world)
+            work.drift += value_cards(golden, work.supplied, review, world, live_run)
         fresh = [w for w in works if w.controls and not w.controls_cached]
         judged = pool.map(lambda w: [cascade.judge(expected(w), c) for c in w.controls], fresh)
         for work, judgements in zip(fresh, judged, strict=True):
@@ -237,7 +245,7 @@ def _measure(
             tick()
     for work, judgement in zip(works, candidates, strict=True):
         work.judgement = judgement
-    entries = [golden_entry(w) for w in works]
+    entries = [golden_entry(w, alone=champion_files is None) for w in works]
     covered = _coverage(skill, champion_files, candidate_files, works, llm, tiers, settings)
     verdict, reasons, _ = replay_cell_verdict(
         {"goldens": entries, "coverage": covered, "champion_revision": champion}

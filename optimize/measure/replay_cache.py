@@ -23,7 +23,7 @@ from optimize.measure.level0 import Judgement
 from optimize.measure.replay import ReplayRun
 from optimize.models.prompting import templates_digest
 
-CACHE_VERSION = 2  # 2: L0 finds lost commitments (commitments.py)
+CACHE_VERSION = 3  # 2: L0 finds lost commitments (commitments.py); 3: values moved by provenance
 
 
 def cache_key(

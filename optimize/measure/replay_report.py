@@ -8,15 +8,18 @@ entry carries what replay_verdict.py needs to recompute the golden's verdict fro
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.run import HARNESS
 from optimize.measure.cascade import JudgeTiers, prompt_values
-from optimize.measure.goldens import Stored
+from optimize.measure.goldens import Golden, Stored
 from optimize.measure.level0 import Expected, Judgement, sequence_diff
+from optimize.measure.provenance import Supplied
 from optimize.measure.replay import ReplayRun
-from optimize.measure.replay_verdict import golden_verdict
+from optimize.measure.replay_verdict import golden_verdict, is_stale, world_moved
 from optimize.models.llm import LLMClient
 from optimize.models.prompting import render
 
@@ -38,15 +41,32 @@ class GoldenWork:
     cache_key: str | None = None
     judgement: Judgement | None = None
     drift: list = field(default_factory=list)
+    supplied: tuple[Supplied, ...] = ()  # the answer's values tool calls supplied (provenance.py)
+    moved_calls: list = field(default_factory=list)  # recorded calls the replays got another answer for
 
 
 def expected(work: GoldenWork) -> Expected:
     now = {card.fact: card.new for card in work.drift if card.new is not None}
-    return Expected(work.stored.golden, work.stored.review, now)
+    return Expected(work.stored.golden, work.stored.review, now, work.supplied)
 
 
-def golden_entry(work: GoldenWork) -> dict[str, Any]:
-    """One golden's findings, with what replay_verdict.py needs to recompute its verdict."""
+def rebless(golden: Golden) -> str:
+    """How to re-bless a golden the world moved under: record the task again in today's world,
+    bless that run, retire this one."""
+    again = (
+        f"`ingot agent {shlex.quote(golden.task)}`"
+        if golden.harness == HARNESS
+        else f"run {golden.task!r} again through {golden.harness or 'its harness'} (the proxy records it)"
+    )
+    return (
+        f"{again}, then `ingot bless TRACE_ID` (the new run's id, from `ingot traces {golden.skill}`) and "
+        f"`ingot goldens retire {golden.id} --reason 'the world moved; re-blessed'`"
+    )
+
+
+def golden_entry(work: GoldenWork, alone: bool = False) -> dict[str, Any]:
+    """One golden's findings, with what replay_verdict.py needs to recompute its verdict.
+    `alone`: the live revision replayed with no unchanged champion beside it (`ingot replay`)."""
     golden, review, run, judgement = work.stored.golden, work.stored.review, work.candidate, work.judgement
     assert run is not None and judgement is not None
     entry: dict[str, Any] = {
@@ -76,6 +96,7 @@ def golden_entry(work: GoldenWork) -> dict[str, Any]:
         "tool_calls": sequence_diff(golden, run),
         "serving": {"calls": len(run.calls), "tokens": run.tokens, "usd": run.cost_usd},
         "drift": [card.to_json() for card in work.drift],
+        "moved_calls": list(work.moved_calls),
         "controls": [
             {
                 "verdict": j.verdict,
@@ -87,10 +108,16 @@ def golden_entry(work: GoldenWork) -> dict[str, Any]:
         ],
         "controls_from_cache": work.controls_cached,
     }
-    entry["verdict"], entry["why"] = golden_verdict(entry)
+    entry["verdict"], entry["why"] = golden_verdict(entry, alone)
+    if world_moved(entry):
+        entry["rebless"] = rebless(golden)
     moved = any(card.ruling == "world moved" for card in work.drift)
-    entry["ruling"] = {"BLOCK": "regressed", "WARN": "held"}.get(
-        entry["verdict"], "world moved" if moved else "passes"
+    entry["ruling"] = (
+        "stale"
+        if is_stale(entry, alone)
+        else {"BLOCK": "regressed", "WARN": "held"}.get(
+            entry["verdict"], "world moved" if moved else "passes"
+        )
     )
     judging = [d.cost_usd for d in judgement.decisions if d.model and not d.from_cassette]
     entry["usd"] = _sum([run.cost_usd, *judging])

@@ -4,7 +4,10 @@ One golden's verdict: BLOCK for a regression established by L0 evidence or by L2
 agreeing, on a complete replay, in something the controls (the unchanged champion replayed the
 same way) do not also show; WARN for a contested or partial finding, a replay that did not
 finish, a world fact that moved without corroboration, or a golden the unchanged champion
-itself fails every time (stale); PASS otherwise. The change's coverage: an instruction it
+itself fails every time (stale); PASS otherwise. The live revision replayed alone (`ingot
+replay`, no controls): a difference on a golden one of whose recorded calls answered differently
+(the world moved, model-free: provenance.py) is stale, a WARN that is not the revision's; a BLOCK
+there is one with the world unchanged (a model or harness change). The change's coverage: an instruction it
 alters that no blessed run exercised (shown by no replay, and not ruled wording only or
 exercised by a model), or that nothing could decide, is a WARN "not exercised by any blessed
 run"; coverage missing from a cell that replayed a change is a WARN too, never a PASS. The
@@ -36,20 +39,61 @@ def blamed(signature: Iterable[str], controls: Sequence[Mapping[str, Any]]) -> s
     return set(signature) - shown
 
 
-def golden_verdict(entry: Mapping[str, Any]) -> tuple[str, str]:
-    """(PASS | WARN | BLOCK, why) for one golden's entry in a replay cell."""
+def world_moved(entry: Mapping[str, Any]) -> bool:
+    """Whether a recorded call of the golden answered differently in the replays (a world value
+    moved, listed as a fact or tracked by provenance): model-free, from the entry alone."""
+    return bool(entry.get("moved_calls") or entry.get("drift"))
+
+
+def moves(entry: Mapping[str, Any]) -> list[str]:
+    """What moved, value by value (from what to what, from which call), then any call that
+    answered differently without a value of the answer in it."""
+    drift = [d for d in entry.get("drift") or () if isinstance(d, Mapping)]
+    said = []
+    for d in drift:
+        call = f"{d.get('tool')} step {d['step']}" if d.get("step") else str(d.get("tool"))
+        said.append(f"{d.get('label')} {d.get('old')} -> {d.get('new') or 'unreadable'} ({call})")
+    with_values = {d.get("step") for d in drift}
+    said += [
+        f"{c.get('tool')} step {c.get('step')} answers differently"
+        for c in entry.get("moved_calls") or ()
+        if isinstance(c, Mapping) and c.get("step") not in with_values
+    ]
+    return said
+
+
+def is_stale(entry: Mapping[str, Any], alone: bool) -> bool:
+    """The live revision replayed alone on a golden whose world moved: the golden records a world
+    that is gone (re-bless it), and no unchanged champion replayed in today's world can tell a
+    regression from the move, so a difference is not the revision's."""
+    return alone and world_moved(entry)
+
+
+def golden_verdict(entry: Mapping[str, Any], alone: bool = False) -> tuple[str, str]:
+    """(PASS | WARN | BLOCK, why) for one golden's entry in a replay cell. `alone`: the live
+    revision replayed with no unchanged champion (`ingot replay`), where a golden whose world
+    moved is stale (a difference on it is a WARN, never a BLOCK) and a BLOCK says the world
+    was unchanged."""
+    stale = is_stale(entry, alone)
+    if stale and entry.get("verdict_found") in ("regressed", "contested"):
+        return "WARN", (
+            f"stale: the world moved since it was recorded ({'; '.join(moves(entry))}), so the "
+            "difference is not blamed on the live revision: re-bless it"
+        )
     verdict, why = _finding(entry)
     drift = entry.get("drift") or ()
-    unconfirmed = [d for d in drift if d.get("ruling") != "world moved"]
+    unconfirmed = [d for d in drift if d.get("ruling") != "world moved" and d.get("listed", True)]
+    controls = entry.get("controls") or ()
     if unconfirmed and verdict == "PASS":
         labels = ", ".join(f"{d.get('label')} {d.get('old')} -> {d.get('new')}" for d in unconfirmed)
-        return "WARN", f"a world fact changed without corroboration ({labels})"
-    controls = entry.get("controls") or ()
-    if verdict == "PASS" and controls and all(c.get("verdict") != "pass" for c in controls):
-        return (
-            "WARN",
-            "the unchanged champion fails this golden in every control (stale: re-bless or retire it)",
-        )
+        verdict, why = "WARN", f"a world fact changed without corroboration ({labels})"
+    elif verdict == "PASS" and controls and all(c.get("verdict") != "pass" for c in controls):
+        verdict = "WARN"
+        why = "the unchanged champion fails this golden in every control (stale: re-bless or retire it)"
+    if stale:
+        why += f"; stale: the world moved since it was recorded ({'; '.join(moves(entry))}): re-bless it"
+    elif alone and verdict == "BLOCK":
+        why += "; the world is unchanged (every tool call answered as recorded): a model or harness change"
     return verdict, why
 
 
@@ -80,11 +124,11 @@ def _finding(entry: Mapping[str, Any]) -> tuple[str, str]:
     return "BLOCK", f"regressed ({entry.get('evidence')}){where}"
 
 
-def cell_verdict(goldens: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
+def cell_verdict(goldens: Sequence[Mapping[str, Any]], alone: bool = False) -> tuple[str, list[str]]:
     """The worst golden verdict and one reason line per golden that did not pass."""
     verdict, reasons = "PASS", []
     for entry in goldens:
-        found, why = golden_verdict(entry)
+        found, why = golden_verdict(entry, alone)
         if ORDER[found] > ORDER[verdict]:
             verdict = found
         if found != "PASS":
@@ -139,10 +183,15 @@ def coverage_verdict(coverage: Any, replayed_a_change: bool = True) -> tuple[str
     return "WARN", [f"not exercised by any blessed run: {'; '.join(missing)}"], missing
 
 
-def replay_cell_verdict(block: Mapping[str, Any]) -> tuple[str, list[str], list[str]]:
+def replay_cell_verdict(
+    block: Mapping[str, Any], of_a_change: bool = False
+) -> tuple[str, list[str], list[str]]:
     """The verdict of a measured replay cell from its goldens and its coverage: (verdict,
-    reasons, instructions not exercised). Raises (KeyError, ValueError, ...) when malformed."""
-    verdict, reasons = cell_verdict(block["goldens"])
+    reasons, instructions not exercised). Raises (KeyError, ValueError, ...) when malformed.
+    The live revision replayed alone (no champion) has the stale rule; `of_a_change` (approval
+    recomputing a change's cell) never does, whatever the block says."""
+    alone = not of_a_change and "champion_revision" in block and block["champion_revision"] is None
+    verdict, reasons = cell_verdict(block["goldens"], alone)
     found, why, missing = coverage_verdict(block.get("coverage"), block.get("champion_revision") is not None)
     if ORDER[found] > ORDER[verdict]:
         verdict = found

@@ -61,6 +61,27 @@ def test_a_difference_the_controls_show_and_a_partial_replay_never_block():
     assert replay_rule(cell(stale, verdict="WARN")).verdict == "WARN"
 
 
+def test_the_stale_rule_of_the_live_revision_alone_never_excuses_a_changes_regression():
+    """A golden whose world moved is stale when the live revision is replayed alone (`ingot
+    replay`); a change's cell claiming to be such a replay (no champion) still blocks."""
+    from optimize.measure.replay_verdict import replay_cell_verdict
+
+    moved = {"label": "value from get_latency", "old": "95", "new": "130", "tool": "get_latency", "step": 1}
+    regressed = golden("regressed", evidence="L0", signature=["x"], drift=[moved], moved_calls=[{"step": 1}])
+    data = cell(regressed, verdict="WARN")
+    data["measurements"]["replay"] |= {"champion_revision": None, "coverage": {"status": "not_applicable"}}
+    verdict, reasons, _ = replay_cell_verdict(data["measurements"]["replay"])
+    assert verdict == "WARN" and reasons[0].startswith("g-1: stale: the world moved since it was recorded")
+    assert "value from get_latency 95 -> 130 (get_latency step 1)" in reasons[0]
+    rule = replay_rule(data)
+    assert (rule.verdict, rule.needs) == ("BLOCK", "override")
+    unchanged = {**regressed, "drift": [], "moved_calls": []}
+    verdict, reasons, _ = replay_cell_verdict({**data["measurements"]["replay"], "goldens": [unchanged]})
+    assert verdict == "BLOCK" and reasons[0].endswith(
+        "the world is unchanged (every tool call answered as recorded): a model or harness change"
+    )
+
+
 def instruction(**extra) -> dict:
     base = {
         "id": "i1",
