@@ -362,8 +362,12 @@ def test_ingot_evaluate_replays_the_skills_blessed_runs_with_the_candidate(
     (replayed,) = cell["goldens"]
     assert replayed["id"] == golden.id and replayed["answer"] == "strong answer"  # the candidate's bytes ran
     assert cell["candidate_revision"] == data["candidate_revision"]
-    (altered,) = cell["coverage"]["instructions"]  # the line the candidate adds, ruled by the model
-    assert altered["status"] == "exercised" and altered["model"]["exercised_by"] == [golden.id]
+    # The line the candidate adds is the only change the run was served, and the run answers
+    # otherwise while the unchanged champion's controls answer as the golden did: exercised,
+    # model-free, and no model is asked.
+    (altered,) = cell["coverage"]["instructions"]
+    assert altered["status"] == "exercised" and altered["shown_by"] == [golden.id]
+    assert altered["model"] is None and cell["coverage"]["decision"] is None
 
 
 def test_routing_impact_counts_recent_real_traffic_when_no_task_set_has_cases(tmp_path):

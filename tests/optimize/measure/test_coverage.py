@@ -145,7 +145,7 @@ def test_a_file_no_run_read_is_not_exercised_without_asking_a_model(world):
 def test_without_a_judge_tier_an_undecided_instruction_is_not_exercised_never_a_pass(world):
     result = cell(world, edited(world.files(), "4. Send", APPROVAL + "5. Send"), tiers=JudgeTiers())
     (entry,) = result["coverage"]["instructions"]
-    assert entry["status"] == "not exercised" and "no model could rule" in entry["why"]
+    assert entry["status"] == "not exercised" and "more than wording (model-free" in entry["why"]
     assert result["coverage"]["decision"]["skipped"].startswith("no judge tier is configured")
     assert result["verdict"] == "WARN"
 
