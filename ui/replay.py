@@ -19,6 +19,7 @@ from typing import Any
 from ingot.errors import IngotError
 from optimize.control.replay_rule import FINDING_OF, STATE_OF, replay_rule
 from optimize.measure.goldens import Stored
+from optimize.measure.replay_verdict import said_rulings
 from optimize.models.traces import TraceRecord
 
 
@@ -119,6 +120,7 @@ class ReplayView:
     judging_usd: float | None = None
     saving: float | None = None  # None when judging failed: nothing was saved
     judging_failed: int = 0  # judge calls that were configured and did not answer, over every run
+    rulings: tuple[str, ...] = ()  # each model ruling the verdict rests on, with its prompt digest
 
     @property
     def state(self) -> str | None:
@@ -173,6 +175,7 @@ def replay_view(evidence: Mapping[str, Any]) -> ReplayView:
         judging_usd=_num(counter.get("judging_usd")),
         saving=None if failed else _num(counter.get("saving")),
         judging_failed=failed,
+        rulings=tuple(readable(r) for r in said_rulings(cell)),
     )
 
 

@@ -1,6 +1,8 @@
 """The regression-replay benchmark's report: one row per edit, and per class the share of edits
-BLOCKed, WARNed and PASSed with 95% intervals, the headline rates, how many edits L0 alone
-flagged as losing a commitment of the golden (`l0_flagged`), and cost per verdict.
+BLOCKed, WARNed and PASSed with 95% intervals, how many were decided as labelled, the headline
+rates, how many edits L0 alone flagged as losing a commitment of the golden (`l0_flagged`), and
+cost per verdict. `comparative-quantifier` edits carry their expected verdict each (BLOCK where a
+blessed run exercises the instruction, WARN where none does); `action-recipient` ones are WARN.
 
 Pure: rows in, JSON out. Each rate counts distinct edits (n is the class's edit count); an edit
 whose replay could not be measured is counted apart, never as a pass. Intervals, both scipy's:
@@ -20,7 +22,15 @@ import numpy as np
 from scipy.stats import binomtest
 from scipy.stats import bootstrap as scipy_bootstrap
 
-CLASSES = ("regressing", "unexercised", "cosmetic", "improving", "world-drift")
+CLASSES = (
+    "regressing",
+    "unexercised",
+    "cosmetic",
+    "improving",
+    "world-drift",
+    "action-recipient",
+    "comparative-quantifier",
+)
 VERDICTS = ("BLOCK", "WARN", "PASS")
 TIERS = ("L0", "L1", "L2", "L3")
 BOOTSTRAP_DRAWS = 10_000
@@ -31,7 +41,7 @@ def expected_verdict(cls: str, expect: Mapping[str, Any]) -> str:
     """What a working replay decides for an edit of class `cls` (drift edits say it themselves)."""
     if "verdict" in expect:
         return str(expect["verdict"])
-    return {"regressing": "BLOCK", "unexercised": "WARN"}.get(cls, "PASS")
+    return {"regressing": "BLOCK", "unexercised": "WARN", "action-recipient": "WARN"}.get(cls, "PASS")
 
 
 def row(edit: Any, cell: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,6 +140,7 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "n": len(mine),
             **{verdict: share(mine, verdict) for verdict in VERDICTS},
             "not_measured": sum(r.get("verdict") is None for r in mine),
+            "as_expected": sum(bool(r.get("as_expected")) for r in mine),
             "l0_flagged": sum(bool(r.get("l0_lost_commitments")) for r in mine),
             "tiers": dict(Counter(r.get("tier") for r in mine)),
             "cost_per_verdict_usd": round(statistics.fmean(usd), 6)
@@ -146,6 +157,8 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "exercised regressions BLOCKed": per_class["regressing"]["BLOCK"],
             "unexercised changes WARNed": per_class["unexercised"]["WARN"],
             "unexercised changes PASSed": per_class["unexercised"]["PASS"]["count"],
+            "unexercised action / recipient changes WARNed": per_class["action-recipient"]["WARN"],
+            "comparatives and quantifiers as labelled": _as_labelled(per_class["comparative-quantifier"]),
             "false blocks": {
                 c: per_class[c]["BLOCK"]["count"] for c in ("cosmetic", "world-drift", "improving")
             },
@@ -159,6 +172,10 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "all_strongest_judging_usd": round(sum(strongest), 6) if complete else None,
         "noise_floor_pass_rate": _noise(rows),
     }
+
+
+def _as_labelled(cls: Mapping[str, Any]) -> str:
+    return f"{cls['as_expected']} of {cls['n']}"
 
 
 def _recognised(row: Mapping[str, Any]) -> bool:

@@ -367,6 +367,7 @@ def _usd(value: float | None) -> str:
 
 def _echo_cell(skill: str, cell: dict[str, Any]) -> None:
     from optimize.control.replay_rule import FINDING_OF, STATE_OF
+    from optimize.measure.replay_verdict import said_rulings
 
     if cell["status"] != "measured":
         click.echo(f"replay not measured: {cell['why']}")
@@ -398,6 +399,8 @@ def _echo_cell(skill: str, cell: dict[str, Any]) -> None:
         elif entry["verdict"] == "BLOCK":
             click.echo("      incident: regressed with the world unchanged (a model or harness change)")
     click.echo(f"replay: {STATE_OF.get(cell['verdict'], 'fail')} (the passport's replay cell)")
+    for ruling in said_rulings(cell):
+        click.echo(f"  ruled by a model: {ruling}")
     click.echo(cell["rationale"])
     cost = cell["cost"]
     tiers = ", ".join(f"{t} {_usd(b['usd'])} ({b['calls']} calls)" for t, b in cost["judging"].items())

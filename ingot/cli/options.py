@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -117,20 +118,29 @@ skills_option = click.option(
 
 def print_evaluation(result: Evaluated, skill: str) -> None:
     """What `ingot evaluate` (and `ingot propose`) report: the passport, each cell, the bundle."""
+    from optimize.measure.replay_verdict import said_rulings
+
     click.echo(f"evaluated {result.change_id}: {result.passport.state} ({result.passport.kind} change)")
-    print_passport(result.passport, skill, result.change_id)
+    replay = (result.evidence.data.get("measurements") or {}).get("replay") or {}
+    rulings = said_rulings(replay) if replay.get("status") == "measured" else []
+    notes = {"replay": [f"ruled by a model: {r}" for r in rulings]}
+    print_passport(result.passport, skill, result.change_id, notes)
     click.echo(f"evidence: {result.evidence.path}" + (f"; ledger {result.ledger}" if result.ledger else ""))
 
 
-def print_passport(verdict: Passport, skill: str, change_id: str) -> None:
-    """Every cell on its own line (state, why, and for a missing one what would measure it),
-    then what approving it takes."""
+def print_passport(
+    verdict: Passport, skill: str, change_id: str, notes: Mapping[str, list[str]] | None = None
+) -> None:
+    """Every cell on its own line (state, why, and for a missing one what would measure it, then
+    its `notes`: the model rulings a replay cell rests on), then what approving it takes."""
     from optimize.control.passport import NEEDS_ACK, READY, STALE
 
     for cell in verdict.cells:
         click.echo(f"  {cell.name:<15} {cell.state:<8} {cell.why}")
         if cell.measure:
             click.echo(f"  {'':<15} {'':<8} to measure: {cell.measure}")
+        for note in (notes or {}).get(cell.name, ()):
+            click.echo(f"  {'':<15} {'':<8} {note}")
     base = f"ingot approve {skill} --change {change_id}"
     if verdict.state == READY:
         click.echo(f"approve with: {base}")

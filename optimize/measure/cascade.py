@@ -13,11 +13,12 @@ L3, the strongest, adjudicates what is left. Every prompt separates commitments 
 named or not) from wording (free). A regression is established only by L0 side-effect evidence
 or by L2 and L3 agreeing; anything else that is not a pass is "contested" (a WARN upstream). A
 tier without a model is skipped, and the decision says so. Every model decision records tier,
-model, tokens and cost.
+model, tokens, cost and the sha256 of the prompt it read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -227,6 +228,7 @@ class Cascade:
                 reply.rationale,
                 *_usage(calls),
                 len(text),
+                hashlib.sha256(text.encode()).hexdigest(),
             )
         )
         return reply

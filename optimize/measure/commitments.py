@@ -3,8 +3,13 @@
 A commitment is what a reworded answer must still say: each passage (a line or sentence) of the
 answer, and inside it every number (identifiers with digits too), unit or currency, clock time
 or time zone, decision (go / no-go, approve / reject), value a tool returned in the run (a
-fact), format word, and whether it is negated ("never", "unless", "without", "blameless");
-and the answer's shape (JSON, a table, bullets, numbered steps). Everything else is wording.
+fact), format word, comparative (under / over, at least / at most, before / after, more /
+fewer than: one canonical relation each) and quantifier (each / every / all, only, none), who
+receives or owns something (recipients, owners: relations.py), and whether it is negated
+("never", "unless", "without", "blameless"); and the answer's shape (JSON, a table, bullets,
+numbered steps). Everything else is wording: "below 1000" keeps "under 1000", and a recipient
+is kept wherever its words are in the passage carrying it ("the engineer on call" keeps "the
+on-call engineer").
 Each golden passage is aligned with the replay passages that carry at least half of its content
 words; a commitment is kept when one of them states it (a moved world fact at its value now).
 What it cannot do: tell a synonym from a change of meaning ("major" -> "minor" is wording to
@@ -32,6 +37,7 @@ from optimize.measure.passages import (
     tokens,
     words,
 )
+from optimize.measure.relations import comparatives, parties, party_words, quantifiers
 
 CARRIED = 0.5  # share of a golden passage's content words a replay passage must have to carry it
 SHOWN = 40  # commitments listed to a judge (missing ones first)
@@ -86,6 +92,7 @@ _SIGN_UNIT = {"$": "usd", "€": "eur", "£": "gbp", "¥": "jpy"}
 class Commitment:
     id: str  # k1, k2, ... in the golden answer's order
     kind: str  # shape | passage | number | unit | zone | decision | fact | format | negation
+    # | comparative | quantifier | recipient | owner
     value: str  # canonical ("1000", "eur", "utc", "negated", "a bulleted list")
     text: str  # as the golden says it
     passage: int  # 0: the whole answer (its shape)
@@ -133,7 +140,7 @@ class Comparison:
         return "\n".join(lines) or "(none found)"
 
 
-def _found(text: str, facts: frozenset[str]) -> list[tuple[str, str, str]]:
+def stated(text: str, facts: frozenset[str]) -> list[tuple[str, str, str]]:
     """(kind, canonical value, text) of each commitment stated in one passage."""
     found: list[tuple[str, str, str]] = []
     words = tokens(text)
@@ -168,6 +175,9 @@ def _found(text: str, facts: frozenset[str]) -> list[tuple[str, str, str]]:
             found.append(("format", FORMATS[low], token))
         elif low in facts and low not in STOP:
             found.append(("fact", low, token))
+    found += [("comparative", value, said) for value, said in comparatives(text)]
+    found += [("quantifier", value, said) for value, said in quantifiers(text)]
+    found += parties(text)
     unique: dict[tuple[str, str], tuple[str, str, str]] = {}
     for item in found:
         unique.setdefault(item[:2], item)
@@ -219,7 +229,7 @@ def commitments_of(answer: str, facts: frozenset[str] = frozenset()) -> list[Com
         add("shape", form, form, 0, first)
     for passage in passages(answer):
         add("passage", passage.text.casefold(), passage.text, passage.index, passage.quote)
-        for kind, value, text in _found(passage.text, facts):
+        for kind, value, text in stated(passage.text, facts):
             add(kind, value, text, passage.index, passage.quote)
         polarity = "negated" if negated(passage.text) else "affirmative"
         add("negation", polarity, polarity, passage.index, passage.quote)
@@ -262,6 +272,8 @@ def compare(
             wanted = {(c.kind, c.value), (c.kind, moved.get(c.value, c.value))}
             if c.kind == "negation" and c.value == "affirmative":
                 kept = not carriers.get(c.passage) or any(("negation", "negated") not in s for s in pool)
+            elif c.kind in ("recipient", "owner") and c.value != "owner":
+                kept = any(all(("word", w) in s for w in c.value.split()) for s in pool)
             else:
                 kept = any(wanted & s for s in pool)
         if not kept:
@@ -270,9 +282,10 @@ def compare(
 
 
 def _said(text: str, facts: frozenset[str]) -> set[tuple[str, str]]:
-    said = {(kind, value) for kind, value, _ in _found(text, facts)}
+    said = {(kind, value) for kind, value, _ in stated(text, facts)}
     if negated(text):
         said.add(("negation", "negated"))
+    said |= {("word", w) for w in party_words(text)}  # where a recipient's or owner's words are
     # A number stated as a fact (or a fact that is a number) is the same statement.
     said |= {("fact", v) for k, v in list(said) if k == "number"}
     said |= {("number", v) for k, v in list(said) if k == "fact"}

@@ -6,21 +6,26 @@ and whitespace left out, so a change in those alone alters no instruction; SKILL
 by its body (what its description changes is routing's cell). Each altered instruction is then
 exercised or not, model-free first:
 - a golden's replay *shows* it when the replay's answer, tool calls or executed output lost words
-  the instruction had or gained words it has now, answers in another format where the
-  instruction names one, or (a moved block) puts the answer in another order: the cascade
-  judged that difference;
+  the instruction had or gained words it has now (comparative and quantifier words included),
+  answers in another format where the instruction names one, or (a moved block) puts the answer
+  in another order; or when it is the only altered instruction that run was served and the
+  replay differs from the golden while every control (the unchanged champion) reproduces it:
+  nothing else can have made the difference. The cascade judged that difference;
 - a golden was never *served* it when nothing of the file reached its run (a reference the run
   never read): that run cannot exercise it.
-An instruction served to some runs and shown by none needs a model (the strongest judge tier),
-asked once for all of them: is it wording only, or does behaviour change, and does any of these
-runs' situation call for the changed behaviour? The answer is recorded beside the model-free
-evidence, and replay_verdict.py derives each instruction's status from both: one not exercised
+Each changed instruction is also compared model-free (wording.py): its `differences` besides
+wording. An instruction served to some runs and shown by none goes to a model (the strongest
+judge tier), asked once for all of them: is it wording only, or does behaviour change, and does
+any of these runs' situation call for the changed behaviour? The answer is recorded with the
+model and its prompt's digest, and replay_verdict.py derives each instruction's status: the
+model decides only where the model-free comparison finds nothing but wording; one not exercised
 (or undecided, for want of a model) makes the replay cell WARN, never a silent PASS.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -32,10 +37,13 @@ from pydantic import BaseModel, Field
 from ingot.errors import IngotError
 from mcp_server.registry import parse_skill_md
 from optimize.measure.commitments import FORMATS
-from optimize.measure.goldens import Golden, text_of
+from optimize.measure.goldens import Golden, call_key, text_of
+from optimize.measure.level0 import same_text
 from optimize.measure.passages import content, passages, shape, tokens
+from optimize.measure.relations import RELATION_WORDS
 from optimize.measure.replay import ReplayRun
 from optimize.measure.replay_verdict import instruction_status
+from optimize.measure.wording import differences
 from optimize.models.ledger import BudgetExceeded
 from optimize.models.llm import LLMClient
 from optimize.models.prompting import render
@@ -153,6 +161,11 @@ def changed_instructions(skill: str, old: Mapping[str, bytes], new: Mapping[str,
 # -- model-free evidence ------------------------------------------------------------------------
 
 
+def _terms(text: str) -> set[str]:
+    """`content` with the words comparatives and quantifiers are made of (stop words there)."""
+    return content(text) | {t.casefold() for t in tokens(text) if t.casefold() in RELATION_WORDS}
+
+
 def _output(answer: str | None, steps: Sequence[Any], executed: frozenset[str]) -> set[str]:
     """What a run did, as words: its answer, its tool calls, and what the executed ones printed.
     Results of file reads and recorded calls are left out: they are the skill's bytes, not what
@@ -162,7 +175,7 @@ def _output(answer: str | None, steps: Sequence[Any], executed: frozenset[str]) 
         text.append(f"{step.name} {json.dumps(step.arguments, ensure_ascii=False)}")
         if step.name in executed:
             text.append(str(step.result))
-    return content("\n".join(text))
+    return _terms("\n".join(text))
 
 
 def _order_changed(golden: str, replay: str) -> bool:
@@ -188,12 +201,34 @@ def shown(
     asks_format = any(t.casefold() in FORMATS for t in tokens(instruction.old + " " + instruction.new))
     if asks_format and shape(golden.answer) != shape(replay.answer):
         return True
-    before, after = content(instruction.old), content(instruction.new)
+    before, after = _terms(instruction.old), _terms(instruction.new)
     recorded, replayed = (
         _output(golden.answer, golden.steps, executed),
         _output(replay.answer, replay.steps, executed),
     )
     return bool((before - after) & (recorded - replayed)) or bool((after - before) & (replayed - recorded))
+
+
+def _reproduces(golden: Golden, run: ReplayRun | None) -> bool:
+    """The run answered as the golden did (case, Unicode forms, whitespace aside), with the same
+    tool calls in the same order."""
+    if run is None or run.answer is None:
+        return False
+    calls = [call_key(s.name, s.arguments) for s in golden.steps]
+    replayed = [call_key(s.name, s.arguments) for s in run.steps]
+    return same_text(golden.answer, run.answer) and calls == replayed
+
+
+def alone(golden: Golden, replay: ReplayRun | None, controls: Sequence[ReplayRun]) -> bool:
+    """The replay differs from its golden while every control (at least one) reproduces it: the
+    change made the difference, not the model's noise or the world."""
+    return (
+        replay is not None
+        and replay.answer is not None
+        and not _reproduces(golden, replay)
+        and bool(controls)
+        and all(_reproduces(golden, c) for c in controls)
+    )
 
 
 def _transcript(messages: Sequence[Mapping[str, Any]], steps: Sequence[Any]) -> str:
@@ -258,12 +293,14 @@ def _ask(
         for g, _ in runs
     )
     prompt = render("replay_coverage", skill=body[:6000], changes=changes, runs=shown_runs)
+    digest = hashlib.sha256(prompt.encode()).hexdigest()
     reply, calls = llm.complete_json(
         "judge", [{"role": "user", "content": prompt}], _Rulings, model=model, temperature=0
     )
     costs = [c.cost_usd for c in calls if not c.from_cassette]
     usage = {
         "model": model,
+        "prompt_digest": digest,
         "tokens_in": sum(c.tokens_in for c in calls),
         "tokens_out": sum(c.tokens_out for c in calls),
         "cost_usd": None if any(c is None for c in costs) else round(sum(costs), 8),  # type: ignore[arg-type]
@@ -280,16 +317,21 @@ def coverage(
     llm: LLMClient,
     judge: tuple[str, str] | None,
     executed: frozenset[str] = frozenset({"execute"}),
+    controls: Mapping[str, Sequence[ReplayRun]] | None = None,
 ) -> dict[str, Any]:
-    """The cell's `coverage` block: every altered instruction, the goldens that were served it
-    and whose replays showed it, the model's ruling where one was needed, and its status.
-    `judge` is (tier, model) of the strongest judge tier, None when no tier is configured."""
+    """The cell's `coverage` block: every altered instruction, what it changes besides wording
+    (model-free), the goldens that were served it and whose replays showed it, the model's
+    ruling where one was needed, and its status. `judge` is (tier, model) of the strongest judge
+    tier, None when no tier is configured; `controls` the unchanged champion's replays of each
+    golden (by id)."""
+    controls = controls or {}
     instructions = changed_instructions(skill, champion, candidate)
     texts = {p: t for p in candidate if (t := _text_of(p, candidate[p], skill))} | {
         p: t for p in champion if p not in candidate and (t := _text_of(p, champion[p], skill))
     }
     entries = []
     for instruction in instructions:
+        served_to = [g.id for g, r in runs if served(instruction, g, r, texts)]
         entries.append(
             {
                 "id": instruction.id,
@@ -298,11 +340,18 @@ def coverage(
                 "old": instruction.old,
                 "new": instruction.new,
                 "label": instruction.label,
-                "served_to": [g.id for g, r in runs if served(instruction, g, r, texts)],
+                "differences": list(differences(instruction.old, instruction.new)),
+                "served_to": served_to,
                 "shown_by": [g.id for g, r in runs if shown(instruction, g, r, executed)],
                 "model": None,
             }
         )
+    for entry in entries:  # the only altered instruction a run was served made its difference
+        for golden, replay in runs:
+            others = [e for e in entries if e is not entry and golden.id in e["served_to"]]
+            unshown = golden.id in entry["served_to"] and golden.id not in entry["shown_by"]
+            if unshown and not others and alone(golden, replay, controls.get(golden.id, ())):
+                entry["shown_by"].append(golden.id)
     undecided = [
         i for i, e in zip(instructions, entries, strict=True) if e["served_to"] and not e["shown_by"]
     ]
@@ -333,6 +382,7 @@ def coverage(
                 entry["model"] = {
                     "tier": tier,
                     "model": model,
+                    "prompt_digest": decision.get("prompt_digest"),
                     "behaviour": ruling.behaviour,
                     "exercised_by": [g for g in ruling.exercised_by if g in entry["served_to"]],
                     "rationale": ruling.rationale,

@@ -42,6 +42,7 @@ class Decision:
     cost_usd: float | None = 0.0
     from_cassette: bool = False
     prompt_chars: int = 0  # size of what the tier read (for the all-strongest estimate)
+    prompt_digest: str | None = None  # sha256 of what the tier read: which prompt ruled
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)

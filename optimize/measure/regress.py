@@ -46,7 +46,7 @@ from optimize.measure.replay_report import (
     noise_floor,
     not_measured,
 )
-from optimize.measure.replay_verdict import FINDING_OF, SAID, replay_cell_verdict
+from optimize.measure.replay_verdict import FINDING_OF, SAID, model_rulings, replay_cell_verdict
 from optimize.measure.sandbox import Sandbox
 from optimize.models.ledger import BudgetExceeded
 from optimize.models.llm import LLMClient
@@ -251,6 +251,7 @@ def _measure(
         {"goldens": entries, "coverage": covered, "champion_revision": champion}
     )
     rationale, by = _rationale(llm, skill, verdict, entries, works, covered)
+    decided_by = model_rulings({"goldens": entries, "coverage": covered})
     return {
         "status": "measured",
         "verdict": verdict,
@@ -267,6 +268,7 @@ def _measure(
         "noise_floor": noise_floor(works, champion, settings.controls),
         "drift": [card.to_json() for w in works for card in w.drift],
         "coverage": covered,
+        "decided_by": decided_by,  # every model ruling the verdict rests on (model, prompt digest)
         "cost": costs(works, by, covered.get("decision")),
         "counterfactual": counterfactual(llm, tiers, works, by),
         "warnings": _warnings(tiers, teacher_model)
@@ -305,8 +307,9 @@ def _coverage(
         return {"status": "not_applicable", "why": "no change: the live revision is replayed alone"}
     strongest = next(((t, m) for t, m in reversed(tiers.models().items()) if m), None)
     runs = [(w.stored.golden, w.candidate) for w in works]
+    controls = {w.stored.golden.id: w.controls for w in works}
     return coverage(
-        skill, champion_files, candidate_files, runs, llm, strongest, settings.limits.sandbox_tools
+        skill, champion_files, candidate_files, runs, llm, strongest, settings.limits.sandbox_tools, controls
     )
 
 

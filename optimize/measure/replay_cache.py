@@ -23,7 +23,8 @@ from optimize.measure.level0 import Judgement
 from optimize.measure.replay import ReplayRun
 from optimize.models.prompting import templates_digest
 
-CACHE_VERSION = 3  # 2: L0 finds lost commitments (commitments.py); 3: values moved by provenance
+CACHE_VERSION = 4  # 2: L0 finds lost commitments (commitments.py); 3: values moved by provenance;
+# 4: comparatives, quantifiers, recipients and owners among them, each model decision's prompt digest
 
 
 def cache_key(

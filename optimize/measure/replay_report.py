@@ -103,6 +103,7 @@ def golden_entry(work: GoldenWork, alone: bool = False) -> dict[str, Any]:
                 "tier": j.tier,
                 "signature": sorted(j.signature),
                 "answer_same": r.answer == run.answer,
+                "decisions": [d.to_json() for d in j.decisions if d.model],
             }
             for r, j in zip(work.controls, work.control_judgements, strict=True)
         ],

@@ -10,16 +10,22 @@ replay`, no controls): a difference on a golden one of whose recorded calls answ
 there is one with the world unchanged (a model or harness change). The change's coverage: an instruction it
 alters that no blessed run exercised (shown by no replay, and not ruled wording only or
 exercised by a model), or that nothing could decide, is a WARN "not exercised by any blessed
-run"; coverage missing from a cell that replayed a change is a WARN too, never a PASS. The
-cell's verdict is the worst of its goldens' and its coverage's. The cell records every input
-here, and replay_rule.py recomputes the verdict from them with these same functions, so a
-verdict can always be re-derived from the bundle alone.
+run"; coverage missing from a cell that replayed a change is a WARN too, never a PASS. A
+model's ruling decides an instruction only where the model-free comparison (wording.py,
+recomputed here from the instruction's text) finds nothing but wording: where it finds another
+action, object, recipient, number, unit, negation, comparative or quantifier, only a replay
+showing it exercises the instruction, whatever the model said. The cell's verdict is the worst
+of its goldens' and its coverage's. The cell records every input here, and replay_rule.py
+recomputes the verdict from them with these same functions, so a verdict can always be
+re-derived from the bundle alone; `model_rulings` names each model ruling it rests on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from optimize.measure.wording import differences
 
 ORDER = {"PASS": 0, "WARN": 1, "BLOCK": 2}
 # How people read a replay: the cell in the passport's words, each golden as what became of it.
@@ -136,15 +142,34 @@ def cell_verdict(goldens: Sequence[Mapping[str, Any]], alone: bool = False) -> t
     return verdict, reasons
 
 
+def instruction_differences(entry: Mapping[str, Any]) -> tuple[str, ...]:
+    """What the model-free comparison finds the instruction changes besides wording: recomputed
+    from its recorded text (a bundle cannot claim less), else as the entry records it."""
+    old, new = entry.get("old"), entry.get("new")
+    if isinstance(old, str) and isinstance(new, str) and (old or new):
+        return differences(old, new)
+    return tuple(str(d) for d in entry.get("differences") or ())
+
+
 def instruction_status(entry: Mapping[str, Any]) -> tuple[str, str]:
     """(exercised | wording | not exercised, why) for one altered instruction of a coverage
-    block: model-free evidence first (a replay showed it), then the model's ruling."""
+    block: model-free evidence first (a replay showed it; what it changes besides wording), then
+    the model's ruling, only where the model-free comparison finds nothing but wording."""
     served, shown = list(entry.get("served_to") or ()), list(entry.get("shown_by") or ())
     if shown:
         return "exercised", f"shown by the replay of {', '.join(shown)} (model-free)"
     if not served:
         return "not exercised", "no blessed run was served it (model-free: its file never reached a run)"
     ruling = entry.get("model")
+    differs = instruction_differences(entry)
+    if differs:
+        said = ""
+        if isinstance(ruling, Mapping):
+            word = "wording only" if ruling.get("behaviour") == "unchanged" else "a change in behaviour"
+            by = f"{ruling.get('tier')} ({ruling.get('model')})"
+            said = f"; {by} ruled it {word}, which decides nothing here"
+        what = "; ".join(differs) if entry.get("kind") == "changed" else f"{entry.get('kind')} instruction"
+        return "not exercised", f"no replay showed it, and it is more than wording (model-free: {what}){said}"
     if not isinstance(ruling, Mapping):
         return "not exercised", "no replay showed it and no model could rule whether it is wording only"
     by = f"{ruling.get('tier')} ({ruling.get('model')})"
@@ -154,6 +179,65 @@ def instruction_status(entry: Mapping[str, Any]) -> tuple[str, str]:
     if exercised:
         return "exercised", f"{by} rules that {', '.join(exercised)} call for it, though no replay showed it"
     return "not exercised", f"it changes behaviour ({by}) in no situation a blessed run has"
+
+
+def model_rulings(block: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every model ruling a measured replay cell's verdict rests on, each with what it decided,
+    its tier, model and prompt digest (None in a bundle recorded before digests were): the judge
+    tiers that ruled on a golden decided above L0; the failing controls' when they changed the
+    golden's verdict (excused a difference, or made it stale); the coverage ruling of each
+    instruction whose status the model decided (wording only, or exercised by a run it named)."""
+    out: list[dict[str, Any]] = []
+
+    def add(what: str, decision: Mapping[str, Any], ruling: Any) -> None:
+        out.append(
+            {
+                "decides": what,
+                "tier": decision.get("tier"),
+                "model": decision.get("model"),
+                "ruling": ruling,
+                "prompt_digest": decision.get("prompt_digest"),
+            }
+        )
+
+    for entry in _mappings(block.get("goldens")):
+        for d in _mappings(entry.get("decisions")) if entry.get("tier") != "L0" else ():
+            if d.get("model") and d.get("verdict") != "skipped":
+                add(f"golden {entry.get('id')}", d, d.get("verdict"))
+        if golden_verdict(entry) != golden_verdict({**entry, "controls": []}):
+            for n, control in enumerate(_mappings(entry.get("controls")), 1):
+                for d in _mappings(control.get("decisions")) if control.get("verdict") != "pass" else ():
+                    if d.get("model") and d.get("verdict") != "skipped":
+                        add(f"golden {entry.get('id')} (control {n})", d, d.get("verdict"))
+    coverage = block.get("coverage")
+    for entry in _mappings(coverage.get("instructions")) if isinstance(coverage, Mapping) else ():
+        ruling = entry.get("model")
+        status, _ = instruction_status(entry)
+        if isinstance(ruling, Mapping) and not entry.get("shown_by") and status != "not exercised":
+            add(f"instruction {entry.get('id')}", ruling, "wording only" if status == "wording" else status)
+    return out
+
+
+def _mappings(items: Any) -> list[Mapping[str, Any]]:
+    return [i for i in items if isinstance(i, Mapping)] if isinstance(items, list | tuple) else []
+
+
+def ruling_text(ruling: Mapping[str, Any]) -> str:
+    """One of `model_rulings` as a person reads it (the CLI and the review card say the same)."""
+    digest = ruling.get("prompt_digest")
+    known = isinstance(digest, str) and digest
+    said = f"prompt sha256 {digest[:12]}" if known else "no prompt digest recorded"
+    by = f"{ruling.get('tier')} ({ruling.get('model')})"
+    return f"{ruling.get('decides')}: {by} ruled {ruling.get('ruling')}; {said}"
+
+
+def said_rulings(block: Mapping[str, Any]) -> list[str]:
+    """`model_rulings` as the lines people read; none for a cell too malformed to read (its
+    verdict, recomputed by replay_rule.py, already says so)."""
+    try:
+        return [ruling_text(r) for r in model_rulings(block)]
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return []
 
 
 def coverage_verdict(coverage: Any, replayed_a_change: bool = True) -> tuple[str, list[str], list[str]]:
@@ -173,14 +257,17 @@ def coverage_verdict(coverage: Any, replayed_a_change: bool = True) -> tuple[str
         return "PASS", [], []
     if coverage.get("status") != "measured" or not isinstance(coverage.get("instructions"), list):
         raise ValueError("coverage without its instructions")
-    missing = []
+    missing, named = [], []
     for entry in coverage["instructions"]:
         status, _ = instruction_status(entry)
         if status == "not exercised":
-            missing.append(str(entry.get("label") or entry.get("id")))
+            label = str(entry.get("label") or entry.get("id"))
+            differs = instruction_differences(entry) if entry.get("kind") == "changed" else ()
+            missing.append(label)
+            named.append(f"{label} (it changes {'; '.join(differs)})" if differs else label)
     if not missing:
         return "PASS", [], []
-    return "WARN", [f"not exercised by any blessed run: {'; '.join(missing)}"], missing
+    return "WARN", [f"not exercised by any blessed run: {'; '.join(named)}"], missing
 
 
 def replay_cell_verdict(

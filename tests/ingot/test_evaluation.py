@@ -6,6 +6,7 @@ at approval; garbage replies end in one error and a rerun pays for nothing twice
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from ingot.progress import parse
 from mcp_server.skillmd import with_description
 from optimize.control import evidence
 from optimize.control.changes import ChangeControl
+from optimize.measure.replay_verdict import ruling_text
 from tests.conftest import BUNDLED_SKILLS
 from tests.scripted_llm import scripted_llm
 
@@ -350,11 +352,12 @@ def test_ingot_evaluate_replays_the_skills_blessed_runs_with_the_candidate(
             Rule(
                 model="judge-model",
                 user_contains="ALTERED INSTRUCTIONS",
-                compute=exercised_by(golden.id),  # its task calls for grouping changes
+                compute=exercised_by(golden.id),  # never asked: the replay shows the line model-free
             ),
         ]
         server.script_optimizer()
         done = propose(root, folder, tmp_path, **models(server, tasks))
+        requests = server.chat_requests()
     assert done.returncode == 0, done.stderr
     data, _ = bundle(root)
     cell = data["measurements"]["replay"]
@@ -362,8 +365,18 @@ def test_ingot_evaluate_replays_the_skills_blessed_runs_with_the_candidate(
     (replayed,) = cell["goldens"]
     assert replayed["id"] == golden.id and replayed["answer"] == "strong answer"  # the candidate's bytes ran
     assert cell["candidate_revision"] == data["candidate_revision"]
-    (altered,) = cell["coverage"]["instructions"]  # the line the candidate adds, ruled by the model
-    assert altered["status"] == "exercised" and altered["model"]["exercised_by"] == [golden.id]
+    # The line the candidate adds is the only change the run was served, and the run answers
+    # otherwise while the unchanged champion's controls answer as the golden did: exercised,
+    # model-free, and no model is asked.
+    (altered,) = cell["coverage"]["instructions"]
+    assert altered["status"] == "exercised" and altered["shown_by"] == [golden.id]
+    assert altered["model"] is None and cell["coverage"]["decision"] is None
+    # `ingot evaluate` (here through propose) names under the replay cell each model ruling its
+    # verdict rests on, with the digest of the prompt that model read.
+    sent = {hashlib.sha256(r.body["messages"][-1]["content"].encode()).hexdigest() for r in requests}
+    assert cell["decided_by"] and all(r["prompt_digest"] in sent for r in cell["decided_by"])
+    for ruling in cell["decided_by"]:
+        assert f"ruled by a model: {ruling_text(ruling)}" in done.stdout, done.stdout
 
 
 def test_routing_impact_counts_recent_real_traffic_when_no_task_set_has_cases(tmp_path):

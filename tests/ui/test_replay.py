@@ -11,11 +11,13 @@ import httpx
 import pytest
 
 from ingot.cli.serve import UIOptions, ui_app
+from optimize.control import evidence
 from optimize.control.audit import AuditLog
 from optimize.measure.cascade import JudgeTiers
 from optimize.measure.golden_criteria import draft_review
 from optimize.measure.level0 import SIDE_EFFECT_TOOLS
 from optimize.measure.regress import ReplaySettings, replay_cell
+from optimize.measure.replay_verdict import ruling_text
 from optimize.models.ledger import UsageLedger
 from scripts.bench_regress import PRICES
 from tests.conftest import running_asgi
@@ -117,6 +119,15 @@ def test_a_blocked_change_shows_its_replay_cell_and_needs_an_audited_override(ui
     assert "passes its own goldens in 100% of 2 controls" in cell.get_by_test_id("noise-floor").inner_text()
     assert "judging everything with the strongest tier" in cell.get_by_test_id("replay-cost").inner_text()
     assert cell.get_by_test_id("replay-rationale").inner_text().startswith("Scripted rationale")
+    # The model rulings the fail rests on (L2 and L3 agreeing), each with its prompt's digest.
+    bundle = evidence.load(w.control.runs_dir / w.control.queue.get("fx-quote").evidence_path).data
+    decided = bundle["measurements"]["replay"]["decided_by"]
+    assert [(r["tier"], r["model"]) for r in decided] == [("L2", TIERS["L2"]), ("L3", TIERS["L3"])]
+    shown = [li.inner_text() for li in cell.get_by_test_id("replay-ruling").all()]
+    assert shown == [ruling_text(r) for r in decided]
+    assert all(
+        f"prompt sha256 {r['prompt_digest'][:12]}" in said for r, said in zip(decided, shown, strict=True)
+    )
     page.screenshot(path=str(screenshots / "review-replay.png"), full_page=True)
     assert page.get_by_test_id("approve").inner_text() == "Override & promote…"
     forced = httpx.post(

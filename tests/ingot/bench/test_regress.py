@@ -108,7 +108,24 @@ def test_the_rebuilt_bench_meets_its_targets_on_the_scripted_models(report):
         "world-drift": 0,
         "improving": 0,
     }
-    assert classes["cosmetic"]["PASS"]["rate"] == 1.0 and report["drift_recognised"] == "4 of 4"
+    rewords = [r for r in report["rows"] if r["class"] == "cosmetic"]
+    assert all(r["verdict"] == "PASS" for r in rewords if r["kind"] != "rewords-unexercised-instruction")
+    assert report["drift_recognised"] == "4 of 4"
+    # Issue 36's classes, labelled before they were run. A changed action or recipient in a step
+    # no blessed run exercises WARNs whatever the coverage model rules; a flipped comparative or a
+    # dropped quantifier BLOCKs where a blessed run exercises it and WARNs where none does.
+    assert (
+        classes["action-recipient"]["WARN"]["rate"] == 1.0
+        and classes["action-recipient"]["PASS"]["count"] == 0
+    )
+    missed = [
+        r["id"] for r in report["rows"] if r["class"] == "comparative-quantifier" and not r["as_expected"]
+    ]
+    assert missed == ["cq-both-at-least-one"]  # "both" -> "at least one": "both" is no quantifier to L0
+    # Rewording a step no run exercises: the model-free check knows no "carries the label" for "labelled"
+    # (a WARN a person reads), and the scripted coverage model calls "never" -> "do not" a change.
+    unread = {r["id"]: r["verdict"] for r in rewords if r["kind"] == "rewords-unexercised-instruction"}
+    assert [i for i, v in unread.items() if v != "PASS"] == ["cw-security-label", "cw-friday-do-not"]
     # A regression keeping every quotable phrase is blocked on what the golden committed to.
     kept_phrases = [
         r for r in report["rows"] if r["kind"] in ("changes-unit", "changes-timezone", "flips-decision")

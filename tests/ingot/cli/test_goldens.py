@@ -3,6 +3,7 @@ approving a change the replay blocks."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import yaml
@@ -12,7 +13,7 @@ from optimize.measure.level0 import SIDE_EFFECT_TOOLS
 from optimize.measure.regress import ReplaySettings, replay_cell
 from tests.ingot.cli.test_main import ingot
 from tests.optimize.conftest import ready_body
-from tests.regress_sim import TIERS, edited, regress_world
+from tests.regress_sim import NO_FEES_STEP, TIERS, agent, edited, regress_world
 
 
 def env_for(w, **extra: str) -> dict[str, str]:
@@ -99,6 +100,41 @@ def test_a_model_change_that_breaks_a_golden_fails_ingot_replay(tmp_path, librar
         )
         broken = ingot("replay", "fx-quote", cwd=tmp_path, env=env_for(w, AGENT_MODEL="agent-model-2"))
         assert broken.returncode == 1 and "replay: fail" in broken.stdout  # the new model drops the quote
+
+
+def test_ingot_replay_names_each_model_ruling_its_verdict_rests_on_with_its_prompt_digest(
+    tmp_path, library_factory
+):
+    def forgets_fees(body: dict) -> str | dict:  # a serving model that follows the skill but step 3
+        said = agent(body)
+        return said.replace(NO_FEES_STEP[3:].strip(), "").strip() if isinstance(said, str) else said
+
+    with regress_world(tmp_path, library_factory) as w:
+        w.bless(w.record(), ['keeps "no fees"'])
+        w.server.rules.insert(0, w.server.rules[0].__class__(model="agent-model-2", compute=forgets_fees))
+        broken = ingot("replay", "fx-quote", cwd=tmp_path, env=env_for(w, AGENT_MODEL="agent-model-2"))
+        assert broken.returncode == 1 and "replay: fail" in broken.stdout, broken.stdout
+        sent = {  # the judges' prompts (the rationale, also by L3, comes after and decides nothing)
+            r.body["model"]: hashlib.sha256(r.body["messages"][-1]["content"].encode()).hexdigest()
+            for r in w.server.chat_requests()
+            if "Write the rationale" not in r.body["messages"][-1]["content"]
+        }
+        named = [line.strip() for line in broken.stdout.splitlines() if "ruled by a model:" in line]
+        golden = next(line.split()[0] for line in broken.stdout.splitlines() if line.startswith("  g-"))
+        assert named == [
+            f"ruled by a model: golden {golden}: {tier} (judge-{tier.lower()}) ruled regressed; "
+            f"prompt sha256 {sent['judge-' + tier.lower()][:12]}"
+            for tier in ("L2", "L3")
+        ]
+        as_json = json.loads(
+            ingot(
+                "replay", "fx-quote", "--json", cwd=tmp_path, env=env_for(w, AGENT_MODEL="agent-model-2")
+            ).stdout
+        )
+        assert [(r["tier"], r["prompt_digest"]) for r in as_json["decided_by"]] == [
+            ("L2", sent["judge-l2"]),
+            ("L3", sent["judge-l3"]),
+        ]
 
 
 def test_approve_takes_an_override_reason_for_a_blocked_change(tmp_path, library_factory):

@@ -119,6 +119,36 @@ def test_coverage_is_recomputed_from_its_evidence_and_a_claimed_exercise_without
     assert replay_rule(covered(unread)).verdict == "WARN"  # a run never served it cannot exercise it
 
 
+def test_a_recorded_wording_ruling_is_recomputed_against_the_instructions_text_and_overruled():
+    """A bundle whose model ruled wording only, on an instruction whose text changes its action and
+    recipient, recomputes to WARN (whatever the bundle recorded); a true rewording keeps it."""
+    wording = {
+        "tier": "L3",
+        "model": "m",
+        "behaviour": "unchanged",
+        "exercised_by": [],
+        "prompt_digest": "d" * 64,
+    }
+    step = "If the status is red, page the on-call engineer."
+    moved = instruction(
+        kind="changed", old=step, new=step.replace("page the on-call engineer", "post in the ops channel")
+    )
+    forged = replay_rule(
+        covered({**moved, "model": wording, "status": "wording", "differences": []}, verdict="PASS")
+    )
+    assert forged.verdict == "WARN" and forged.needs == "reason"
+    assert (
+        "(it changes actions, objects or recipients: page, on-call, engineer -> post, ops, channel)"
+        in forged.reasons[0]
+    )
+    claimed = {**wording, "behaviour": "changed", "exercised_by": ["g-1"]}  # nothing showed it
+    assert replay_rule(covered({**moved, "model": claimed})).verdict == "WARN"
+    same = instruction(
+        kind="changed", old=step, new=step.replace("the on-call engineer", "the engineer on call")
+    )
+    assert replay_rule(covered({**same, "model": wording})).verdict == "PASS"
+
+
 def test_a_change_cell_without_coverage_warns_and_a_malformed_one_blocks():
     data = covered()
     del data["measurements"]["replay"]["coverage"]

@@ -100,3 +100,69 @@ def test_the_judges_read_missing_commitments_first_with_the_golden_passage_to_ci
         "'Mention that transfers under 1000 EUR have no fees.')"
     ]
     assert compare(GOLDEN, GOLDEN, FACTS).text().count("MISSING") == 0
+
+
+ACTIONS = """List the action items with an owner each: renew the certificate (owner: Alice).
+Page the on-call engineer if at least 2 payments fail before 17:00.
+Refund transfers under 1000 EUR; hold more than 5 retries for review.
+Only the payments team may deploy, and every deploy needs a ticket.
+None of the refunds went out."""
+
+
+def test_a_flipped_comparative_is_lost_and_the_same_relation_in_other_words_is_kept():
+    flips = {
+        ("under 1000", "over 1000"): "below",
+        ("at least 2", "at most 2"): "at least",
+        ("before 17:00", "after 17:00"): "before",
+        ("more than 5", "fewer than 5"): "above",
+    }
+    for (old, new), relation in flips.items():
+        assert lost(ACTIONS.replace(old, new), ACTIONS) == [("comparative", relation)], new
+    for old, new in (
+        ("under 1000", "below 1000"),
+        ("under 1000", "less than 1000"),
+        ("at least 2", "2 or more"),
+    ):
+        assert lost(ACTIONS.replace(old, new), ACTIONS) == [], new
+    assert (
+        lost("Group the entries under Added.", "Sort the entries into Added.") == []
+    )  # no quantity: no relation
+
+
+def test_a_dropped_quantifier_is_lost():
+    drops = {
+        ("with an owner each", "with an owner"): "every",
+        ("and every deploy needs", "and a deploy needs"): "every",
+        ("Only the payments team", "The payments team"): "only",
+        ("None of the refunds", "Not one of the refunds"): "none",
+    }
+    for (old, new), quantifier in drops.items():
+        assert lost(ACTIONS.replace(old, new), ACTIONS) == [("quantifier", quantifier)], new
+    assert lost("All checks ran.", "Every check ran.") == []  # "all" and "every" are one quantifier
+
+
+def test_a_changed_recipient_is_lost():
+    assert lost(ACTIONS.replace("on-call engineer", "on-call manager"), ACTIONS) == [
+        ("recipient", "call engineer")
+    ]
+    assert lost("Sent quote #8812 to the customer.", "Sent quote #8812 to Dana.") == [("recipient", "dana")]
+    assert lost(ACTIONS.replace("Page the on-call engineer", "Post in the ops channel"), ACTIONS) == [
+        ("recipient", "call engineer")
+    ]
+
+
+def test_a_changed_or_dropped_owner_is_lost():
+    assert lost(ACTIONS.replace("owner: Alice", "owner: Bob"), ACTIONS) == [("owner", "alice")]
+    asked = "List the action items with an owner each."
+    assert lost("List the action items.", asked) == [("quantifier", "every"), ("owner", "owner")]
+    assert lost("List the action items with an owner.", asked) == [("quantifier", "every")]
+    assert lost("List the action items, each owned by the payments team.", asked) == []
+
+
+def test_rewording_and_reordering_the_same_comparatives_quantifiers_recipients_and_owners_loses_none():
+    reworded = """Renew the certificate: Alice is the owner. Action items are listed, each with an owner.
+If 2 or more payments fail before 17:00, page the engineer on call.
+Refund transfers below 1,000 EUR; more than 5 retries are held for review.
+Every deploy needs a ticket, and only the payments team may deploy.
+None of the refunds were sent out."""
+    assert lost(reworded, ACTIONS) == []

@@ -4,15 +4,21 @@ blessed run exercises is a WARN that names it, never a silent PASS."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+from types import SimpleNamespace
+
 import pytest
 
 from optimize.control.passport import UNEXERCISED
 from optimize.measure.cascade import JudgeTiers
-from optimize.measure.coverage import changed_instructions
+from optimize.measure.coverage import alone, changed_instructions
 from optimize.measure.level0 import SIDE_EFFECT_TOOLS
 from optimize.measure.regress import ReplaySettings, replay_cell
 from tests.optimize.conftest import ready_body
 from tests.regress_sim import FX_BODY, FX_DESCRIPTION, edited, regress_world
+from tests.scripted_llm import Rule
 
 TIERS = JudgeTiers("judge-l1", "judge-l2", "judge-l3")
 SETTINGS = ReplaySettings(side_effects=SIDE_EFFECT_TOOLS | {"send_quote"})
@@ -83,12 +89,96 @@ def coverage_asked(w) -> int:
     return sum("ALTERED INSTRUCTIONS:" in r.body["messages"][-1]["content"] for r in w.server.chat_requests())
 
 
+def digests(w, model: str | None = None, asked: str = "") -> set[str]:
+    """sha256 of each prompt the scripted server was sent (by `model`, or containing `asked`)."""
+    prompts = [r.body["messages"][-1]["content"] for r in w.server.chat_requests()]
+    models = [r.body.get("model") for r in w.server.chat_requests()]
+    return {
+        hashlib.sha256(p.encode()).hexdigest()
+        for p, m in zip(prompts, models, strict=True)
+        if (model is None or m == model) and asked in p
+    }
+
+
 def test_an_instruction_a_replay_shows_is_exercised_without_asking_a_model(world):
     result = cell(world, edited(world.files(), "rounded to cents", "rounded to whole units"))
     (entry,) = result["coverage"]["instructions"]
     assert entry["status"] == "exercised" and entry["shown_by"] == [result["goldens"][0]["id"]]
     assert entry["model"] is None and coverage_asked(world) == 0
     assert result["verdict"] == "BLOCK"  # the unit no criterion names is a lost commitment
+    # The BLOCK rests on L2 and L3 agreeing: both are named in the cell with the prompt each read.
+    golden = result["goldens"][0]["id"]
+    named = {(r["decides"], r["tier"], r["model"], r["ruling"]) for r in result["decided_by"]}
+    assert named == {
+        (f"golden {golden}", "L2", "judge-l2", "regressed"),
+        (f"golden {golden}", "L3", "judge-l3", "regressed"),
+    }
+    for ruling in result["decided_by"]:
+        assert ruling["prompt_digest"] in digests(world, ruling["model"])
+
+
+def rule_everything_wording(body: dict) -> str:
+    """A coverage model that rules every altered instruction wording only."""
+    ids = re.findall(r"^- (i\d+) \(", body["messages"][-1]["content"], re.M)
+    return json.dumps(
+        {"instructions": [{"id": i, "behaviour": "unchanged", "rationale": "same gist"} for i in ids]}
+    )
+
+
+def test_a_wording_ruling_is_overruled_when_the_model_free_comparison_finds_another_action_and_recipient(
+    world,
+):
+    """The issue's case: "page the on-call engineer" -> "post in the ops channel" in a step no
+    blessed run exercises, and a coverage model that calls it wording. The cell WARNs naming the
+    instruction and what differs; a true rewording of the same step still passes on the model's
+    ruling, which the cell names with the digest of the prompt it read."""
+    step = "4. If the rate is stale, page the on-call engineer.\n"
+    (world.root / "fx-quote" / "SKILL.md").write_bytes(skill(FX_BODY.replace("4. Send", step + "5. Send")))
+    world.bless(world.record(), ['keeps "no fees"'])
+    world.server.rules.insert(0, Rule(user_contains="ALTERED INSTRUCTIONS:", compute=rule_everything_wording))
+    result = cell(world, edited(world.files(), "page the on-call engineer", "post in the ops channel"))
+    (entry,) = result["coverage"]["instructions"]
+    what = "actions, objects or recipients: page, on-call, engineer -> post, ops, channel"
+    assert entry["model"]["behaviour"] == "unchanged" and coverage_asked(world) == 1  # the model said wording
+    assert (entry["status"], entry["differences"]) == ("not exercised", [what])
+    assert entry["why"].endswith("L3 (judge-l3) ruled it wording only, which decides nothing here")
+    assert result["goldens"][0]["verdict"] == "PASS" and result["verdict"] == "WARN"
+    assert result["reasons"] == [f"not exercised by any blessed run: {entry['label']} (it changes {what})"]
+    assert not [r for r in result["decided_by"] if r["decides"].startswith("instruction")]
+
+    reworded = cell(world, edited(world.files(), "page the on-call engineer", "page the engineer on call"))
+    (entry,) = reworded["coverage"]["instructions"]
+    assert (entry["status"], entry["differences"], reworded["verdict"]) == ("wording", [], "PASS")
+    (ruling,) = reworded["decided_by"]
+    assert ruling | {"prompt_digest": None} == {
+        "decides": "instruction i1",
+        "tier": "L3",
+        "model": "judge-l3",
+        "ruling": "wording only",
+        "prompt_digest": None,
+    }
+    assert ruling["prompt_digest"] in digests(world, asked="ALTERED INSTRUCTIONS:")
+    assert (
+        ruling["prompt_digest"]
+        == entry["model"]["prompt_digest"]
+        == reworded["coverage"]["decision"]["prompt_digest"]
+    )
+
+
+def test_a_replay_that_differs_alone_shows_its_only_instruction_only_when_the_controls_reproduce_the_golden():
+    def run(answer: str, *calls: str) -> SimpleNamespace:
+        return SimpleNamespace(answer=answer, steps=[SimpleNamespace(name=c, arguments={}) for c in calls])
+
+    golden = run("250 EUR is 271.05 USD.", "get_rate")
+    steady = [run("250 EUR is 271.05 USD.", "get_rate")] * 2
+    assert alone(golden, run("250 EUR is 271.05 USD, fee-free.", "get_rate"), steady)
+    assert alone(golden, run("250 EUR is 271.05 USD.", "get_rate", "send_quote"), steady)  # another call
+    assert not alone(golden, run("250 EUR is 271.05 USD.", "get_rate"), steady)  # it reproduces the golden
+    noisy = [steady[0], run("About 271 USD.", "get_rate")]
+    assert not alone(
+        golden, run("250 EUR is 271.05 USD, fee-free.", "get_rate"), noisy
+    )  # noise, not the change
+    assert not alone(golden, run("250 EUR is 271.05 USD, fee-free.", "get_rate"), [])  # no control: unknown
 
 
 def test_a_change_no_blessed_run_reaches_warns_not_exercised_and_the_passport_says_how_to_close_it(world):
@@ -145,7 +235,7 @@ def test_a_file_no_run_read_is_not_exercised_without_asking_a_model(world):
 def test_without_a_judge_tier_an_undecided_instruction_is_not_exercised_never_a_pass(world):
     result = cell(world, edited(world.files(), "4. Send", APPROVAL + "5. Send"), tiers=JudgeTiers())
     (entry,) = result["coverage"]["instructions"]
-    assert entry["status"] == "not exercised" and "no model could rule" in entry["why"]
+    assert entry["status"] == "not exercised" and "more than wording (model-free" in entry["why"]
     assert result["coverage"]["decision"]["skipped"].startswith("no judge tier is configured")
     assert result["verdict"] == "WARN"
 
