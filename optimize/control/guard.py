@@ -2,8 +2,10 @@
 
 When protection starts, the skills as they are become the approved baseline (`adopt`, audited).
 From then on, each tick (`ingot serve`'s background thread, or `ingot guard`) looks at every
-skill folder in the roots; one that is not at its approved revision, and has been unchanged for
-INBOX_SETTLE_S, is handled in three crash-safe steps:
+skill folder in the roots; one that is not at its approved revision (its files' bytes, and the
+folder laid out as that revision is: each file's mode, no hidden entries, no empty folders, no
+links; promote/layout.py), and has been unchanged for INBOX_SETTLE_S, is handled in three
+crash-safe steps:
 
 1. keep: its files are copied to `<home>/direct-edits/<skill>/<time>-<revision>/` with a record
    (a broken folder is kept too, with why; a deleted one has nothing to keep);
@@ -17,9 +19,11 @@ interrupted before its switch is settled as aborted, the approval stays with the
 revision (approved.py), and this tick restores the folder again. A kill between steps is
 finished by the next tick (kept records not yet queued are queued; an edit already kept is not
 kept twice). Hidden files added to a protected folder (which a served revision leaves out but a
-harness reading the folder sees) are kept and removed like any other edit. Meanwhile the served
-library serves approved revisions only (approved.py), so no agent is ever handed an unapproved
-edit. A tick whose restore fails says so (`failed` events; `ingot guard` exits non-zero).
+harness reading the folder sees) are kept and removed like any other edit; a folder whose files
+are the approved ones but laid out otherwise (a `chmod`, an empty folder) is restored with
+nothing to keep or queue. Meanwhile the served library serves approved revisions only
+(approved.py), so no agent is ever handed an unapproved edit. A tick whose restore fails says
+so (`failed` events; `ingot guard` exits non-zero).
 """
 
 from __future__ import annotations
@@ -46,12 +50,13 @@ from optimize.control.approved import MARKER, PROTECT
 from optimize.control.audit import AuditError
 from optimize.control.changes import ChangeControl
 from optimize.control.inbox import newest_mtime
-from optimize.control.promote import Outcome
+from optimize.control.promote import Outcome, layout
 from optimize.control.quarantine import CandidateRefused, admit
 
 log = logging.getLogger(__name__)
 ACTOR = "ingot-guard"
 SimilarTo = Callable[[str, str], Similarity]
+LAID_OUT = "laid out otherwise"  # the approved files, but other modes, empty folders, links
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,7 @@ class Guard:
         self.kept_dir = control.runs_dir / "direct-edits"
         self.marker = control.runs_dir / MARKER
         self._registry = Registry(control.roots, control.limits)
+        self._layouts: dict[str, dict[str, int]] = {}  # revision -> its files' modes
 
     # -- the baseline ------------------------------------------------------------------------
 
@@ -170,7 +176,7 @@ class Guard:
         if not self.marker.exists():
             events += self.adopt()  # the mirror was deleted: written again, nothing adopted
         approved = self.control.approvals.current()
-        on_disk = self._on_disk()
+        on_disk = self._on_disk(approved)
         for kept in self.kept():  # kept and restored, then stopped before it was queued
             if kept.status == "kept" and kept.revision is not None:
                 folder_at = on_disk.get(kept.skill, (None, None))[1]
@@ -198,8 +204,11 @@ class Guard:
                 events += self._restore(name, "its folder was deleted", None)
         return events
 
-    def _on_disk(self) -> dict[str, tuple[Path, str]]:
-        """Each skill folder's state: its revision, or "invalid (why)". First root wins."""
+    def _on_disk(self, approved: dict[str, str | None]) -> dict[str, tuple[Path, str]]:
+        """Each skill folder's state: its revision, "invalid (why)", "hidden files (names)", or,
+        when its files are its approved revision but the folder holds more or other than that
+        revision's layout (layout.py: modes, empty folders, links), "laid out otherwise: (what)".
+        First root wins."""
         self._registry.reload()
         broken = {p.folder: p.reason for p in self._registry.problems()}
         found: dict[str, tuple[Path, str]] = {}
@@ -212,11 +221,33 @@ class Guard:
                 found[folder.name] = (root, f"invalid ({reason})")
             elif hidden := hidden_entries(folder):
                 found[folder.name] = (root, f"hidden files ({', '.join(hidden)})")
+            elif skill.revision == approved.get(folder.name) and (
+                besides := layout.differences(folder, self._modes(folder.name, skill.revision, folder))
+            ):
+                found[folder.name] = (root, f"{LAID_OUT}: {'; '.join(besides)}")
             else:
                 found[folder.name] = (root, skill.revision)
         return found
 
+    def _modes(self, skill: str, revision: str, folder: Path) -> dict[str, int]:
+        """The modes of `revision`'s files in its layout, from its approved snapshot (from the
+        folder itself, which holds the same bytes, if the snapshot cannot be read); kept per
+        revision, as its bytes never change."""
+        if revision not in self._layouts:
+            try:
+                files = self.control.promoter.snapshots.verified(skill, revision)
+            except (OSError, IngotError):
+                try:
+                    files = read_folder(folder, self.control.limits)
+                except (OSError, IngotError):
+                    return {}  # every file then differs: restoring says what is wrong
+            self._layouts[revision] = layout.modes(files)
+        return self._layouts[revision]
+
     def _handle(self, name: str, root: Path, state: str, known: bool) -> list[GuardEvent]:
+        if state.startswith(LAID_OUT):  # its bytes are the approval's: nothing to keep or queue
+            why = "its files are the approved revision's, so nothing was kept"
+            return self._restore(name, why, None, shown=f"{state}; {why}")
         revision = None if state.startswith(("invalid", "hidden files")) else state
         found = ("edited" if known else "new") if revision is not None else state
         try:
@@ -228,7 +259,9 @@ class Guard:
             events += self._queue(kept)
         return events
 
-    def _restore(self, name: str, why: str, kept: Kept | None) -> list[GuardEvent]:
+    def _restore(self, name: str, why: str, kept: Kept | None, shown: str | None = None) -> list[GuardEvent]:
+        """Restore and say so: `why` goes in the audit line (which adds what the restore found),
+        `shown` (else `why`) in the event."""
         try:
             outcome = self._restore_approved(name, why)
         except WriteFailed as exc:  # already says what failed (errno text, path), what is served, what to do
@@ -236,7 +269,7 @@ class Guard:
         except IngotError as exc:
             return [GuardEvent(name, "failed", f"could not restore the approved revision: {exc}")]
         now = f"at {outcome.to_revision[:12]}" if outcome.to_revision else "removed (never approved)"
-        return [GuardEvent(name, "restored", f"{now}; {why}")]
+        return [GuardEvent(name, "restored", f"{now}; {shown or why}")]
 
     def _restore_approved(self, skill: str, why: str) -> Outcome:
         """Put `skill`'s live folder back to its approved revision (Promoter.restore, crash-safe

@@ -2,8 +2,10 @@
 
 The only code that writes a skills root. This is the package's public surface: promoter.py runs
 the crash-safe sequence, snapshots.py keeps `runs/revisions`, folders.py holds the durable write
-and the atomic exchange, commits.py records each switch in git. Whether a candidate is good
-enough is decided by the passport (passport.py) and changes.py, not here.
+and the atomic exchange, layout.py says how a revision's folder is laid out (modes from its
+bytes, nothing else) and what a folder holds besides, commits.py records each switch in git.
+Whether a candidate is good enough is decided by the passport (passport.py) and changes.py, not
+here.
 Guarantee: at every instant each skill is served at exactly one complete revision.
 """
 

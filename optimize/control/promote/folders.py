@@ -1,6 +1,7 @@
 """The two filesystem moves a promotion is made of: write a folder durably, switch two atomically.
 
-`write_tree` creates a new folder and fsyncs every file and directory in it before returning,
+`write_tree` creates a new folder laid out as layout.py says (each file's mode from its bytes,
+folders 0755, whatever the umask) and fsyncs every file and directory in it before returning,
 reporting each step to the fault-injection hook. `rename2` exchanges two folders (or moves one
 onto a free name) in ONE atomic rename, or raises: a filesystem without such a rename is refused
 rather than served a gap. Neither decides what to write or when; promoter.py and snapshots.py do.
@@ -15,10 +16,11 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ingot.errors import PromotionError
 from ingot.fsutil import check_relative, fsync_dir
+from optimize.control.promote.layout import FOLDER, file_mode
 
 StepHook = Callable[[str], None]
 
@@ -27,7 +29,8 @@ _AT_FDCWD = -100
 
 
 def write_tree(folder: Path, files: Mapping[str, bytes], label: str, step: StepHook) -> None:
-    """Create `folder` holding exactly `files` (relative path -> bytes), all of it fsynced."""
+    """Create `folder` holding exactly `files` (relative path -> bytes) in their layout, all of it
+    fsynced (a file's fsync carries its mode, a folder's its entries and mode)."""
     folder.mkdir(parents=True)
     for rel in sorted(files):
         target = folder / check_relative(rel)
@@ -35,11 +38,15 @@ def write_tree(folder: Path, files: Mapping[str, bytes], label: str, step: StepH
         step(f"{label}: write {rel}")
         with open(target, "xb") as handle:
             handle.write(files[rel])
+            os.fchmod(handle.fileno(), file_mode(files[rel]))
             handle.flush()
             step(f"{label}: fsync {rel}")
             os.fsync(handle.fileno())
-    for directory in sorted({(folder / r).parent for r in files}, key=lambda p: -len(p.parts)):
-        fsync_dir(directory)
+    folders = {folder} | {folder / p for r in files for p in PurePosixPath(r).parents}
+    for directory in sorted(folders, key=lambda p: -len(p.parts)):
+        os.chmod(directory, FOLDER)
+        if directory != folder:
+            fsync_dir(directory)
     step(f"{label}: fsync folder")
     fsync_dir(folder)
 

@@ -21,6 +21,8 @@ Guarantee: at every instant each skill is served at exactly one complete revisio
 (or, for a removal, its complete old revision or nothing), whatever is killed when. A kill
 leaves at most a stage folder and an intent without outcome; `recover()` (run before every
 write) settles both from what is actually live.
+Every tree written is laid out as layout.py says (each file's mode from its bytes), and a
+restore that only fixes the layout is settled by the layout, not the revision alone.
 Filesystems without an atomic exchange are refused rather than served a gap (folders.py).
 The snapshot store is snapshots.py; the git commit of each switch is commits.py.
 """
@@ -37,8 +39,9 @@ from ingot import faults
 from ingot.errors import PromotionError, SkillInvalid
 from ingot.fsutil import check_relative, fsync_dir, hidden_entries, remove_stale_temps
 from mcp_server.registry import Limits, read_skill
-from optimize.control.audit import AuditError, AuditLog
+from optimize.control.audit import AuditEntry, AuditError, AuditLog
 from optimize.control.gitrepo import GitHistory
+from optimize.control.promote import layout
 from optimize.control.promote.commits import GitCommits
 from optimize.control.promote.folders import RENAME_EXCHANGE, RENAME_NOREPLACE, StepHook, rename2, write_tree
 from optimize.control.promote.snapshots import ABSENT, Snapshots, check_skill_name, tree_revision
@@ -206,7 +209,8 @@ class Promoter:
     ) -> Outcome:
         """Put `skill`'s folder back to its approved `revision` (None: approved absent, so the
         folder goes) whatever is there now: an out-of-band edit, a broken folder, hidden files a
-        served revision leaves out, nothing.
+        served revision leaves out, the right bytes laid out otherwise (modes, empty folders,
+        links; layout.py), nothing. It is already there only if bytes and layout both match.
 
         The guard's tool for LIVE_EDITS=quarantine; the caller has already kept what it finds
         (as a pending change, or a copy). Same sequence as `switch`: snapshot what is displaced
@@ -221,11 +225,17 @@ class Promoter:
             found = "missing" if from_revision is None else "edited"
         except SkillInvalid as exc:
             from_revision, found = None, f"invalid ({exc})"
-        hidden = hidden_entries(live) if live.is_dir() else []
-        if from_revision == revision and live.exists() == (revision is not None) and not hidden:
-            raise PromotionError(f"skill {skill!r} is already at its approved revision; nothing was changed")
-        if hidden:
+        if from_revision is not None and from_revision == revision:  # its bytes: is the rest?
+            besides = layout.differences(live, layout.modes(self.read_tree(live, skill)))
+            if not besides:
+                raise PromotionError(
+                    f"skill {skill!r} is already at its approved revision; nothing was changed"
+                )
+            found = f"the approved files laid out otherwise: {'; '.join(besides)}"
+        elif hidden := hidden_entries(live) if live.is_dir() else []:
             found += f", with hidden files {', '.join(hidden)}"
+        elif revision is None and not live.exists():
+            raise PromotionError(f"skill {skill!r} is already at its approved revision; nothing was changed")
         if from_revision is not None:
             self.snapshot_live(skill, root, from_revision)
         stage = None
@@ -289,12 +299,18 @@ class Promoter:
 
     def _stage(self, root: Path, skill: str, files: Mapping[str, bytes], expect: str | None = None) -> Path:
         """Step 2: write `files` to a new, never-served stage folder beside the live one (checked
-        against `expect`, the candidate revision, when given); nothing is left behind on failure."""
+        against `expect`, the candidate revision, when given, and against their layout, layout.py);
+        nothing is left behind on failure."""
         stage = root / f"{STAGE_PREFIX}{skill}-{secrets.token_hex(4)}"
         try:
             write_tree(stage, files, "stage", self._step)
             if expect is not None and read_skill(root, stage, self.limits, name=skill).revision != expect:
                 raise PromotionError("the staged files do not hash to the candidate revision")
+            if besides := layout.differences(stage, layout.modes(files)):
+                raise PromotionError(
+                    f"the staged folder is not laid out as written ({'; '.join(besides)}); nothing "
+                    f"was changed (does the filesystem under {root} keep file modes?)"
+                )
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)
             raise
@@ -344,6 +360,17 @@ class Promoter:
 
     # -- recovery --------------------------------------------------------------------------
 
+    def _laid_out_otherwise(self, root: Path, skill: str, intent: AuditEntry) -> bool:
+        """A restore that kept the revision (it fixed modes, hidden entries, folders) is done only
+        if the folder is laid out as the revision now; its bytes alone cannot tell."""
+        if intent.get("from_revision") != intent.get("to_revision"):
+            return False
+        live = root / skill
+        try:
+            return bool(layout.differences(live, layout.modes(self.read_tree(live, skill))))
+        except (SkillInvalid, OSError):  # changed again since: not what the restore wrote
+            return True
+
     def recover(self, roots: tuple[Path, ...] = ()) -> list[str]:
         """Settle what a killed promotion left: intents without outcomes, stage and temp folders.
 
@@ -376,7 +403,7 @@ class Promoter:
                 live = self.live_revision(root, skill)
             except SkillInvalid as exc:  # settle it anyway: one broken folder must not block all changes
                 live = f"invalid ({exc})"
-            if live == entry.get("to_revision"):
+            if live == entry.get("to_revision") and not self._laid_out_otherwise(root, skill, entry):
                 outcome = "done (recovered after interruption)"
             elif live == entry.get("from_revision"):
                 outcome = "aborted (interrupted before the switch)"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ingot.errors import PromotionError
 from ingot.home import establish
 from mcp_server.library import Library
 from mcp_server.registry import Limits, Registry
@@ -27,7 +28,14 @@ from optimize.control.lock import change_lock
 from optimize.control.promote import Promoter, tree_revision
 from tests.conftest import BUNDLED_SKILLS, free_port, wait_for
 from tests.optimize.conftest import ready_body
-from tests.optimize.control.test_promote import run_child, skill_files
+from tests.optimize.control.test_promote import (
+    SCRIPT,
+    as_approved,
+    checked_out,
+    laid_out,
+    run_child,
+    skill_files,
+)
 
 SKILL = "release-notes"
 
@@ -47,7 +55,7 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
 def world(tmp_path, embedder):
     """A protected root: change control in quarantine mode, a pinned served library, a guard."""
     root = tmp_path / "lib" / "skills"
-    shutil.copytree(BUNDLED_SKILLS, root)
+    checked_out(shutil.copytree(BUNDLED_SKILLS, root))
     home = establish((root,))
     pin = Pinned(
         ApprovedRevisions(AuditLog(home.path)), home.path / "revisions", Limits(), home.path / MARKER
@@ -400,3 +408,220 @@ def test_a_restore_the_system_refuses_names_the_error_the_folder_and_what_to_do_
     # The next tick settles the interrupted restore and finishes the job.
     assert [e.did for e in guard.check()][-2:] == ["restored", "queued"]
     assert folder_bytes(root / SKILL) == approved
+
+
+# -- the whole folder: bytes, modes, hidden entries, empty folders, links ---------------------
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    """The files a revision of `folder` names: every regular non-hidden file, by path."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+        and not p.is_symlink()
+        and not any(x.startswith(".") for x in p.relative_to(folder).parts)
+    }
+
+
+def served_revisions(root: Path, home: Path) -> dict[str, str]:
+    """What a pinned library (MCP's) serves: each skill's revision."""
+    registry = Registry((root,))
+    registry.reload()
+    pin = Pinned(ApprovedRevisions(AuditLog(home)), home / "revisions", Limits(), home / MARKER)
+    return {name: skill.revision for name, skill in pin(registry.skills(), (root,)).items()}
+
+
+def test_the_guard_holds_every_folder_to_its_approved_bytes_and_layout_and_says_at_only_when_true(tmp_path):
+    """The approved revision names bytes; its folder is those bytes laid out as promote/ writes
+    them (a `#!` file 0755, any other 0644, folders 0755, nothing hidden, no empty folder, no
+    link). Each kind is added, changed, chmodded or deleted behind Ingot's back; after one `ingot
+    guard` every folder is exactly that again (bytes and modes, checked by a walk of the whole
+    folder), the guard said what it found, MCP served the approved revision throughout, and "at
+    its approved revision" is printed only by the run that finds nothing."""
+    from tests.ingot.cli.test_main import ingot
+
+    root = tmp_path / "lib" / "skills"
+    checked_out(shutil.copytree(BUNDLED_SKILLS, root))
+    for name in ("release-notes", "csv-data-cleaning", "dockerfile-hardening"):
+        (root / name / "scripts").mkdir(mode=0o755)
+        (root / name / "scripts" / "run.sh").write_bytes(SCRIPT)
+        (root / name / "scripts" / "notes.txt").write_bytes(b"plain notes\n")
+        (root / name / "scripts" / "run.sh").chmod(0o755)
+    templates = root / "python-packaging" / "templates"
+    shutil.copyfile(templates / "pyproject.toml", templates / "copy.toml")
+    # When protection starts, some folders hold what their revision's layout does not.
+    (root / "release-notes" / "scripts" / "run.sh").chmod(0o644)  # a script that cannot run
+    (root / "release-notes" / ".notes").write_text("hidden notes\n")
+    (root / "release-notes" / "drafts").mkdir()
+    (root / "csv-data-cleaning" / "scripts" / "notes.txt").chmod(0o755)
+    (root / "git-commit-messages" / ".notes").write_text("deleted before the guard looks\n")
+    approved = {folder.name: files_of(folder) for folder in root.iterdir()}
+    home = establish((root,)).path
+
+    def guard() -> list[str]:
+        done = ingot(
+            "guard", "--skills", str(root), cwd=tmp_path, LIVE_EDITS="quarantine", INBOX_SETTLE_S="0"
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (done.stdout, done.stderr)
+        return [line for line in done.stdout.splitlines() if not line.startswith(("direct edits", "  kept"))]
+
+    def held(said: list[str], found: dict[str, str], where: str) -> None:
+        """Each skill in `found` was restored saying that; the others were not touched; every
+        folder is its approved revision, laid out; the approvals never moved."""
+        restored = {line.split(" ", 1)[0]: line for line in said if " restored: " in line}
+        assert set(restored) == set(found), (where, said)
+        for name, words in found.items():
+            assert f"restored: at {approvals[name][:12]}; " in restored[name] and words in restored[name], (
+                where,
+                restored[name],
+            )
+        assert ("every live skill is at its approved revision" in said) == (not found), (where, said)
+        for name, files in approved.items():
+            assert laid_out(root / name) == as_approved(files), (where, name)
+        assert ApprovedRevisions(AuditLog(home)).current() == approvals, where
+        assert served_revisions(root, home) == approvals, where
+
+    assert {line.split(" ", 2)[1] for line in guard()} == {"adopted:"}
+    approvals = dict(ApprovedRevisions(AuditLog(home)).current())
+    assert approvals == {name: tree_revision(files) for name, files in approved.items()}
+    (root / "git-commit-messages" / ".notes").unlink()  # gone before any check: nothing to do there
+    held(
+        guard(),
+        {
+            "release-notes": "hidden files (.notes)",
+            "csv-data-cleaning": "laid out otherwise: scripts/notes.txt mode 0755, not 0644",
+        },
+        "the first check after the baseline",
+    )
+    assert (home / "direct-edits" / "release-notes").exists()  # the hidden file was kept aside
+
+    changes = {  # chmods and additions; every skill's files stay its approved revision's bytes
+        "release-notes": (lambda f: (f / ".notes").write_text("new hidden notes\n"), "hidden files (.notes)"),
+        "csv-data-cleaning": (
+            lambda f: (f / "scripts" / "run.sh").chmod(0o644),
+            "laid out otherwise: scripts/run.sh mode 0644, not 0755",
+        ),
+        "dockerfile-hardening": (
+            lambda f: (f / "scripts" / "notes.txt").chmod(0o755),
+            "laid out otherwise: scripts/notes.txt mode 0755, not 0644",
+        ),
+        "git-commit-messages": (
+            lambda f: (f / "drafts").mkdir(),
+            "laid out otherwise: folder drafts/ holds no file of the revision",
+        ),
+        "incident-postmortem": (
+            lambda f: (f / "SKILL.md").chmod(0o755),
+            "laid out otherwise: SKILL.md mode 0755, not 0644",
+        ),
+        "postgres-query-tuning": (
+            lambda f: (f / "SKILL.md").chmod(0o600),
+            "laid out otherwise: SKILL.md mode 0600, not 0644",
+        ),
+        "python-packaging": (
+            lambda f: (
+                (f / "templates" / "copy.toml").unlink(),
+                (f / "templates" / "copy.toml").symlink_to("pyproject.toml"),
+            ),
+            "laid out otherwise: templates/copy.toml is a link, not a file",
+        ),
+    }
+    for name, (change, _) in changes.items():
+        change(root / name)
+    assert served_revisions(root, home) == approvals  # MCP serves the approved revision meanwhile
+    held(guard(), {name: words for name, (_, words) in changes.items()}, "chmods and additions")
+
+    changes = {  # edits and deletions
+        "release-notes": (
+            lambda f: (
+                (f / "scripts" / ".cache").mkdir() or (f / "scripts" / ".cache" / "state").write_bytes(b"x")
+            ),
+            "hidden files (scripts/.cache)",
+        ),
+        "csv-data-cleaning": (
+            lambda f: (f / "scripts" / "run.sh").write_bytes(b"echo no interpreter line\n"),
+            "out-of-band edit (edited)",
+        ),
+        "dockerfile-hardening": (lambda f: (f / "scripts" / "run.sh").unlink(), "out-of-band edit (edited)"),
+        "git-commit-messages": (
+            lambda f: (f / "SKILL.md").unlink(),
+            "out-of-band edit (invalid (no SKILL.md",
+        ),
+        "incident-postmortem": (
+            lambda f: (
+                (f / "SKILL.md").write_bytes((f / "SKILL.md").read_bytes() + b"\nEdited.\n")
+                or (f / "SKILL.md").chmod(0o755)
+            ),
+            "out-of-band edit (edited)",
+        ),
+        "postgres-query-tuning": (
+            lambda f: (f / "a" / "b").mkdir(parents=True),
+            "laid out otherwise: folder a/ holds no file of the revision; folder a/b/ holds no file",
+        ),
+        "python-packaging": (
+            lambda f: (f / "templates" / "empty").mkdir(),
+            "laid out otherwise: folder templates/empty/ holds no file of the revision",
+        ),
+    }
+    for name, (change, _) in changes.items():
+        change(root / name)
+    assert served_revisions(root, home) == approvals
+    held(guard(), {name: words for name, (_, words) in changes.items()}, "edits and deletions")
+    assert held(guard(), {}, "nothing changed since") is None
+
+
+def test_sigkill_at_every_step_of_a_restore_that_fixes_only_modes_and_folders_is_settled_by_what_is_on_disk(
+    tmp_path,
+):
+    """A restore that keeps the revision (the files were the approved bytes, laid out otherwise)
+    cannot be settled by the revision alone: recovery calls it done only if the folder is laid
+    out as the revision now, aborted otherwise, and the next restore finishes it."""
+    base = tmp_path / "w"
+    v1 = skill_files("version one", {"scripts/run.sh": SCRIPT})
+
+    def prepare() -> tuple[Path, Path]:
+        shutil.rmtree(base, ignore_errors=True)
+        root, runs = base / "skills", base / "runs"
+        root.mkdir(parents=True)
+        with change_lock(runs):
+            Promoter(runs).switch("alpha", root, v1, expected_from=None, action="create", actor="test")
+        (runs / MARKER).write_text("{}")
+        (root / "alpha" / "scripts" / "run.sh").chmod(0o644)
+        (root / "alpha" / "drafts").mkdir()
+        return root, runs
+
+    root, runs = prepare()
+    found, approved = laid_out(root / "alpha"), as_approved(v1)
+    assert found != approved
+    dry = run_child(runs, root, "restore", tree_revision(v1), -1)
+    assert dry.returncode == 0, dry.stderr
+    assert laid_out(root / "alpha") == approved
+    steps = json.loads(dry.stdout)
+    assert any("switch" in s for s in steps), steps
+    outcomes = set()
+    for kill_at in range(len(steps)):
+        root, runs = prepare()
+        killed = run_child(runs, root, "restore", tree_revision(v1), kill_at)
+        assert killed.returncode == -9, (kill_at, steps[kill_at], killed.stderr)
+        now = laid_out(root / "alpha")
+        assert now in (found, approved), steps[kill_at]  # one whole tree
+        assert served_alpha(root, runs) == v1["SKILL.md"].decode(), steps[kill_at]
+        with change_lock(runs, wait_s=5):
+            promoter = Promoter(runs)
+            promoter.recover((root,))
+            settled = [e for e in AuditLog(runs).entries() if e.get("actor") == "ingot-recovery"]
+            if settled:
+                said = str(settled[-1].get("outcome"))
+                assert said.startswith("done" if now == approved else "aborted"), (steps[kill_at], said)
+                outcomes.add(said.split(" ", 1)[0])
+            if laid_out(root / "alpha") != approved:  # what the guard's next tick does
+                promoter.restore("alpha", root, tree_revision(v1), actor="test", reason="after the kill")
+            else:
+                with pytest.raises(PromotionError, match="already at its approved revision"):
+                    promoter.restore("alpha", root, tree_revision(v1), actor="test", reason="nothing to do")
+        assert laid_out(root / "alpha") == approved, steps[kill_at]
+        assert not [p.name for p in root.iterdir() if p.name.startswith(".")], steps[kill_at]
+        entries = AuditLog(runs).entries()
+        intents = {e.seq for e in entries if str(e.get("action")).endswith("-intent")}
+        assert intents <= {e.get("intent_seq") for e in entries if e.get("outcome")}
+    assert outcomes == {"done", "aborted"}  # kills on both sides of the switch were settled

@@ -2,8 +2,9 @@
 restore, queue) never makes what the guard found approved or served, and the next tick settles
 it: the folder holds the approved revision again and the edit is queued exactly once.
 
-Scenarios: an agent's edit to a live skill, a folder planted in the root, a deleted skill and
-hidden files added to a live folder. Each tick runs in a forked child (killpoints.py) on a fresh
+Scenarios: an agent's edit to a live skill, a folder planted in the root, a deleted skill,
+hidden files added to a live folder, and a folder holding the approved bytes laid out otherwise
+(a mode, an empty folder). Each tick runs in a forked child (killpoints.py) on a fresh
 copy of the same prepared world; the parent inspects what the child left, then runs the next
 tick itself."""
 
@@ -26,6 +27,7 @@ from optimize.control.guard import Guard
 from optimize.control.promote import STAGE_PREFIX
 from tests.conftest import BUNDLED_SKILLS
 from tests.optimize.control import killpoints
+from tests.optimize.control.test_promote import checked_out, laid_out
 
 SKILL = "release-notes"
 PLANTED = "kiln-firing"
@@ -56,13 +58,15 @@ class Scenario:
         self.world, self.template = base / "w", base / "template"
         self.root = self.world / "skills"
         shutil.copytree(BUNDLED_SKILLS, self.root)
+        checked_out(self.root)
         home = establish((self.root,))
         self.home = home.path
         library = Library((self.root,), embedder)
         library.reload()
         self.guard(library.similarity).adopt()
-        self.name = {"edited": SKILL, "planted": PLANTED, "deleted": GONE, "hidden": SKILL}[found]
+        self.name = {"planted": PLANTED, "deleted": GONE}.get(found, SKILL)
         self.approved = folder_bytes(self.root / self.name) if found != "planted" else None
+        self.layout = laid_out(self.root / self.name) if found != "planted" else None
         self.approved_text = served(self.root, self.home, self.name)
         self.approvals = ApprovedRevisions(AuditLog(self.home)).current()
         description = self._act()
@@ -87,6 +91,10 @@ class Scenario:
             return "Plans glaze firing schedules for a ceramic kiln."
         if self.found == "deleted":
             shutil.rmtree(self.root / GONE)
+            return ""
+        if self.found == "laid-out":  # the approved bytes, other modes and an empty folder
+            (self.root / SKILL / "SKILL.md").chmod(0o755)
+            (self.root / SKILL / "drafts").mkdir()
             return ""
         (self.root / SKILL / ".agent-notes").write_text("AGENT-EDIT: hidden instructions\n")
         (self.root / SKILL / "references").mkdir(exist_ok=True)
@@ -117,6 +125,7 @@ class Scenario:
         events = guard.check()
         assert not [e for e in events if e.did == "failed"], (where, [str(e) for e in events])
         assert folder_bytes(self.root / self.name) == self.approved, where
+        assert self.layout is None or laid_out(self.root / self.name) == self.layout, where
         assert not [p.name for p in self.root.iterdir() if p.name.startswith(STAGE_PREFIX)], where
         self.check_nothing_unapproved(where)
         entries = AuditLog(self.home).entries()
@@ -129,13 +138,13 @@ class Scenario:
         else:
             assert pending == [], where
         kept = [k for k in guard.kept() if k.skill == self.name]
-        assert len(kept) == (0 if self.found == "deleted" else 1), (where, kept)
+        assert len(kept) == (0 if self.found in ("deleted", "laid-out") else 1), (where, kept)
         if self.found == "hidden":
             assert (kept[0].path / "hidden" / ".agent-notes").read_bytes().startswith(b"AGENT-EDIT")
         assert guard.check() == [], where  # nothing left to do
 
 
-SCENARIOS = ("edited", "planted", "deleted", "hidden")
+SCENARIOS = ("edited", "planted", "deleted", "hidden", "laid-out")
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,6 +24,43 @@ from tests.conftest import small_tmpfs, write_skill
 
 CHILD = Path(__file__).with_name("crash_child.py")
 REPO = Path(__file__).resolve().parents[3]
+SCRIPT = b"#!/bin/sh\necho ok\n"
+
+
+def checked_out(root: Path) -> Path:
+    """`root` with the modes a checkout under umask 022 leaves (a copy keeps the source's, which
+    another umask could have made group-writable: not the layout of any revision)."""
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return root
+
+
+def laid_out(folder: Path) -> dict[str, tuple]:
+    """Everything in `folder`, hidden entries and empty folders too: each file's bytes and mode,
+    each folder's mode, each link's target."""
+    state: dict[str, tuple] = {}
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        base = Path(dirpath)
+        state[base.relative_to(folder).as_posix()] = ("folder", stat.S_IMODE(base.lstat().st_mode))
+        for name in [*filenames, *(d for d in dirnames if (base / d).is_symlink())]:
+            path, rel = base / name, (base / name).relative_to(folder).as_posix()
+            if path.is_symlink():
+                state[rel] = ("link", os.readlink(path))
+            else:
+                state[rel] = ("file", path.read_bytes(), stat.S_IMODE(path.lstat().st_mode))
+    return state
+
+
+def as_approved(files: dict[str, bytes]) -> dict[str, tuple]:
+    """The folder a revision of `files` must be on disk, written out here independently of
+    promote/layout.py: a file starting with `#!` (or an ELF binary) 0755, any other 0644, every
+    folder on a file's path 0755, and nothing else."""
+    state: dict[str, tuple] = {".": ("folder", 0o755)}
+    for rel, data in files.items():
+        state.update({str(parent): ("folder", 0o755) for parent in PurePosixPath(rel).parents})
+        runnable = data[:2] == b"#!" or data[:4] == b"\x7fELF"
+        state[rel] = ("file", data, 0o755 if runnable else 0o644)
+    return state
 
 
 def skill_files(text: str, extra: dict[str, bytes] | None = None) -> dict[str, bytes]:
@@ -110,6 +148,58 @@ def test_rollback_restores_the_previous_revision_byte_for_byte(world):
         promoter.rollback("alpha", root, tree_revision(v1), actor="test", reason="regression")
     assert served_revision(root) == tree_revision(v1)
     assert promoter.read_tree(root / "alpha", "alpha") == v1
+
+
+def test_promotion_and_rollback_lay_each_file_out_with_the_mode_its_bytes_give_whatever_the_umask(world):
+    """A revision names bytes only, so its folder's modes come from them: a script (`#!`) or an
+    ELF binary is runnable, nothing else is, folders are 0755; live, snapshot and rollback alike,
+    under a private umask (0600 files without it) and a group one."""
+    root, runs, promoter, v1 = world
+    v2 = skill_files(
+        "version two",
+        {"scripts/run.sh": SCRIPT, "scripts/lib/table.txt": b"#not a script", "bin/tool": b"\x7fELF\x02"},
+    )
+    umask = os.umask(0o077)
+    try:
+        with change_lock(runs):
+            promoter.switch("alpha", root, v2, expected_from=tree_revision(v1), action="promote", actor="t")
+        assert laid_out(root / "alpha") == as_approved(v2)
+        assert laid_out(promoter.snapshot_path("alpha", tree_revision(v2))) == as_approved(v2)
+        assert laid_out(promoter.snapshot_path("alpha", tree_revision(v1))) == as_approved(v1)
+        os.umask(0o002)
+        with change_lock(runs):
+            promoter.rollback("alpha", root, tree_revision(v1), actor="t", reason="back")
+            assert laid_out(root / "alpha") == as_approved(v1)
+            promoter.rollback("alpha", root, tree_revision(v2), actor="t", reason="forward again")
+    finally:
+        os.umask(umask)
+    assert laid_out(root / "alpha") == as_approved(v2)
+    assert laid_out(root / "alpha")["scripts/run.sh"][2] == 0o755  # runnable as `scripts/run.sh`
+
+
+def test_a_stage_not_laid_out_as_written_is_refused_and_nothing_changes(tmp_path):
+    """A stage whose modes are not what was written (here changed under it before its folder is
+    fsynced; a filesystem that ignores chmod would do the same) is never switched in: the
+    served folder would differ from its revision's layout and the guard would restore it forever."""
+    root, runs = tmp_path / "skills", tmp_path / "runs"
+    root.mkdir()
+    v1 = skill_files("one")
+    with change_lock(runs):
+        Promoter(runs).switch("alpha", root, v1, expected_from=None, action="create", actor="t")
+    before = laid_out(root / "alpha")
+
+    def chmod_the_stage(step: str) -> None:
+        if step == "stage: fsync folder":
+            for stage in root.glob(f"{STAGE_PREFIX}alpha-*"):
+                (stage / "scripts" / "run.sh").chmod(0o644)
+
+    v2 = skill_files("two", {"scripts/run.sh": SCRIPT})
+    with change_lock(runs), pytest.raises(PromotionError, match=r"scripts/run.sh mode 0644, not 0755"):
+        Promoter(runs, on_step=chmod_the_stage).switch(
+            "alpha", root, v2, expected_from=tree_revision(v1), action="promote", actor="t"
+        )
+    assert laid_out(root / "alpha") == before
+    assert [p.name for p in root.iterdir()] == ["alpha"]
 
 
 def test_a_tampered_snapshot_is_not_restored(world):
@@ -321,7 +411,9 @@ def test_a_removed_skill_put_back_by_hand_is_drift(world):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.dictionaries(
-        st.from_regex(r"[a-z]{1,6}(/[a-z]{1,6})?\.md", fullmatch=True), st.binary(max_size=200), max_size=4
+        st.from_regex(r"[a-z]{1,6}(/[a-z]{1,6})?\.md", fullmatch=True),
+        st.binary(max_size=200) | st.binary(max_size=200).map(lambda b: b"#!" + b),
+        max_size=4,
     )
 )
 def test_promote_then_rollback_restores_the_tree_digest(tmp_path_factory, extra):
@@ -339,3 +431,4 @@ def test_promote_then_rollback_restores_the_tree_digest(tmp_path_factory, extra)
         promoter.rollback("alpha", root, tree_revision(v1), actor="t", reason="prop")
     assert promoter.read_tree(root / "alpha", "alpha") == v1
     assert served_revision(root) == tree_revision(v1)
+    assert laid_out(root / "alpha") == as_approved(v1)  # modes too, not only the digest
