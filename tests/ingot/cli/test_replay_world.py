@@ -101,7 +101,8 @@ def test_a_tool_value_the_world_moved_makes_the_golden_stale_never_an_incident(t
         assert "stale: the world moved, it held against the values now: no incident" in text
         assert "stale: the world moved, not blamed on the skill: no incident" in text
         assert f"re-bless: run {TASK!r} again through quote-bot (the proxy records it)" in text
-        assert "`ingot bless TRACE_ID`" in text and "regressed" not in text
+        assert "`ingot bless TRACE_ID`" in text and "regressed (L" not in text  # not the verdict
+        # (the judges' own rulings are named as such: "ruled by a model: ... ruled regressed")
         # No incident: autonomy keeps its levels and the revision autonomy promoted stays live.
         assert w.control.autonomy.table(SKILL) == levels
         assert w.control.live_revision(SKILL) == live != w.first
