@@ -57,6 +57,7 @@ class Edit:
     change: tuple[Mapping[str, str], ...]
     expect: Mapping[str, str] = field(default_factory=dict)
     world: Mapping[str, list[str]] = field(default_factory=dict)
+    unlisted: tuple[str, ...] = ()  # world-fact ids the teacher "missed": dropped for this edit
 
     def apply(self, files: Mapping[str, bytes]) -> dict[str, bytes]:
         out = dict(files)
@@ -111,6 +112,7 @@ def load(folder: Path = DATA) -> Bench:
             tuple(e["change"]),
             e.get("expect") or {},
             e.get("world") or {},
+            tuple(e.get("unlisted") or ()),
         )
         for e in data["edits"]
     )
@@ -249,19 +251,27 @@ def run(
         for edit in bench.edits:
             live.set(edit.world)
             champion = bench.files(edit.skill)
-            cell = replay_cell(
-                edit.skill,
-                champion,
-                edit.apply(champion),
-                home / "goldens",
-                llm,
-                tiers,
-                sandbox,
-                settings=settings,
-                world=World([WorldEndpoint(live.url, tools)]),
-                cache_dir=home / "cache",
-            )
-            rows.append(row(edit, cell))
+            goldens_dir = _unlisting(home, edit)
+
+            def cell_of(before: Mapping[str, bytes] | None, after: Mapping[str, bytes]) -> dict[str, Any]:
+                return replay_cell(
+                    edit.skill,
+                    before,
+                    after,
+                    goldens_dir,
+                    llm,
+                    tiers,
+                    sandbox,
+                    settings=settings,
+                    world=World([WorldEndpoint(live.url, tools)]),
+                    cache_dir=home / "cache",
+                )
+
+            cell = cell_of(champion, edit.apply(champion))
+            # A world edit also replays the live revision alone, as `ingot replay` does: a BLOCK
+            # there would be an incident for a skill nobody changed.
+            live_cell = cell_of(None, champion) if edit.cls.startswith("world-") else None
+            rows.append(row(edit, cell, live_cell))
     return {
         "edits": len(rows),
         "skills": len(bench.skills),
@@ -270,6 +280,24 @@ def run(
         "notes": notes,
         "rows": rows,
     }
+
+
+def _unlisting(home: Path, edit: Edit) -> Path:
+    """The goldens folder `edit` is replayed against: the bench's own, or, for an edit that
+    unlists world facts (a teacher that missed them), a copy whose reviews list them no more."""
+    if not edit.unlisted:
+        return home / "goldens"
+    folder = home / "unlisted" / edit.id
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(home / "goldens", folder)
+    for path in (folder / edit.skill).glob("*.review.json"):
+        review = json.loads(path.read_text())
+        kept = [f for f in review.get("facts") or () if f.get("id") not in edit.unlisted]
+        if len(kept) == len(review.get("facts") or ()):
+            raise IngotError(f"benchmark edit {edit.id}: no world fact {list(edit.unlisted)} to unlist")
+        path.write_text(json.dumps({**review, "facts": kept}, indent=1))
+    return folder
 
 
 def goldens_revisions(bench: Bench) -> dict[str, str]:

@@ -3,6 +3,11 @@ BLOCKed, WARNed and PASSed with 95% intervals, how many were decided as labelled
 rates, how many edits L0 alone flagged as losing a commitment of the golden (`l0_flagged`), and
 cost per verdict. `comparative-quantifier` edits carry their expected verdict each (BLOCK where a
 blessed run exercises the instruction, WARN where none does); `action-recipient` ones are WARN.
+World edits (`world-drift`; `world-unlisted`: the moved value is in no listed world fact, found
+by provenance alone; `world-rule-line`: the moved value stands in a rule line of the golden's
+answer) carry their expected verdict and drift ruling, and are also replayed on the live revision
+alone, as `ingot replay` does: `false_incidents` counts those that BLOCK (an incident for a skill
+nobody changed; the goal is 0).
 
 Pure: rows in, JSON out. Each rate counts distinct edits (n is the class's edit count); an edit
 whose replay could not be measured is counted apart, never as a pass. Intervals, both scipy's:
@@ -28,6 +33,8 @@ CLASSES = (
     "cosmetic",
     "improving",
     "world-drift",
+    "world-unlisted",
+    "world-rule-line",
     "action-recipient",
     "comparative-quantifier",
 )
@@ -44,8 +51,9 @@ def expected_verdict(cls: str, expect: Mapping[str, Any]) -> str:
     return {"regressing": "BLOCK", "unexercised": "WARN", "action-recipient": "WARN"}.get(cls, "PASS")
 
 
-def row(edit: Any, cell: Mapping[str, Any]) -> dict[str, Any]:
-    """One edit's line of the report, from its replay cell."""
+def row(edit: Any, cell: Mapping[str, Any], live: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One edit's line of the report, from its replay cell (and, for a world edit, the live
+    revision's own replay cell in the same world)."""
     expected = expected_verdict(edit.cls, edit.expect)
     base = {
         "id": edit.id,
@@ -55,6 +63,8 @@ def row(edit: Any, cell: Mapping[str, Any]) -> dict[str, Any]:
         "expected": expected,
         "expected_drift": edit.expect.get("drift"),
     }
+    if live is not None:
+        base["live_verdict"] = live.get("verdict") if live.get("status") == "measured" else None
     if cell.get("status") != "measured":
         return {**base, "verdict": None, "why": cell.get("why")}
     drift = [d["ruling"] for d in cell.get("drift") or ()]
@@ -147,7 +157,8 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             if usd and len(usd) == len(mine)
             else None,
         }
-    drifted = by_class["world-drift"]
+    drifted = [r for c in CLASSES if c.startswith("world-") for r in by_class[c]]
+    live = [r for r in drifted if "live_verdict" in r]
     usd = [r["usd"] for r in rows if r.get("usd") is not None]
     judging = [r["judging_usd"] for r in rows if r.get("judging_usd") is not None]
     strongest = [r["all_strongest_usd"] for r in rows if r.get("all_strongest_usd") is not None]
@@ -160,8 +171,17 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "unexercised action / recipient changes WARNed": per_class["action-recipient"]["WARN"],
             "comparatives and quantifiers as labelled": _as_labelled(per_class["comparative-quantifier"]),
             "false blocks": {
-                c: per_class[c]["BLOCK"]["count"] for c in ("cosmetic", "world-drift", "improving")
+                c: per_class[c]["BLOCK"]["count"]
+                for c in ("cosmetic", "world-drift", "world-unlisted", "world-rule-line", "improving")
             },
+            "false incidents from `ingot replay` on world moves": {
+                "count": sum(r.get("live_verdict") == "BLOCK" for r in live),
+                "n": len(live),
+                "not_measured": sum(r.get("live_verdict") is None for r in live),
+                "live_verdicts": dict(Counter(str(r.get("live_verdict")) for r in live)),
+            },
+            "world moves outside the listed facts as labelled": _as_labelled(per_class["world-unlisted"]),
+            "rule lines mentioning a moved value as labelled": _as_labelled(per_class["world-rule-line"]),
         },
         "per_class": per_class,
         "missed": [r["id"] for r in by_class["regressing"] if r.get("verdict") != "BLOCK"],
