@@ -253,7 +253,12 @@ def run(
             champion = bench.files(edit.skill)
             goldens_dir = _unlisting(home, edit)
 
-            def cell_of(before: Mapping[str, bytes] | None, after: Mapping[str, bytes]) -> dict[str, Any]:
+            def cell_of(
+                before: Mapping[str, bytes] | None,
+                after: Mapping[str, bytes],
+                edit: Edit = edit,
+                goldens_dir: Path = goldens_dir,
+            ) -> dict[str, Any]:
                 return replay_cell(
                     edit.skill,
                     before,

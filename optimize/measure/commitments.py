@@ -33,6 +33,7 @@ from optimize.measure.passages import (
     number,
     passages,
     shape,
+    states_a_rule,
     strings,
     tokens,
     words,
@@ -243,7 +244,8 @@ def compare(
     moved: Mapping[str, str] | None = None,
 ) -> Comparison:
     """Which of `answer`'s commitments `replay` lost. `moved` maps a world fact's recorded value
-    to its value now: either one keeps the commitment."""
+    to its value now: either one keeps the commitment, except in a passage that states a rule
+    ("go only when the status is green"), which only its recorded value keeps."""
     moved = {number(k) or k.casefold(): number(v) or v.casefold() for k, v in (moved or {}).items()}
     golden = {p.index: p for p in passages(answer)}
     theirs = passages(replay)
@@ -269,7 +271,9 @@ def compare(
             kept = bool(carriers.get(c.passage))
         else:
             pool = [said[i] for i in carriers.get(c.passage, ())] or [everywhere]
-            wanted = {(c.kind, c.value), (c.kind, moved.get(c.value, c.value))}
+            wanted = {(c.kind, c.value)}
+            if not states_a_rule(c.quote):  # a rule keeps its recorded value whatever the world does
+                wanted.add((c.kind, moved.get(c.value, c.value)))
             if c.kind == "negation" and c.value == "affirmative":
                 kept = not carriers.get(c.passage) or any(("negation", "negated") not in s for s in pool)
             elif c.kind in ("recipient", "owner") and c.value != "owner":

@@ -149,3 +149,24 @@ def negated(text: str) -> bool:
         if token.endswith(("less", "lessly")) and token not in ("unless", "less", "bless", "nevertheless"):
             return True
     return False
+
+
+# What makes a passage a rule (provenance.py never writes a moved value into one, and
+# commitments.py never lets a moved value stand in for a rule's recorded one).
+CONDITIONS = words("if unless when whenever until only otherwise else provided providing once")
+COMPARATIVES = words("above below over under exceed exceeds exceeded exceeding beyond")
+RULE_PHRASES = re.compile(
+    r"\b(?:as long as|in case|at (?:least|most)|(?:more|less|fewer|greater|higher|lower) than"
+    r"|no (?:more|later|earlier|less) than)\b",
+    re.I,
+)
+# A comparison sign; an arrow ("->", "=>", "<-") restates a change, it states no condition.
+COMPARISON = re.compile(r"(?<![-=])>|<(?!-)|[≤≥]")
+
+
+def states_a_rule(text: str) -> bool:
+    """Whether a passage states a condition or rule ("go only when the status is green",
+    "unless", "if ... then", "page if p99 > 95 ms", "at least 3"): a value in it is a threshold
+    or a condition the skill set, not a restatement of what a tool returned."""
+    low = {t.casefold() for t in tokens(text)}
+    return bool(low & (CONDITIONS | COMPARATIVES) or RULE_PHRASES.search(text) or COMPARISON.search(text))

@@ -27,28 +27,11 @@ from typing import Any
 from optimize.measure.commitments import fact_values
 from optimize.measure.drift import DriftCard, World, corroborate, locate
 from optimize.measure.goldens import Golden, Review, Step, call_key, quote_spans, value_spans
-from optimize.measure.passages import number, passages, tokens, words
+from optimize.measure.passages import number, passages, states_a_rule, tokens
 from optimize.measure.replay import ReplayRun, ReplayStep
 
-CONDITIONS = words("if unless when whenever until only otherwise else provided providing once")
-COMPARATIVES = words("above below over under exceed exceeds exceeded exceeding beyond")
-RULE_PHRASES = re.compile(
-    r"\b(?:as long as|in case|at (?:least|most)|(?:more|less|fewer|greater|higher|lower) than"
-    r"|no (?:more|later|earlier|less) than)\b",
-    re.I,
-)
-# A comparison sign; an arrow ("->", "=>", "<-") restates a change, it states no condition.
-COMPARISON = re.compile(r"(?<![-=])>|<(?!-)|[≤≥]")
 # Replay steps whose answers come from the replayed revision's own bytes.
 OWN_BYTES = frozenset({"sandbox", "workspace"})
-
-
-def states_a_rule(text: str) -> bool:
-    """Whether a passage states a condition or rule ("go only when the status is green",
-    "unless", "if ... then", "page if p99 > 95 ms", "at least 3"): a value in it is a threshold
-    or a condition the skill set, not a restatement of what a tool returned."""
-    low = {t.casefold() for t in tokens(text)}
-    return bool(low & (CONDITIONS | COMPARATIVES) or RULE_PHRASES.search(text) or COMPARISON.search(text))
 
 
 def rule_spans(answer: str) -> list[tuple[int, int]]:

@@ -23,8 +23,9 @@ from optimize.measure.level0 import Judgement
 from optimize.measure.replay import ReplayRun
 from optimize.models.prompting import templates_digest
 
-CACHE_VERSION = 4  # 2: L0 finds lost commitments (commitments.py); 3: values moved by provenance;
-# 4: comparatives, quantifiers, recipients and owners among them, each model decision's prompt digest
+CACHE_VERSION = 5  # 2: L0 finds lost commitments (commitments.py); 3: values moved by provenance;
+# 4: comparatives, quantifiers, recipients and owners among them, each model decision's prompt digest;
+# 5: a rule line keeps only its recorded value, an unconfirmed provenance move caps at WARN
 
 
 def cache_key(

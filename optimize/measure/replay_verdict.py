@@ -88,11 +88,13 @@ def golden_verdict(entry: Mapping[str, Any], alone: bool = False) -> tuple[str, 
         )
     verdict, why = _finding(entry)
     drift = entry.get("drift") or ()
-    unconfirmed = [d for d in drift if d.get("ruling") != "world moved" and d.get("listed", True)]
+    # A value that moved without corroboration caps the verdict at WARN whether a world fact
+    # listed it or provenance tracked it: either way the replay was judged against a guess.
+    unconfirmed = [d for d in drift if d.get("ruling") != "world moved"]
     controls = entry.get("controls") or ()
     if unconfirmed and verdict == "PASS":
         labels = ", ".join(f"{d.get('label')} {d.get('old')} -> {d.get('new')}" for d in unconfirmed)
-        verdict, why = "WARN", f"a world fact changed without corroboration ({labels})"
+        verdict, why = "WARN", f"a world value changed without corroboration ({labels})"
     elif verdict == "PASS" and controls and all(c.get("verdict") != "pass" for c in controls):
         verdict = "WARN"
         why = "the unchanged champion fails this golden in every control (stale: re-bless or retire it)"

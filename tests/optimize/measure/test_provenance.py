@@ -216,3 +216,39 @@ def test_the_replay_that_reports_the_value_now_passes_at_L0_and_keeps_the_rule()
         (),
     )
     assert not [c for c in lost_commitments(expected, reworded).missing if c.kind == "number"]
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_an_uncorroborated_move_caps_the_verdict_at_warn_listed_or_tracked_by_provenance(listed):
+    """A value whose world flapped (the second call disagrees) was judged against a guess: no
+    PASS, whether a world fact listed it or provenance alone tracked it (`ingot bench regress`'s
+    wu-p99-flaps found the provenance card left out)."""
+    from optimize.measure.replay_verdict import golden_verdict
+
+    card = {"label": "value from get_latency", "old": "95", "new": "130", "tool": "get_latency", "step": 1}
+    entry = {
+        "verdict_found": "pass",
+        "evidence": "L0",
+        "drift": [{**card, "ruling": "unconfirmed", "listed": listed}],
+    }
+    verdict, why = golden_verdict(entry)
+    assert verdict == "WARN" and "changed without corroboration (value from get_latency 95 -> 130)" in why
+    moved = {**entry, "drift": [{**card, "ruling": "world moved", "listed": listed}]}
+    assert golden_verdict(moved)[0] == "PASS"
+
+
+def test_a_moved_value_never_stands_in_for_the_recorded_one_in_a_rule_line():
+    """The status moved green -> amber: a line restating it may say amber, but a rule line that
+    now says "go only when the status is amber" lost the golden's rule (`ingot bench regress`'s
+    wr-amber-flip-rule passed L0 when the moved value kept any commitment)."""
+    from optimize.measure.commitments import compare, fact_values
+
+    golden = "Status: green, p99 210 ms.\nGive a go/no-go call: go only when the status is green."
+    facts = fact_values(["status: green, p99 210 ms"], ["amber"])
+    kept = "Status: amber, p99 210 ms.\nGive a go/no-go call: go only when the status is green."
+    flipped = "Status: amber, p99 210 ms.\nGive a go/no-go call: go only when the status is amber."
+    assert not compare(golden, kept, facts, {"green": "amber"}).lost
+    lost = compare(golden, flipped, facts, {"green": "amber"})
+    assert [(c.value, c.quote) for c in lost.missing] == [
+        ("green", "Give a go/no-go call: go only when the status is green.")
+    ], lost.labels()
