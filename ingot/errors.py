@@ -21,8 +21,9 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     ),
     (
         3,
-        "conflict: another process holds the change lock, the change or revision you named was "
-        "decided or replaced since you looked, or a proposal was withheld behind a better waiting change",
+        "conflict: another process holds the change lock; the change you named left review since you "
+        "looked (decided, displaced or withheld: the same whether or not another change waits now) or "
+        "the revision you named was replaced; or a proposal was withheld behind a better waiting change",
     ),
     (
         4,

@@ -38,7 +38,8 @@ class Settings(BaseSettings):
     mcp_port: int = Field(default=8000, ge=1, le=65535)
     ui_port: int = Field(default=8080, ge=1, le=65535)
     ui_access_token: SecretStr | None = Field(
-        default=None, description="Required on every UI request when set; needed for a non-loopback UI."
+        default=None,
+        description="The UI's access token (default: <state home>/ui-token); set for a non-loopback UI.",
     )
     ui_access_token_file: Path | None = Field(
         default=None, description="Read the UI token from this file (created, random, 0600, if missing)."

@@ -10,7 +10,9 @@ checked (DNS-rebinding protection), and the default bind is loopback.
 
 Limits (`ToolLimits`), because any local process can be a client: `create_skill` is rate limited
 and capped per source (the client name it declared at initialize, so one noisy agent cannot lock
-the others out) and for all sources together (a process may declare any name); it never waits
+the others out) and for all sources together (a process may declare any name). Which waiting
+change a client may replace is never decided by that name: only the session the server assigned
+it (`session_owner`) replaces its own change; no other client displaces it. It never waits
 more than a moment for the change lock (a busy lock answers "busy, retry", so routing keeps its
 threads); results name a skill's root by label, never by its path on this disk; and a caller's
 `cwd` is looked into (for `paths` constraints) only under the operator's ALLOWED_CALLER_ROOTS.
@@ -18,8 +20,10 @@ threads); results name a skill's root by label, never by its path on this disk; 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,6 +35,7 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from ingot import __version__
@@ -259,6 +264,27 @@ def client_name(ctx: Context) -> str:
     return tidy or "unnamed client"
 
 
+def session_owner(ctx: Context, process: str) -> str | None:
+    """Who a create_skill comes from as this server knows it, never as the client says: over
+    stdio, this server process (`process`: one client per process); over streamable HTTP, the
+    session the server assigned at initialize (`Mcp-Session-Id`, which the SDK checks on every
+    request of that session). Kept as a digest, so a pending record never holds a credential.
+    None for a 2026-07-28 request, which is its own connection: nothing the server assigned
+    identifies its client from one call to the next."""
+    try:
+        transport, context = ctx.transport, ctx.request_context
+    except RuntimeError:  # no request
+        return None
+    if transport == "stdio":
+        return f"stdio:{process}"
+    if context is None or context.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None
+    session = context.request.headers.get("mcp-session-id") if context.request is not None else None
+    if not session:
+        return None
+    return "mcp-session:" + hashlib.sha256(session.encode()).hexdigest()[:32]
+
+
 def source_note(source: str) -> str:
     """The pending change's note for a create_skill from `source`: shown to the reviewer, and how
     the per-client cap counts what a client already has waiting (it survives a restart)."""
@@ -280,6 +306,7 @@ def _add_create_skill(
         limits.create_burst * 4,
     )
     working = threading.BoundedSemaphore(limits.create_concurrency)
+    process = secrets.token_hex(8)  # this server's identity for its one stdio client
 
     @mcp.tool
     def create_skill(
@@ -317,9 +344,15 @@ def _add_create_skill(
                     f"is {limits.create_max_pending_total}); ask the operator to review them, then retry"
                 )
             proposed = agent_candidate(
-                quick, name, description, body, library.similarity, note=source_note(source)
+                quick,
+                name,
+                description,
+                body,
+                library.similarity,
+                note=source_note(source),
+                owner=session_owner(ctx, process),
             )
-        except SlotTaken as exc:  # another client's change waits under that name: never displaced
+        except SlotTaken as exc:  # another session's change waits under that name: never displaced
             raise ToolError(f"not queued: {exc}") from exc
         except PromotionConflict as exc:
             raise ToolError("not queued: Ingot is busy changing skills; retry in a few seconds") from exc

@@ -6,8 +6,9 @@ works offline with no build step. This module assembles the app and maps errors 
 approval is 422, a second approval or rollback while one is in flight (or a change already
 decided) is 409; an unknown page is a 404 page in the site's layout (API paths keep JSON
 errors). The routes (review_routes.py, library_routes.py, trace_routes.py) decide through
-the same `ChangeControl` methods as the CLI. Same-origin checks, the access token and security
-headers live in ui/security.py. Nothing here logs skill text, task text or reasons; uvicorn's
+the same `ChangeControl` methods as the CLI. The session every request needs (set by the one-time
+sign-in link or the token at /login), same-origin checks and security headers live in
+ui/security.py. Nothing here logs skill text, task text or reasons; uvicorn's
 access log sees only paths and status codes.
 """
 
@@ -39,7 +40,7 @@ from ui.header import header
 from ui.library_routes import add_library_routes
 from ui.review_routes import add_review_routes
 from ui.runs import RunManager, RunNotFound, RunRefused
-from ui.security import COOKIE, Guard, session_value
+from ui.security import COOKIE, Guard, LoginLinks, session_value
 from ui.site import Site
 from ui.trace_routes import add_trace_routes
 
@@ -71,14 +72,16 @@ def build_app(
     runs: RunManager,
     mcp_url: str,
     actor: str,
-    token: str | None = None,
+    token: str,
+    links: LoginLinks,
     traces: TraceStore | None = None,
     drafter: Callable[[Golden], Review] | None = None,
     tasks_dir: Path | None = None,
 ) -> FastAPI:
-    """The UI as an ASGI app; with `token`, every request must carry it (see ui/security.py).
-    `traces` feeds the Traces page; `drafter` (the teacher) drafts a blessed golden's criteria;
-    `tasks_dir` holds the task sets the skill pages count."""
+    """The UI as an ASGI app; every request needs the session a sign-in with `token`, or one of
+    `links`' one-time codes, sets (see ui/security.py). `traces` feeds the Traces page; `drafter`
+    (the teacher) drafts a blessed golden's criteria; `tasks_dir` holds the task sets the skill
+    pages count."""
     app = FastAPI(title="Ingot", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters["component"] = skill_views.component_text
@@ -148,14 +151,24 @@ def build_app(
 
     @app.get("/login", response_class=HTMLResponse)
     def login_form(request: Request) -> HTMLResponse:
-        return page(request, "login.html", header=None, failed=False)
+        return page(request, "login.html", header=None, failed=None)
+
+    @app.get("/login/{code}", response_model=None)
+    def login_link(request: Request, code: str) -> Response:
+        # A GET that signs in: the link is opened from a terminal, and works once.
+        if not links.redeem(code):
+            why = "That sign-in link was used already, or an earlier `ingot serve` printed it."
+            return page(request, "login.html", header=None, failed=why, status_code=401)
+        return signed_in()
 
     @app.post("/login", response_model=None)
     def login(request: Request, access_token: Annotated[str, Form()]) -> Response:
-        if token is None:
-            return RedirectResponse("/review", status_code=303)
         if not hmac.compare_digest(access_token.strip().encode(), token.encode()):
-            return page(request, "login.html", header=None, failed=True, status_code=401)
+            why = "That token is not right."
+            return page(request, "login.html", header=None, failed=why, status_code=401)
+        return signed_in()
+
+    def signed_in() -> Response:
         response = RedirectResponse("/review", status_code=303)
         response.set_cookie(COOKIE, session_value(token), httponly=True, samesite="strict", path="/")
         return response

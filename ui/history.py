@@ -4,21 +4,22 @@ The timeline is the skill's audit entries, newest first, an intent shown only wh
 settled it, each linked to its evidence bundle when that bundle is still on disk. A line shows
 revisions only when it names them (a trust or bless line moves none; a rejection names only its
 candidate), and says when a switch left the skill absent (removed) rather than "none". Set-aside
-candidates (displaced or withheld) are read from the queue's archive: kept, never dropped.
+candidates (displaced or withheld) are read from the chain (decisions.py), never from the words
+of the archive that keeps their records.
 Read-only: nothing here writes the audit chain or the archive.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from optimize.control import evidence as evidence_mod
 from optimize.control.approved import FOLDER_SWITCHES
-from optimize.control.audit import AuditEntry
+from optimize.control.audit import AuditEntry, AuditError
 from optimize.control.changes import ChangeControl
+from optimize.control.decisions import SET_ASIDE, fates
 
 
 @dataclass(frozen=True)
@@ -95,22 +96,14 @@ def _entry(entry: AuditEntry, bundles: Mapping[str, str]) -> TimelineEntry:
 
 
 def set_aside(control: ChangeControl, limit: int = 10) -> list[dict[str, Any]]:
-    """Recently displaced or withheld candidates (kept in the archive, never silently dropped)."""
-    folder = control.queue.archive_folder
-    found = []
-    for path in folder.glob("*/*.json") if folder.is_dir() else []:
-        try:
-            record = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            continue
-        if record.get("archived_status") in ("displaced", "withheld"):
-            found.append(
-                {
-                    "skill": path.parent.name,
-                    "id": record.get("id"),
-                    "status": record.get("archived_status"),
-                    "reason": record.get("archived_reason"),
-                    "at": record.get("archived_at", ""),
-                }
-            )
-    return sorted(found, key=lambda r: r["at"], reverse=True)[:limit]
+    """Recently displaced or withheld candidates, newest first, as the chain says (their records
+    are kept in the archive, never dropped); none while the chain is unreadable."""
+    try:
+        known = fates(control.audit.entries())
+    except AuditError:
+        return []
+    aside = sorted((f for f in known.values() if f.status in SET_ASIDE), key=lambda f: f.seq, reverse=True)
+    return [
+        {"skill": f.skill, "id": f.change_id, "status": f.status, "reason": f.reason, "at": f.time}
+        for f in aside[:limit]
+    ]

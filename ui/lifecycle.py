@@ -131,8 +131,8 @@ def for_skill(
     set_aside: Mapping[str, str] | None = None,
 ) -> list[ChangeLife]:
     """Every change id in `entries` (one skill's audit lines, oldest first), newest first.
-    `set_aside`: the archive's status of changes that never got a decision (displaced by a newer
-    candidate, or withheld behind a better one), so none of them reads as still waiting."""
+    `set_aside`: the chain's word (decisions.py) on changes that never got a decision (displaced
+    by a newer candidate, or withheld behind a better one), so none of them reads as waiting."""
     by_change: dict[str, list[AuditEntry]] = {}
     for entry in entries:
         change_id = entry.get("change_id")

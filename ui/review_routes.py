@@ -18,6 +18,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from ingot.errors import IngotError, SkillNotFound
 from optimize.control.audit import AuditEntry
 from optimize.control.changes import ApprovalRefused, ChangeControl
+from optimize.control.decisions import SET_ASIDE, fates
 from optimize.control.evidence import file_digest
 from optimize.control.lock import PromotionConflict
 from optimize.control.promote import check_skill_name
@@ -130,9 +131,10 @@ def add_review_routes(app: FastAPI, site: Site) -> None:
         entries = timeline(control, skill)  # SkillNotFound (404) for a name nothing knows
         snapshots = control.snapshots(skill)
         live = control.live_revision(skill)
-        aside = {str(r.get("id")): str(r.get("archived_status")) for r in control.queue.archived(skill)}
+        lines = control.history(skill)
+        aside = {f.change_id: f.status for f in fates(lines, skill).values() if f.status in SET_ASIDE}
         changes = lifecycle.for_skill(
-            control.history(skill),
+            lines,
             lifecycle.bundle_paths(control.runs_dir, skill),
             control.thresholds,
             live,

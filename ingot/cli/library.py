@@ -86,7 +86,7 @@ def _named(flag: str, value: int | None, setting: str) -> str:
 def _serve(settings: Settings, ports: dict[str, str]) -> None:
     """Bind the ports, open the library and change control (settling any interrupted change),
     report, serve. `ports` names the servers to run ("mcp", "ui") and where each port came from."""
-    from ingot.cli.serve import listen, ui_options
+    from ingot.cli.serve import is_loopback, listen, ui_bind_refusal, ui_options
 
     wanted = {"mcp": settings.mcp_port, "ui": settings.ui_port}
     if len(ports) == 2 and wanted["mcp"] == wanted["ui"]:  # both would bind it; the second fails late
@@ -94,6 +94,9 @@ def _serve(settings: Settings, ports: dict[str, str]) -> None:
             f"MCP and the UI are both given port {wanted['mcp']} ({ports['mcp']}; {ports['ui']}): "
             "give each its own port, e.g. --mcp-port 8000 --ui-port 8080"
         )
+    configured = settings.ui_access_token or settings.ui_access_token_file
+    if "ui" in ports and not is_loopback(settings.bind_host) and not configured:
+        raise ConfigError(ui_bind_refusal(settings.bind_host))  # the home's default is for loopback
     options = ui_options(settings) if "ui" in ports else None  # a bad token setting fails before any work
     sockets: dict[str, socket.socket] = {}
     try:
@@ -108,7 +111,7 @@ def _serve(settings: Settings, ports: dict[str, str]) -> None:
 def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict[str, socket.socket]) -> None:
     from ingot import background
     from ingot.cli.serve import serve as run
-    from ingot.cli.serve import tool_limits
+    from ingot.cli.serve import sign_in_link, tool_limits
     from ingot.evaluation import BackgroundEvaluator
     from ingot.model_runtime import models_missing
     from ingot.runtime import change_control, inbox, one_blas_thread, open_library
@@ -161,6 +164,13 @@ def _open_and_serve(settings: Settings, options: UIOptions | None, sockets: dict
     endpoints = [f"MCP at http://{settings.bind_host}:{settings.mcp_port}/mcp"] if mcp else []
     endpoints += [f"UI at http://{settings.bind_host}:{settings.ui_port}/"] if ui else []
     click.echo(f"ingot: {', '.join(endpoints)}", err=True)
+    if ui and options is not None:  # the one way in for a person: a browser that opens this link
+        link = sign_in_link(settings.bind_host, settings.ui_port, options)
+        where = f"the token in {options.token_file}" if options.token_file else "UI_ACCESS_TOKEN"
+        click.echo(
+            f"ingot: sign in to the UI: {link} (works once; after that, /login takes {where})",
+            err=True,
+        )
     try:
         run(
             library,

@@ -174,6 +174,8 @@ def status(skills: tuple[Path, ...], as_json: bool) -> None:
             click.echo(f"SKIPPED {problem}")
         for problem in report.unaudited:
             click.echo(f"UNAUDITED pending {problem}")
+        for problem in report.archive_disagrees:
+            click.echo(f"ARCHIVE {problem}")
         click.echo(
             f"audit: {'ok' if audit.ok else f'BROKEN at line {audit.bad_line}: {audit.problem}'}"
             f" ({audit.lines} lines, head {audit.head_hash[:16]})"
@@ -193,6 +195,7 @@ def status(skills: tuple[Path, ...], as_json: bool) -> None:
         report.drifted
         or not audit.ok
         or report.unaudited
+        or report.archive_disagrees
         or any(r.git and r.git.push_failed for r in report.roots)
     ):
         sys.exit(1)
@@ -223,7 +226,7 @@ def _status_json(report, sandbox) -> dict:  # noqa: ANN001 - a Status and a Sand
     audit = report.audit
     return {
         "schema_version": 1,
-        "ok": not (report.drifted or not audit.ok or report.unaudited),
+        "ok": not (report.drifted or not audit.ok or report.unaudited or report.archive_disagrees),
         "skills": [
             {
                 "name": s.name,
@@ -237,6 +240,7 @@ def _status_json(report, sandbox) -> dict:  # noqa: ANN001 - a Status and a Sand
         ],
         "invalid": list(report.invalid),
         "unaudited_pending": list(report.unaudited),
+        "archive_disagrees": list(report.archive_disagrees),
         "audit": {
             "ok": audit.ok,
             "lines": audit.lines,

@@ -1,7 +1,9 @@
 """Run the MCP server and the UI together in one process (two uvicorn servers, one event loop).
 
 Bind rules: loopback by default. A non-loopback MCP bind needs ALLOWED_HOSTS (the Host names
-clients use); a non-loopback UI bind needs an access token, which every UI request must then carry.
+clients use); a non-loopback UI bind needs an access token set by the operator. The UI always has
+one (by default a random one kept in the state home, 0600), and every UI request needs the session
+a sign-in with it sets: `ingot serve` prints a one-time sign-in link (`sign_in_link`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from mcp_server.server import ToolLimits, build_server
 from mcp_server.sessions import SessionRoutes
 from mcp_server.telemetry import instrument
 from optimize.control.changes import ChangeControl
+from ui.security import LoginLinks
 
 log = logging.getLogger(__name__)
 JSON_RESPONSES = True
@@ -112,6 +115,7 @@ def listen(host: str, port: int, named: str) -> socket.socket:
     return sock
 
 
+TOKEN_FILE = "ui-token"  # noqa: S105 - the file's name: the UI's token in the state home
 NO_MODELS = "this UI was started without model settings: set BASE_URL and the *_MODEL settings (.env.example)"
 
 
@@ -120,7 +124,10 @@ class UIOptions:
     """What the review UI needs beyond the library and change control."""
 
     actor: str  # recorded in the audit log for decisions taken in the UI
-    token: str | None = None  # required on every UI request when set
+    token: str | None = None  # what a sign-in needs; serving refuses a UI without one
+    # One-time sign-in codes (ui/security.py); `ingot serve` prints a link with one.
+    links: LoginLinks = field(default_factory=LoginLinks)
+    token_file: Path | None = None  # where the token is kept, if in a file (said beside the link)
     runs_env: dict[str, str] | None = None  # environment for optimize runs (default: ours)
     traces: Any = None  # the trace store the Traces page lists (None: no page content)
     drafter: Callable[[Any], Any] | None = None  # the teacher drafting a blessed golden's criteria
@@ -145,25 +152,30 @@ def tool_limits(settings: Settings) -> ToolLimits:
 
 
 def ui_options(settings: Settings) -> UIOptions:
-    """The review UI's actor name and access token (UI_ACCESS_TOKEN, else UI_ACCESS_TOKEN_FILE)."""
+    """The review UI's actor name and access token: UI_ACCESS_TOKEN, else UI_ACCESS_TOKEN_FILE,
+    else `ui-token` in the state home (created random and 0600 on first use)."""
+    from ingot.runtime import state_home
     from ui.security import token_from_file
 
     token = settings.ui_access_token.get_secret_value() if settings.ui_access_token else None
-    if token is None and settings.ui_access_token_file is not None:
-        path = settings.ui_access_token_file
+    path = None
+    if token is None:
+        path = settings.ui_access_token_file or state_home(settings) / TOKEN_FILE
         new = not path.exists()
         try:
             token = token_from_file(path)
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"UI_ACCESS_TOKEN_FILE: {exc}") from exc
-        if new:  # the one time it is shown: a container's first start has no other way to tell you
+            named = "UI_ACCESS_TOKEN_FILE" if settings.ui_access_token_file else "the UI's access token"
+            raise ConfigError(f"{named}: {exc}") from exc
+        if new and settings.ui_access_token_file is not None:
+            # The one time it is shown: a container's first start has no other way to tell you.
             print(
                 f"ingot: created the UI's access token in {path} (shown this once; the file keeps it): "
                 f"{token}",
                 file=sys.stderr,
                 flush=True,
             )
-    if token is not None and len(token) < 16:
+    if len(token) < 16:
         raise ConfigError("UI_ACCESS_TOKEN must be at least 16 characters; use a long random string")
     from ingot.model_runtime import llm_client, optimize_missing, run_id, trace_store
 
@@ -180,6 +192,7 @@ def ui_options(settings: Settings) -> UIOptions:
     return UIOptions(
         actor(settings),
         token,
+        token_file=path,
         traces=trace_store(settings),
         drafter=drafter,
         optimize=optimize_missing(settings),
@@ -195,7 +208,10 @@ def ui_app(
     options: UIOptions,
     bind_host: str = "127.0.0.1",
 ):
-    """The UI ASGI app, answering only to loopback and configured Host names."""
+    """The UI ASGI app, answering only to loopback and configured Host names; every request
+    needs the session a sign-in with `options.token` sets (`ConfigError` without a token)."""
+    if not options.token:
+        raise ConfigError(ui_bind_refusal(bind_host))
     from starlette.middleware.trustedhost import TrustedHostMiddleware
 
     from ui.app import build_app
@@ -209,6 +225,7 @@ def ui_app(
         mcp_url,
         f"{options.actor} (ui)",
         options.token,
+        options.links,
         options.traces,
         options.drafter,
         options.tasks_dir,
@@ -218,6 +235,24 @@ def ui_app(
     metrics.add(metrics_sources.change_control(control))
     app.router.routes.append(Route("/metrics", metrics.app()))
     return app
+
+
+def ui_bind_refusal(host: str) -> str:
+    """Why the UI is not served on `host`: no access token (on another address than loopback,
+    one the operator set, not the state home's default)."""
+    return (
+        f"refusing to bind the UI on {host} without an access token: set UI_ACCESS_TOKEN, or "
+        "UI_ACCESS_TOKEN_FILE (a token is generated there if the file does not exist)"
+    )
+
+
+def sign_in_link(host: str, port: int, options: UIOptions) -> str:
+    """A one-time link that signs a browser in to the UI (what `ingot serve` prints): opened
+    once, it sets the session cookie and redirects to the review queue; then it is dead."""
+    if host in ("0.0.0.0", "::"):  # noqa: S104 - a check, not a bind
+        host = "127.0.0.1"
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/login/{options.links.issue()}"
 
 
 def ui_hosts(bind_host: str, allowed_hosts: tuple[str, ...]) -> list[str]:
@@ -251,11 +286,8 @@ def serve(
     `sockets` ("mcp", "ui") are the ones `listen` bound for the CLI; any missing is bound here."""
     if ui_port is not None and (control is None or ui is None):
         raise ConfigError("the UI needs change control and its options")
-    if ui_port is not None and not is_loopback(host) and not (ui and ui.token):
-        raise ConfigError(
-            f"refusing to bind the UI on {host} without an access token: set UI_ACCESS_TOKEN, or "
-            "UI_ACCESS_TOKEN_FILE (a token is generated there if the file does not exist)"
-        )
+    if ui_port is not None and not (ui and ui.token):
+        raise ConfigError(ui_bind_refusal(host))
     if ui_port is not None and host in ("0.0.0.0", "::") and not allowed_hosts:  # noqa: S104
         log.warning("the UI answers only to loopback Host names; add the names clients use to ALLOWED_HOSTS")
     if mcp_port is not None and not is_loopback(host):

@@ -25,6 +25,7 @@ from optimize.control import proposals
 from optimize.control.approved import ApprovedRevisions
 from optimize.control.audit import AuditEntry, AuditError, AuditLog
 from optimize.control.autonomy import CLASSES, Autonomy
+from optimize.control.decisions import DECIDED, fates
 from optimize.control.gate import Thresholds
 from optimize.control.gitrepo import GitHistory
 from optimize.control.kinds import AUTONOMY_CLASSES
@@ -188,24 +189,18 @@ class ChangeControl:
             )
         entries = self.audit.entries()
         notes += self._settle_staged(entries)
-        settled: dict[str, tuple[str, str]] = {}
-        for entry in entries:
-            change_id = entry.get("change_id")
-            if (
-                change_id
-                and entry.get("action") == "promote"
-                and str(entry.get("outcome", "")).startswith("done")
-            ):
-                settled[change_id] = ("approved", f"promoted (recovered; audit line {entry.seq})")
-            elif change_id and entry.get("action") in ("reject", "withdraw"):
-                status = "rejected" if entry.get("action") == "reject" else "withdrawn"
-                settled[change_id] = (status, entry.get("reason") or status)
+        settled = {cid: fate for cid, fate in fates(entries).items() if fate.status in DECIDED}
         readable, _ = self.queue.scan()  # a damaged record blocks only its own skill, never recovery
         for change in readable:
             if change.id in settled:
-                status, reason = settled[change.id]
-                self.queue.archive(change.skill, reason, status, "ingot-recovery")
-                notes.append(f"{change.skill}: pending {change.id} archived as {status}")
+                fate = settled[change.id]
+                reason = (
+                    f"promoted (recovered; audit line {fate.seq})"
+                    if fate.status == "approved"
+                    else fate.reason or fate.status
+                )
+                self.queue.archive(change.skill, reason, fate.status, "ingot-recovery")
+                notes.append(f"{change.skill}: pending {change.id} archived as {fate.status}")
         return notes
 
     def _settle_staged(self, entries: list[AuditEntry]) -> list[str]:
@@ -341,26 +336,35 @@ class ChangeControl:
 
     def _reviewed(self, skill: str, change_id: str | None) -> PendingChange:
         """The pending change for `skill`, if it is still `change_id` (the one the reviewer saw;
-        None: whichever is pending). A change decided or displaced since is a conflict; a skill
-        or change id never known is `NotFound`, with the nearest names."""
+        None: whichever is pending). A change that left review since (decided, displaced or
+        withheld, by the chain: never by the archive's word) is one conflict, whether or not
+        another change waits now; a skill or change id never known is `NotFound`, with the
+        nearest names. Called under the lock, after recovery verified the chain."""
         change = self.queue.get(self.require_skill(skill))
-        if change_id is not None and (change is None or change.id != change_id):
-            known = known_changes(skill, self.queue, self.audit)
-            if change_id not in known:
-                raise unknown_change(skill, change_id, change.id if change else None, known)
-        decided = self.queue.decided(skill, change_id) if change_id is not None else None
-        if decided is not None and decided.get("archived_status") in ("approved", "rejected", "withdrawn"):
+        if change_id is None or (change is not None and change.id == change_id):
+            if change is None:
+                raise ApprovalRefused(f"no pending change for {skill!r}; `ingot pending` lists them")
+            return change
+        fate = fates(self.audit.entries(), skill).get(change_id)
+        now = (
+            f"the pending change for {skill!r} is now {change.id}"
+            if change
+            else f"{skill!r} has no pending change"
+        )
+        if fate is not None and fate.status in DECIDED:
+            raise PromotionConflict(f"change {change_id} for {skill!r} was already {fate.said()}; {now}")
+        if fate is not None:
             raise PromotionConflict(
-                f"change {change_id} for {skill!r} was already {decided.get('archived_status')} "
-                f"by {decided.get('archived_by')} at {decided.get('archived_at')}"
+                f"change {change_id} for {skill!r} was {fate.said()}; {now}, not {change_id}: "
+                "review the new one"
             )
-        if change is None:
-            raise ApprovalRefused(f"no pending change for {skill!r}; `ingot pending` lists them")
-        if change_id is not None and change.id != change_id:
-            raise PromotionConflict(
-                f"the pending change for {skill!r} is now {change.id}, not {change_id}; review the new one"
-            )
-        return change
+        known = known_changes(skill, self.queue, self.audit)
+        if change_id not in known:
+            raise unknown_change(skill, change_id, change.id if change else None, known)
+        raise ApprovalRefused(  # queued once, yet neither pending nor settled: its record is gone
+            f"change {change_id} for {skill!r} is neither pending nor decided (its record is missing); "
+            f"{now}; `ingot status` shows what is wrong"
+        )
 
     def reject(self, skill: str, reason: str, actor: str, change_id: str | None = None) -> Path:
         """Archive the pending change for `skill` with `reason`; `change_id` pins the one reviewed."""

@@ -48,9 +48,9 @@ def require_skill(skill: str, known: set[str]) -> str:
 
 
 def known_changes(skill: str, queue: PendingQueue, audit: AuditLog) -> set[str]:
-    """Every change id ever queued for `skill`: pending, archived (decided, displaced, withheld)
-    or named in the audit chain."""
-    ids = {p.stem for p in (queue.archive_folder / skill).glob("*.json")}  # archived under their id
+    """Every change id ever queued for `skill`: pending, or named in the audit chain (every
+    queued change has its `propose` line there; an archive file alone makes no id known)."""
+    ids = set()
     pending = queue.get(skill)
     if pending is not None:
         ids.add(pending.id)

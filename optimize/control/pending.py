@@ -7,7 +7,8 @@ hashes, so routing evidence leaves them out), and the evidence bundle it rests o
 digest). Pending content is never served: nothing under `runs/` is a skills
 root. A newer candidate for the same skill moves the displaced one to
 `runs/pending/archive/<skill>/<id>.json` (never dropped) and says so; so do rejections and
-approvals, with their reason. A record and its audit line are one recoverable step: it is
+approvals, with their reason. The status an archived record carries decides nothing: a change's
+fate is read from the audit chain (decisions.py). A record and its audit line are one recoverable step: it is
 staged in `pending/.staged/`, its line appended, then placed (`stage` / `place`), and recovery
 finishes or drops a staged record by whether the chain holds its line. Writes happen under the
 change-control lock.
@@ -66,6 +67,9 @@ class PendingChange:
     note: str | None = None
     evidence_history: tuple[Mapping[str, str], ...] = ()  # earlier bundles, oldest first (kept on disk)
     seen: tuple[str, ...] = ()  # impact.case_key of each routing case its author was shown
+    # Who may replace it through create_skill: the proposer's MCP session as the server knows it
+    # (mcp_server/server.py: session_owner), a digest; None: nobody (every other proposal).
+    owner: str | None = None
 
     @property
     def removal(self) -> bool:
@@ -99,6 +103,7 @@ class PendingChange:
             "created": self.created,
             "note": self.note,
             "seen": list(self.seen),
+            "owner": self.owner,
         }
 
 
@@ -113,6 +118,7 @@ def new_change(
     note: str | None = None,
     now: dt.datetime | None = None,
     seen: tuple[str, ...] = (),
+    owner: str | None = None,
 ) -> PendingChange:
     """A new pending change; `files` empty and `kind` "removal" for a skill to stop serving."""
     created = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")
@@ -134,6 +140,7 @@ def new_change(
         created,
         note,
         seen=tuple(seen),
+        owner=owner,
     )
 
 
@@ -178,6 +185,7 @@ def parse(data: Any, where: Path, slot_skill: str | None = None) -> PendingChang
                 for e in data.get("evidence_history") or []
             ),
             seen=tuple(str(k) for k in data.get("seen") or ()),
+            owner=str(data["owner"]) if data.get("owner") else None,
         )
     except PendingError:
         raise
@@ -320,7 +328,9 @@ class PendingQueue:
         return sorted(records, key=lambda r: (r.get("decision_seq") or 0, r.get("archived_at", "")))
 
     def decided(self, skill: str, change_id: str) -> dict[str, Any] | None:
-        """The archived record of `change_id` (found by its id, never by time), or None."""
+        """The archived record of `change_id` (found by its id, never by time), or None. Its
+        status is a copy for people to read: what became of a change is the chain's word
+        (decisions.py), never this file's."""
         if not ID_PATTERN.match(change_id):
             return None
         path = self.archive_folder / check_skill_name(skill) / f"{change_id}.json"

@@ -72,6 +72,7 @@ def propose(
     new: bool | None = None,
     seen: tuple[str, ...] = (),
     own_slot_only: bool = False,
+    owner: str | None = None,
 ) -> Proposed:
     """Quarantine a candidate (`files` None: the skill's removal) with its evidence; returns it
     and where a displaced one went. Its kind is what the files change against the live skill.
@@ -81,8 +82,9 @@ def propose(
     `measured_against` is the champion revision the measurements were taken on: if the live
     skill has changed since, the evidence describes something else and is refused. `seen`: the
     routing cases the author was shown (routing evidence leaves them out as leakage).
-    `own_slot_only` (create_skill): a change waiting from another proposer (another source or
-    client note) is never displaced; the proposal is refused as a conflict instead.
+    `own_slot_only` (create_skill): a change waiting in the slot is displaced only by its own
+    `owner` (the MCP session the server assigned its proposer, never a name the client
+    declared); any other is refused as a conflict, and so is every proposal without an owner.
 
     The record and its `propose` line are one recoverable step (pending.py: stage, audit,
     place); a write that fails leaves nothing queued and says so in one line."""
@@ -130,10 +132,11 @@ def propose(
             bundle.digest,
             note,
             seen=seen,
+            owner=owner,
         )
         withheld = _withheld(control, skill, bundle)
         if own_slot_only and not withheld:  # it would take the slot: only from its own proposer
-            _refuse_others(control, skill, source, note)
+            _refuse_others(control, skill, owner)
         archive = (
             control.queue.withheld_path(change)
             if withheld
@@ -265,15 +268,25 @@ def _withheld(
     )
 
 
-def _refuse_others(control: ChangeControl, skill: str, source: str, note: str | None) -> None:
-    """A change waiting for `skill` from another proposer keeps its slot: one client's
-    `create_skill` must not push another client's change out of review."""
+def _refuse_others(control: ChangeControl, skill: str, owner: str | None) -> None:
+    """A change waiting for `skill` keeps its slot unless this proposal comes from the session
+    that queued it: one client's `create_skill` must not push another's change out of review,
+    whatever name either declared. A proposal with no session (`owner` None) displaces nothing."""
     try:
         waiting = control.queue.get(skill)
     except IngotError:
         waiting = None  # an unreadable record: nobody's change to protect
-    if waiting is not None and (waiting.source, waiting.note) != (source, note):
-        raise SlotTaken(
-            f"a change for {skill!r} from another proposer ({waiting.source}) already waits for review "
-            f"({waiting.id}); pick another name, or ask the operator to decide that one first"
-        )
+    if waiting is None or (owner is not None and waiting.owner == owner):
+        return
+    whose = (
+        "from another MCP session"
+        if waiting.source == "agent"
+        else f"from another proposer ({waiting.source})"
+    )
+    how = (
+        "" if owner is not None else " (this client has no MCP session, so it can replace no waiting change)"
+    )
+    raise SlotTaken(
+        f"a change for {skill!r} {whose} already waits for review ({waiting.id}){how}; pick another "
+        "name, or ask the operator to decide that one first"
+    )

@@ -192,9 +192,11 @@ def agent_candidate(
     body: str,
     similar_to: Callable[[str, str], Similarity],
     note: str | None = None,
+    owner: str | None = None,
 ) -> Proposed:
     """`create_skill`: sanitise, render, check, and queue a new skill; never overwrite one, and
-    never displace another client's waiting change (`note` says which client proposed it)."""
+    never displace a waiting change but its own `owner`'s (the proposer's MCP session; `note`
+    says which client name it declared, for people)."""
     slug = slugify(name)
     if control.live_revision(slug) is not None:
         raise CandidateRefused(
@@ -204,4 +206,6 @@ def agent_candidate(
     cleaned = clean_description(description)
     files = {"SKILL.md": render_skill_md(slug, cleaned, clean_body(body), "agent")}
     measurements = admission(slug, files, lambda _name, _description: similar_to(slug, cleaned))
-    return control.propose(slug, "agent", files, measurements, note, new=True, own_slot_only=True)
+    return control.propose(
+        slug, "agent", files, measurements, note, new=True, own_slot_only=True, owner=owner
+    )

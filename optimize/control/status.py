@@ -5,7 +5,8 @@ Drift is a skill whose revision on disk is not the one Ingot's audit chain last 
 live (edited by hand, deleted, or broken); a skill Ingot removed (rolled back to "absent") has
 drifted only if it is back on disk. The report keeps working over damaged state: an
 unreadable audit chain leaves drift unknown (the chain's own verification says where it
-breaks), and an unreadable pending record is listed under `invalid` instead of failing.
+breaks), and an unreadable pending record is listed under `invalid` instead of failing. Pending
+and archived records the chain does not vouch for are listed, never believed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mcp_server.registry import Limits, Registry
 from optimize.control.approved import FOLDER_SWITCHES
 from optimize.control.audit import AuditError, AuditLog
 from optimize.control.audit_verify import Verification
+from optimize.control.decisions import disagreements, fates
 from optimize.control.gitrepo import GitError, GitRepo
 from optimize.control.pending import PendingQueue
 from optimize.control.pushes import PushState, read_state
@@ -92,6 +94,8 @@ class Status:
     # evidence digest): hand-made, or edited since; never approvable. Also staged records a
     # killed proposal left (recovery finishes or drops them).
     unaudited: tuple[str, ...] = ()
+    # Archived records whose status the chain contradicts (decisions.py): ignored, reported.
+    archive_disagrees: tuple[str, ...] = ()
 
     @property
     def drifted(self) -> tuple[SkillStatus, ...]:
@@ -174,7 +178,17 @@ def report(
         len(pending),
         states,
         _unaudited(audit, changes, queue),
+        _archive_disagrees(audit, queue),
     )
+
+
+def _archive_disagrees(audit: AuditLog, queue: PendingQueue) -> tuple[str, ...]:
+    """Each archived record the chain contradicts (none known while the chain is unreadable)."""
+    try:
+        known = fates(audit.entries())
+    except AuditError:
+        return ()
+    return tuple(disagreements(queue, known))
 
 
 def _unaudited(audit: AuditLog, changes: list, queue: PendingQueue) -> tuple[str, ...]:

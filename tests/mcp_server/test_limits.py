@@ -11,8 +11,11 @@ import subprocess
 import sys
 import time
 
+import httpx
 import pytest
 from fastmcp import Client
+from mcp.client import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
 from mcp_server.ratelimit import RateLimit
@@ -107,20 +110,89 @@ def test_one_noisy_client_spends_only_its_own_rate_and_cap(world):
     assert notes == ["proposed over MCP by noisy-agent"] * 3 + ["proposed over MCP by quiet-agent"] * 2
 
 
-def test_create_skill_never_displaces_another_clients_waiting_change(world):
+class Official:
+    """The official SDK's client over streamable HTTP, declaring `name`; `mode` "legacy" runs
+    the initialize handshake (a session the server assigns), "auto" the 2026-07-28 protocol (no
+    session). `forge` sends another session's id in every request's header. Its own session id,
+    as the server assigned it, is kept in `session`."""
+
+    def __init__(self, url: str, name: str, mode: str = "legacy", forge: str | None = None) -> None:
+        self.url, self.name, self.mode, self.forge = url, name, mode, forge
+        self.session: str | None = None
+
+    async def __aenter__(self) -> McpClient:
+        async def seen(response: httpx.Response) -> None:
+            self.session = response.headers.get("mcp-session-id") or self.session
+
+        headers = {"Mcp-Session-Id": self.forge} if self.forge else None
+        self.http = httpx.AsyncClient(headers=headers, event_hooks={"response": [seen]}, timeout=60)
+        transport = streamable_http_client(self.url, http_client=self.http)
+        info = Implementation(name=self.name, version="1")
+        self.client = McpClient(transport, mode=self.mode, client_info=info)
+        return await self.client.__aenter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.__aexit__(*exc)
+        await self.http.aclose()
+
+
+def test_create_skill_displaces_only_the_waiting_change_of_its_own_session(world):
+    """Slot ownership is the session the server assigned, never the clientInfo name: a second
+    client declaring the first one's name (on either protocol, even sending the first one's
+    session id on a 2026-07-28 request) cannot displace its change; the first, in its session,
+    can replace it."""
     root, library, control = world
     limits = ToolLimits(create_per_minute=10_000, create_burst=1000)
+    args = skill_args(4)
+
+    async def go() -> tuple:
+        owner = Official(url, "agent-a")
+        async with owner as first:
+            queued = await first.call_tool("create_skill", args)
+            async with Official(url, "agent-a") as impostor:  # the same declared name, another session
+                taken = await impostor.call_tool("create_skill", {**args, "body": "Mine.\n"})
+            async with Official(url, "agent-a", "auto", forge=owner.session) as modern:
+                forged = await modern.call_tool("create_skill", {**args, "body": "Mine too.\n"})
+            again = await first.call_tool("create_skill", {**args, "body": "Better.\n"})
+        async with Official(url, "agent-a") as later:  # reconnected: a new session, not the owner
+            later_try = await later.call_tool("create_skill", {**args, "body": "Later.\n"})
+        return queued, taken, forged, again, later_try
+
     with running_mcp(library, control=control, limits=limits) as url:
-        [first] = asyncio.run(_as(url, "agent-a", [("create_skill", skill_args(4))]))
-        [taken] = asyncio.run(_as(url, "agent-b", [("create_skill", {**skill_args(4), "body": "Mine.\n"})]))
-        [again] = asyncio.run(_as(url, "agent-a", [("create_skill", {**skill_args(4), "body": "Better.\n"})]))
-    assert not first.is_error and taken.is_error
-    assert "from another proposer (agent) already waits for review" in taken.content[0].text
-    assert first.structured_content["change_id"] in taken.content[0].text
-    assert not again.is_error  # a client may replace its own change
+        queued, taken, forged, again, later = asyncio.run(go())
+    assert not queued.is_error
+    for refused in (taken, forged, later):
+        text = refused.content[0].text
+        assert refused.is_error and "from another MCP session already waits for review" in text, text
+    assert "no MCP session" in forged.content[0].text  # a 2026-07-28 request has none to own it
+    assert not again.is_error, again.content[0].text  # a client may replace its own change
     [change] = control.pending()
     assert change.id == again.structured_content["change_id"] and b"Better." in change.files["SKILL.md"]
-    assert change.note == "proposed over MCP by agent-a"
+    assert change.note == "proposed over MCP by agent-a" and change.owner.startswith("mcp-session:")
+
+
+def test_a_session_id_the_server_never_assigned_is_refused_before_any_tool_runs(world):
+    """The ownership above rests on this: on the handshake protocol the SDK checks the
+    `Mcp-Session-Id` of every request against the sessions it assigned."""
+    root, library, control = world
+    with running_mcp(library, control=control) as url:
+        answer = httpx.post(
+            url,
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "create_skill", "arguments": skill_args(4)},
+            },
+            headers={
+                "Mcp-Session-Id": "0" * 32,
+                "MCP-Protocol-Version": "2025-11-25",
+                "Accept": "application/json, text/event-stream",
+            },
+            timeout=30,
+        )
+    assert answer.status_code in (400, 404), answer.text
+    assert control.pending() == []
 
 
 def test_the_rate_is_per_client_and_all_clients_share_a_total(world):

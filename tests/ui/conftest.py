@@ -1,14 +1,21 @@
 """Fixtures for the review UI: a served skills copy with queued changes, the real MCP server and
-the real UI app on loopback, and (for browser tests) Debian's Chromium driven by Playwright."""
+the real UI app on loopback, and (for browser tests) Debian's Chromium driven by Playwright.
+
+Every UI request needs the session a sign-in sets, so the fixtures sign in as a person does: by
+opening a one-time sign-in link (`World.http` for HTTP, the `page` fixture for the browser).
+Every test UI uses TOKEN, so a browser signed in to one is signed in to all (cookies are per
+host, not port)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ingot.cli.serve import UIOptions, ui_app
@@ -19,6 +26,7 @@ from tests.conftest import BUNDLED_SKILLS, running_asgi, running_mcp
 from tests.optimize.conftest import NO_CODE, ab, checks, replay_passed, routing
 
 CHROMIUM = Path("/usr/bin/chromium")
+TOKEN = "test-ui-access-token-0123456789abcdef"  # every test UI's access token
 GOOD = "release-notes"  # queued with every cell passing: ready
 BLOCKED = "incident-postmortem"  # queued with a held-out regression: blocked
 
@@ -30,6 +38,8 @@ class World:
     library: Library
     control: ChangeControl
     root: Path
+    options: UIOptions  # its sign-in links
+    http: httpx.Client  # signed in, as a person's browser is
 
     def change(self, skill: str) -> PendingChange:
         change = self.control.queue.get(skill)
@@ -69,6 +79,21 @@ def queue_changes(control: ChangeControl, root: Path) -> None:
     control.propose(BLOCKED, "optimizer", rewrite(root, BLOCKED, "RISKY-RULE"), {**checks(), **blocked})
 
 
+def signed_in(ui: str, options: UIOptions) -> httpx.Client:
+    """An HTTP client that opened a sign-in link, as a person's browser does: it keeps the
+    session cookie and sends this UI's Origin with its forms."""
+    client = httpx.Client(headers={"Origin": ui})
+    opened = client.get(f"{ui}/login/{options.links.issue()}")
+    assert opened.status_code == 303 and client.cookies.get("ingot_session"), opened.text
+    return client
+
+
+def sign_in(page, ui: str, options: UIOptions) -> None:
+    """The browser opens a sign-in link, as a person does from `ingot serve`'s output."""
+    page.goto(f"{ui}/login/{options.links.issue()}")
+    page.wait_for_url("**/review*")
+
+
 @pytest.fixture
 def world(tmp_path, library_factory) -> Iterator[World]:
     root = tmp_path / "skills"
@@ -77,9 +102,10 @@ def world(tmp_path, library_factory) -> Iterator[World]:
     control = ChangeControl(tmp_path / "runs", (root,), lock_wait_s=5, neighbours=library.current)
     queue_changes(control, root)
     with running_mcp(library, control=control) as mcp:
-        app = ui_app(library, control, mcp, (), UIOptions("tester", runs_env=dict(os.environ)))
-        with running_asgi(app, lifespan="off") as ui:
-            yield World(ui, mcp, library, control, root)
+        options = UIOptions("tester", TOKEN, runs_env=dict(os.environ))
+        app = ui_app(library, control, mcp, (), options)
+        with running_asgi(app, lifespan="off") as ui, closing(signed_in(ui, options)) as http:
+            yield World(ui, mcp, library, control, root, options, http)
 
 
 @pytest.fixture(scope="module")
@@ -106,11 +132,21 @@ def browser():
         browser.close()
 
 
+def sign_in_to_the_world(page, request) -> None:
+    """Sign the browser in to the test's UI (`world` or `ui_world`), if it has one."""
+    for name in ("world", "ui_world"):
+        if name in request.fixturenames:
+            world = request.getfixturevalue(name)
+            sign_in(page, world.ui, world.options)
+            return
+
+
 @pytest.fixture
-def page(browser):
+def page(browser, request):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.set_default_timeout(15_000)
+    sign_in_to_the_world(page, request)
     yield page
     context.close()
 

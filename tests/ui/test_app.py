@@ -1,5 +1,5 @@
-"""The review UI over real HTTP: same-origin writes, 409s, refusals, the token, bind rules, and
-evidence that was not measured shown as missing."""
+"""The review UI over real HTTP: the session every request needs (a person's sign-in), same-origin
+writes, 409s, refusals, bind rules, and evidence that was not measured shown as missing."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import threading
+from contextlib import closing
 
 import httpx
 import pytest
@@ -15,13 +16,12 @@ from ingot.cli.serve import UIOptions, serve, ui_app
 from ingot.errors import ConfigError
 from tests.conftest import running_asgi
 from tests.optimize.conftest import ready_body
-from tests.ui.conftest import BLOCKED, GOOD, rewrite
-
-TOKEN = "a-long-enough-test-token-0123456789"
+from tests.ui.conftest import BLOCKED, GOOD, TOKEN, rewrite, signed_in
 
 
 def post(world, path: str, data: dict, **headers: str) -> httpx.Response:
-    return httpx.post(world.ui + path, data=data, headers={"Origin": world.ui, **headers})
+    """A form the signed-in browser submits."""
+    return world.http.post(world.ui + path, data=data, headers=headers)
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_state_changing_requests_from_anywhere_else_are_refused(world, headers, 
 
 
 def test_pages_carry_a_strict_content_security_policy(world):
-    response = httpx.get(f"{world.ui}/review")
+    response = world.http.get(f"{world.ui}/review")
     assert "script-src 'self'" in response.headers["content-security-policy"]
     assert response.headers["x-frame-options"] == "DENY"
     assert "<script>" not in response.text  # no inline script: the CSP would block it anyway
@@ -115,7 +115,7 @@ def test_a_change_gone_stale_shows_why_and_approval_is_refused(world):
     change = world.change(GOOD)
     skill_md = world.root / GOOD / "SKILL.md"
     skill_md.write_text(skill_md.read_text() + "\nEdited by hand.\n")
-    page = httpx.get(f"{world.ui}/review").text
+    page = world.http.get(f"{world.ui}/review").text
     assert "the live skill changed since this evidence was measured" in page
     response = post(world, f"/changes/{GOOD}/approve", {"change_id": change.id}, Accept="application/json")
     assert response.status_code == 422 and "is stale: the live skill changed" in response.json()["error"]
@@ -125,7 +125,7 @@ def test_a_change_gone_stale_shows_why_and_approval_is_refused(world):
 def test_evidence_that_was_not_measured_is_shown_as_missing(world):
     bare = "git-commit-messages"
     world.control.propose(bare, "operator", rewrite(world.root, bare, "BARE"), {})
-    html = httpx.get(f"{world.ui}/review").text
+    html = world.http.get(f"{world.ui}/review").text
     card = html.split(f'data-skill="{bare}"')[1].split("</article>")[0]
     assert (
         'data-cell="held-out A/B" data-state="missing"' in card and "no held-out A/B in the evidence" in card
@@ -139,42 +139,57 @@ def test_the_header_reports_a_broken_audit_chain_with_its_line(world):
     lines = log.read_text().splitlines()
     lines[0] = lines[0].replace('"propose"', '"promote"')
     log.write_text("\n".join(lines) + "\n")
-    audit = httpx.get(f"{world.ui}/api/status").json()["audit"]
+    audit = world.http.get(f"{world.ui}/api/status").json()["audit"]
     assert audit["ok"] is False and audit["bad_line"] == 1
-    assert "broken" in httpx.get(f"{world.ui}/review").text
+    assert "broken" in world.http.get(f"{world.ui}/review").text
 
 
 def test_bad_paths_are_clean_errors(world):
-    assert httpx.get(f"{world.ui}/history/..%2F..%2Fetc").status_code in (400, 404)
-    assert httpx.get(f"{world.ui}/evidence/{GOOD}/..").status_code == 404
-    assert httpx.get(f"{world.ui}/runs/not-a-run").status_code == 404
+    assert world.http.get(f"{world.ui}/history/..%2F..%2Fetc").status_code in (400, 404)
+    assert world.http.get(f"{world.ui}/evidence/{GOOD}/..").status_code == 404
+    assert world.http.get(f"{world.ui}/runs/not-a-run").status_code == 404
     assert post(world, "/runs", {"skill": "no-such-skill", "mode": "body"}).status_code == 404
     assert post(world, "/runs", {"skill": GOOD, "mode": "everything"}).status_code == 400
     assert post(world, "/library/route", {"task": "x" * 8001}).status_code == 400  # MCP's limit: 8,000
 
 
-def test_with_a_token_every_request_needs_it_and_it_never_travels_in_urls(world):
-    app = ui_app(world.library, world.control, world.mcp, (), UIOptions("tester", TOKEN))
-    with running_asgi(app, lifespan="off") as ui:
-        assert httpx.get(f"{ui}/api/status").status_code == 401
-        page = httpx.get(f"{ui}/review", headers={"Accept": "text/html"})
-        assert page.status_code == 303 and page.headers["location"] == "/login"
-        assert httpx.get(f"{ui}/api/status", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
-        assert httpx.get(f"{ui}/api/status?token={TOKEN}").status_code == 401
-        with httpx.Client(base_url=ui, headers={"Origin": ui}) as browser:
-            assert browser.post("/login", data={"access_token": "wrong" * 8}).status_code == 401
-            signed_in = browser.post("/login", data={"access_token": TOKEN})
-            assert signed_in.status_code == 303
-            cookie = signed_in.headers["set-cookie"]
-            assert "HttpOnly" in cookie and "SameSite=strict" in cookie and TOKEN not in cookie
-            assert browser.get("/review").status_code == 200
-            change = world.change(GOOD)
-            assert browser.post(f"/changes/{GOOD}/approve", data={"change_id": change.id}).status_code == 303
+def test_every_request_needs_the_session_and_the_token_never_travels_in_urls(world):
+    ui = world.ui
+    assert httpx.get(f"{ui}/api/status").status_code == 401
+    page = httpx.get(f"{ui}/review", headers={"Accept": "text/html"})
+    assert page.status_code == 303 and page.headers["location"] == "/login"
+    assert httpx.get(f"{ui}/api/status", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert httpx.get(f"{ui}/api/status?token={TOKEN}").status_code == 401
+    with httpx.Client(base_url=ui, headers={"Origin": ui}) as browser:
+        assert browser.post("/login", data={"access_token": "wrong" * 8}).status_code == 401
+        signed_in = browser.post("/login", data={"access_token": TOKEN})
+        assert signed_in.status_code == 303
+        cookie = signed_in.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and TOKEN not in cookie
+        assert browser.get("/review").status_code == 200
+        change = world.change(GOOD)
+        assert browser.post(f"/changes/{GOOD}/approve", data={"change_id": change.id}).status_code == 303
 
 
-def test_a_non_loopback_ui_bind_needs_a_token(world):
-    with pytest.raises(ConfigError, match="without an access token"):
-        serve(world.library, world.control, "0.0.0.0", None, 8080, (), False, ui=UIOptions("tester"))  # noqa: S104
+def test_a_sign_in_link_works_once_and_leaves_no_token_in_the_url(world):
+    code = world.options.links.issue()
+    with httpx.Client(base_url=world.ui) as browser:
+        opened = browser.get(f"/login/{code}")
+        assert opened.status_code == 303 and opened.headers["location"] == "/review"
+        cookie = opened.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and TOKEN not in cookie
+        assert browser.get("/review").status_code == 200
+    with httpx.Client(base_url=world.ui) as other:  # the same link, opened again: dead
+        again = other.get(f"/login/{code}")
+        assert again.status_code == 401 and "used already" in again.text
+        assert "set-cookie" not in again.headers and other.get("/api/status").status_code == 401
+        assert other.get("/login/not-a-code").status_code == 401
+
+
+def test_the_ui_is_never_served_without_a_token(world):
+    for host in ("0.0.0.0", "127.0.0.1"):  # noqa: S104
+        with pytest.raises(ConfigError, match="without an access token"):
+            serve(world.library, world.control, host, None, 8080, (), False, ui=UIOptions("tester"))
 
 
 def test_the_token_file_is_created_private_and_reused(tmp_path):
@@ -184,6 +199,9 @@ def test_the_token_file_is_created_private_and_reused(tmp_path):
     token = token_from_file(path)
     assert len(token) >= 32 and path.stat().st_mode & 0o077 == 0
     assert token_from_file(path) == token
+    path.chmod(0o644)  # another user could read it: the way in would be theirs too
+    with pytest.raises(ValueError, match="may be read by other users"):
+        token_from_file(path)
 
 
 def test_the_blocked_change_stays_blocked_whatever_the_page_says(world):
@@ -196,16 +214,17 @@ def test_the_blocked_change_stays_blocked_whatever_the_page_says(world):
 
 def test_logs_hold_no_skill_text_tasks_reasons_or_tokens(world, caplog):
     caplog.set_level("DEBUG")
-    app = ui_app(world.library, world.control, world.mcp, (), UIOptions("tester", TOKEN))
+    options = UIOptions("tester", TOKEN)
+    app = ui_app(world.library, world.control, world.mcp, (), options)
     with running_asgi(app, lifespan="off", log_level="debug") as ui:
         for name in ("uvicorn.access", "uvicorn.error"):  # uvicorn's loggers do not propagate
             logging.getLogger(name).addHandler(caplog.handler)
-        headers = {"Origin": ui, "Authorization": f"Bearer {TOKEN}"}
-        httpx.get(f"{ui}/review", headers=headers)
-        httpx.post(f"{ui}/library/route", data={"task": "SECRET-TASK-TEXT notes"}, headers=headers)
-        change = world.change(GOOD)
-        data = {"change_id": change.id, "reason": "PRIVATE-REASON"}
-        assert httpx.post(f"{ui}/changes/{GOOD}/reject", data=data, headers=headers).status_code == 303
+        with closing(signed_in(ui, options)) as browser:
+            browser.get(f"{ui}/review", headers={"Authorization": f"Bearer {TOKEN}"})
+            browser.post(f"{ui}/library/route", data={"task": "SECRET-TASK-TEXT notes"})
+            change = world.change(GOOD)
+            data = {"change_id": change.id, "reason": "PRIVATE-REASON"}
+            assert browser.post(f"{ui}/changes/{GOOD}/reject", data=data).status_code == 303
     for name in ("uvicorn.access", "uvicorn.error"):
         logging.getLogger(name).removeHandler(caplog.handler)
     assert "POST /changes/release-notes/reject" in caplog.text  # the access log is there...
@@ -219,8 +238,8 @@ def test_a_garbled_audit_line_or_a_damaged_pending_record_does_not_take_the_ui_d
     log.write_text("\n".join(["garbage", *lines[1:]]) + "\n")
     (world.control.runs_dir / "pending" / "zz-broken.json").write_text("{not json")
     for path in ("/review", "/library", "/history", "/runs", "/api/status"):
-        assert httpx.get(world.ui + path).status_code == 200, path
-    review = httpx.get(f"{world.ui}/review").text
+        assert world.http.get(world.ui + path).status_code == 200, path
+    review = world.http.get(f"{world.ui}/review").text
     assert "broken" in review and "at line 1" in review
     assert "zz-broken.json is unreadable" in review and f'data-skill="{BLOCKED}"' in review
 
@@ -231,12 +250,12 @@ def test_malformed_evidence_blocks_its_own_card_only(world):
     data = json.loads(path.read_text())
     data["measurements"]["ab"]["cases"] = 5
     path.write_text(json.dumps(data))
-    review = httpx.get(f"{world.ui}/review")
+    review = world.http.get(f"{world.ui}/review")
     assert review.status_code == 200 and f'data-skill="{BLOCKED}"' in review.text
     card = review.text.split(f'data-skill="{GOOD}"')[1].split("</article>")[0]
     assert "blocked" in card and "disabled" in card.split('data-testid="approve"')[1].split(">")[0]
     (path.parent / "evidence.json").unlink()
-    assert httpx.get(f"{world.ui}/evidence/{GOOD}/{path.parent.name}").status_code == 404
+    assert world.http.get(f"{world.ui}/evidence/{GOOD}/{path.parent.name}").status_code == 404
 
 
 def test_a_rollback_pins_the_live_revision_the_page_showed(world):
@@ -263,11 +282,9 @@ def test_deciding_a_change_twice_is_a_conflict(world):
 
 
 def test_odd_credentials_are_a_plain_no(world):
-    app = ui_app(world.library, world.control, world.mcp, (), UIOptions("tester", TOKEN))
-    with running_asgi(app, lifespan="off") as ui:
-        for headers in ({"Authorization": "Bearer tést"}, {"Cookie": "ingot_session=é"}):
-            encoded = {k: v.encode() for k, v in headers.items()}
-            assert httpx.get(f"{ui}/api/status", headers=encoded).status_code == 401
+    for headers in ({"Authorization": "Bearer tést"}, {"Cookie": "ingot_session=é"}):
+        encoded = {k: v.encode() for k, v in headers.items()}
+        assert httpx.get(f"{world.ui}/api/status", headers=encoded).status_code == 401
 
 
 def test_the_ui_answers_to_its_bind_address_and_allowed_hosts_with_or_without_ports():
@@ -279,7 +296,7 @@ def test_the_ui_answers_to_its_bind_address_and_allowed_hosts_with_or_without_po
 
 
 def test_health_checks_may_use_head(world):
-    assert httpx.head(f"{world.ui}/healthz").status_code == 200
+    assert world.http.head(f"{world.ui}/healthz").status_code == 200
 
 
 def test_evaluate_on_a_card_measures_the_change_again_and_the_card_shows_the_new_bundle(world):
@@ -292,7 +309,7 @@ def test_evaluate_on_a_card_measures_the_change_again_and_the_card_shows_the_new
     run_id = response.headers["location"].rsplit("/", 1)[1]
     done = wait_for(
         lambda: (
-            (r := httpx.get(f"{world.ui}/api/runs/{run_id}").json())["status"] in ("succeeded", "failed")
+            (r := world.http.get(f"{world.ui}/api/runs/{run_id}").json())["status"] in ("succeeded", "failed")
             and r
         ),
         timeout=120,
@@ -301,7 +318,7 @@ def test_evaluate_on_a_card_measures_the_change_again_and_the_card_shows_the_new
     after = world.control.queue.get(GOOD)
     assert after.id == change.id and after.evidence_path != before
     assert [e["path"] for e in after.evidence_history] == [before]  # the old bundle is kept and listed
-    card = httpx.get(f"{world.ui}/review").text.split(f'data-skill="{GOOD}"')[1].split("</article>")[0]
+    card = world.http.get(f"{world.ui}/review").text.split(f'data-skill="{GOOD}"')[1].split("</article>")[0]
     assert "routing impact" in card and after.evidence_path.split("/")[-2] in card
 
 
@@ -309,7 +326,7 @@ def test_a_withheld_candidate_is_listed_as_set_aside_not_dropped(world):
     waiting = world.change(GOOD)
     proposed = world.control.propose(GOOD, "optimizer", rewrite(world.root, GOOD, "WORSE"), {})
     assert proposed.withheld and world.control.queue.get(GOOD).id == waiting.id
-    page = httpx.get(f"{world.ui}/review").text
+    page = world.http.get(f"{world.ui}/review").text
     aside = page.split('data-testid="set-aside"')[1]
     assert proposed.change.id in aside and "withheld" in aside and waiting.id in aside
 
@@ -323,7 +340,9 @@ def test_a_new_skill_whose_quality_was_not_measured_needs_acknowledgement_and_ca
         )
     }
     world.control.propose("kiln-firing", "agent", files, checks())
-    card = httpx.get(f"{world.ui}/review").text.split('data-skill="kiln-firing"')[1].split("</article>")[0]
+    card = (
+        world.http.get(f"{world.ui}/review").text.split('data-skill="kiln-firing"')[1].split("</article>")[0]
+    )
     assert (
         'class="state needs-acknowledgement"' in card
         and 'data-cell="held-out A/B" data-state="missing"' in card
@@ -343,7 +362,7 @@ def test_a_new_skill_approved_in_the_ui_is_removed_from_its_history_page_and_can
     why = {"change_id": change.id, "accept_missing": "a first draft"}
     assert post(world, "/changes/kiln-firing/approve", why).status_code == 303
     assert "kiln-firing" in world.library.skills()
-    page = httpx.get(f"{world.ui}/history/kiln-firing").text
+    page = world.http.get(f"{world.ui}/history/kiln-firing").text
     row = page.split('data-revision="absent"')[1].split("</tr>")[0]
     assert "remove this skill" in row and "(it did not exist before)" in row and "Remove this skill" in row
     assert f'name="live" value="{change.candidate_revision}"' in row
@@ -354,12 +373,14 @@ def test_a_new_skill_approved_in_the_ui_is_removed_from_its_history_page_and_can
     )
     assert removed.status_code == 303 and removed.headers["location"] == "/history/kiln-firing?done=removed"
     assert "kiln-firing" not in world.library.skills() and not (world.root / "kiln-firing").exists()
-    assert httpx.get(f"{world.ui}/api/status").json()["drifted"] == []
-    page = httpx.get(f"{world.ui}/history/kiln-firing?done=removed").text
+    assert world.http.get(f"{world.ui}/api/status").json()["drifted"] == []
+    page = world.http.get(f"{world.ui}/history/kiln-firing?done=removed").text
     assert "absent: this skill is not served" in page and "absent (removed)" in page
     row = page.split(f'data-revision="{change.candidate_revision}"')[1].split("</tr>")[0]
     assert 'name="live" value="absent"' in row and "Roll back to this" in row
-    assert "removed" in httpx.get(f"{world.ui}/history").text.split(">kiln-firing</a>")[1].split("</tr>")[0]
+    assert (
+        "removed" in world.http.get(f"{world.ui}/history").text.split(">kiln-firing</a>")[1].split("</tr>")[0]
+    )
     back = post(
         world, "/history/kiln-firing/rollback", {"revision": change.candidate_revision, "live": "absent"}
     )
@@ -370,7 +391,7 @@ def test_a_new_skill_approved_in_the_ui_is_removed_from_its_history_page_and_can
 
 
 def test_history_of_a_name_nothing_knows_is_404_with_the_nearest_names(world):
-    response = httpx.get(f"{world.ui}/history/relase-notes", headers={"Accept": "application/json"})
+    response = world.http.get(f"{world.ui}/history/relase-notes", headers={"Accept": "application/json"})
     assert response.status_code == 404 and "did you mean 'release-notes'" in response.json()["error"]
 
 
@@ -422,7 +443,7 @@ def test_an_unknown_page_is_a_page_of_the_site_and_api_paths_keep_json_errors(wo
         ("/nope", "application/json"),
         ("/static/nope.css", "*/*"),
     ):
-        answer = httpx.get(f"{world.ui}{path}", headers={"Accept": accept})
+        answer = world.http.get(f"{world.ui}{path}", headers={"Accept": accept})
         assert (answer.status_code, answer.json()) == (404, {"detail": "Not Found"}), path
     form_only = page.goto(f"{world.ui}/library/route")
     assert form_only.status == 405 and "POST" in form_only.headers["allow"]

@@ -3,8 +3,6 @@ with whether it verifies, and where it breaks and what to do when it does not.""
 
 from __future__ import annotations
 
-import httpx
-
 from optimize.control.lock import change_lock
 from tests.ui.conftest import BLOCKED, GOOD
 
@@ -52,7 +50,7 @@ def test_the_audit_log_is_shown_a_page_of_fifty_at_a_time(world, page):
     assert page.get_by_test_id("error-message").inner_text() == (
         "the audit log has 2 pages of 50 entries; page 3 is past its end"
     )
-    bad = httpx.get(f"{world.ui}/audit?page=last", headers={"Accept": "application/json"})
+    bad = world.http.get(f"{world.ui}/audit?page=last", headers={"Accept": "application/json"})
     assert (
         bad.status_code == 400 and bad.json()["error"] == "page must be a whole number from 1 up, not 'last'"
     )

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import html
 
-import httpx
-
 from tests.ui.test_replay import ui_world  # noqa: F401  (the fixture: a regress world behind the UI)
 from ui.replay import fact_line, parse_facts
 
@@ -29,20 +27,17 @@ def test_quotes_typed_in_the_edit_box_are_approved_and_shown_again(ui_world):  #
     w = ui_world.w
     stored = w.bless(w.record(), ['keeps "no fees"'])
     quote = next(line for line in stored.golden.answer.splitlines() if "1.0842" in line).strip()
-    origin = {"Origin": ui_world.ui}
-    approved = httpx.post(
+    approved = ui_world.http.post(
         f"{ui_world.ui}/goldens/{stored.id}/approve",
         data={"criteria": 'keeps "no fees"', "facts": f"1 | rate | 1.0842 | {quote}"},
-        headers=origin,
     )
     assert approved.status_code == 303
     (fact,) = w.admin.store.find(stored.id).review.facts
     assert (fact.value, fact.quotes) == ("1.0842", (quote,))
-    page = httpx.get(f"{ui_world.ui}/traces?skill=fx-quote").text
+    page = ui_world.http.get(f"{ui_world.ui}/traces?skill=fx-quote").text
     assert html.escape(fact_line(1, "rate", "1.0842", quote), quote=False) in page
-    wrong = httpx.post(
+    wrong = ui_world.http.post(
         f"{ui_world.ui}/goldens/{stored.id}/approve",
         data={"criteria": 'keeps "no fees"', "facts": "1 | rate | 1.0842 | not in the answer"},
-        headers=origin,
     )
     assert wrong.status_code == 422 and "is not in the answer" in wrong.text

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 
-import httpx
-
 from tests.optimize.conftest import checks, skill_md
 from tests.ui.conftest import BLOCKED, GOOD
 
@@ -76,7 +74,7 @@ def test_a_removed_skill_says_when_and_by_whom_and_its_current_snapshot_is_absen
 
 def test_the_index_says_a_removed_skill_is_removed_and_an_untouched_one_never_changed(world):
     new_skill_then_removed(world)
-    html = httpx.get(f"{world.ui}/history").text
+    html = world.http.get(f"{world.ui}/history").text
 
     def row(skill: str) -> str:
         cells = html.split(f">{skill}</a>")[1].split("</tr>")[0]

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlparse
 
-import httpx
 import pytest
 
 from optimize.control.audit import AuditEntry
 from optimize.control.lock import change_lock
-from tests.ui.conftest import BLOCKED, GOOD
+from tests.ui.conftest import BLOCKED, GOOD, sign_in_to_the_world
 from ui.revisions import revisions
 
 
 @pytest.fixture
-def plain(browser):
+def plain(browser, request):
     """A page with JavaScript off: everything here must work from links and GET forms alone."""
     context = browser.new_context(java_script_enabled=False, viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.set_default_timeout(15_000)
+    sign_in_to_the_world(page, request)
     yield page
     context.close()
 
@@ -82,13 +82,13 @@ def test_filters_that_match_nothing_say_so_and_link_to_clear_them(world, plain):
 
 
 def test_a_filter_value_outside_the_choices_is_one_line_naming_them(world):
-    response = httpx.get(f"{world.ui}/library?state=bogus", headers={"Accept": "application/json"})
+    response = world.http.get(f"{world.ui}/library?state=bogus", headers={"Accept": "application/json"})
     assert response.status_code == 400
     assert response.json()["error"] == (
         "unknown state 'bogus': choose one of in step, drifted, not served, "
         "ready, needs-acknowledgement, blocked, stale"
     )
-    page = httpx.get(f"{world.ui}/library?autonomy=sometimes")
+    page = world.http.get(f"{world.ui}/library?autonomy=sometimes")
     assert page.status_code == 400 and "unknown autonomy level &#39;sometimes&#39;" in page.text
 
 

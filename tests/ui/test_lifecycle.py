@@ -9,8 +9,6 @@ from __future__ import annotations
 import html as html_mod
 import re
 
-import httpx
-
 from optimize.control.autopilot import Autopilot
 from optimize.control.lock import change_lock
 from optimize.control.quarantine import propose_removal
@@ -36,7 +34,7 @@ def row_text(html: str, change_id: str) -> str:
 
 
 def history(world, skill: str) -> str:
-    return httpx.get(f"{world.ui}/history/{skill}").text
+    return world.http.get(f"{world.ui}/history/{skill}").text
 
 
 def test_an_approved_change_is_being_watched_while_live_and_stops_on_a_warning_chip_when_rolled_back(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 
 import httpx
@@ -23,12 +24,15 @@ from scripts.bench_regress import PRICES
 from tests.conftest import running_asgi
 from tests.optimize.conftest import ready_body
 from tests.regress_sim import NO_FEES_STEP, TIERS, edited, regress_world
+from tests.ui.conftest import TOKEN, signed_in
 
 
 @dataclass
 class UIWorld:
     ui: str
     w: object
+    options: UIOptions  # its sign-in links
+    http: httpx.Client  # signed in, as a person's browser is
 
 
 @pytest.fixture
@@ -37,13 +41,14 @@ def ui_world(tmp_path, library_factory) -> Iterator[UIWorld]:
         teacher = w.server.client("teacher")
         options = UIOptions(
             "tester",
+            TOKEN,
             runs_env=dict(os.environ),
             traces=w.store,
             drafter=lambda golden: draft_review(teacher, golden)[0],
         )
         app = ui_app(w.library, w.control, "http://127.0.0.1:1/mcp", (), options)
-        with running_asgi(app, lifespan="off") as ui:
-            yield UIWorld(ui, w)
+        with running_asgi(app, lifespan="off") as ui, closing(signed_in(ui, options)) as http:
+            yield UIWorld(ui, w, options, http)
 
 
 def blocked_change(w):
@@ -130,7 +135,7 @@ def test_a_blocked_change_shows_its_replay_cell_and_needs_an_audited_override(ui
     )
     page.screenshot(path=str(screenshots / "review-replay.png"), full_page=True)
     assert page.get_by_test_id("approve").inner_text() == "Override & promote…"
-    forced = httpx.post(
+    forced = ui_world.http.post(
         f"{ui_world.ui}/changes/fx-quote/approve",
         data={"change_id": change.id},
         headers={"Origin": ui_world.ui},
@@ -152,27 +157,19 @@ def test_golden_writes_are_same_origin_and_bad_ids_are_not_found(ui_world):
     stored = w.bless(w.record(), ['keeps "no fees"'])
     refused = httpx.post(f"{ui_world.ui}/goldens/{stored.id}/retire", data={"reason": "x"})
     assert refused.status_code == 403 and w.admin.store.find(stored.id).review.state == "active"
-    origin = {"Origin": ui_world.ui}
-    assert httpx.post(f"{ui_world.ui}/traces/tr-nope/bless", headers=origin).status_code == 404
-    assert (
-        httpx.post(f"{ui_world.ui}/goldens/../retire", data={"reason": "x"}, headers=origin).status_code
-        == 404
-    )
-    no_reason = httpx.post(f"{ui_world.ui}/goldens/{stored.id}/retire", data={"reason": " "}, headers=origin)
+    assert ui_world.http.post(f"{ui_world.ui}/traces/tr-nope/bless").status_code == 404
+    assert ui_world.http.post(f"{ui_world.ui}/goldens/../retire", data={"reason": "x"}).status_code == 404
+    no_reason = ui_world.http.post(f"{ui_world.ui}/goldens/{stored.id}/retire", data={"reason": " "})
     assert no_reason.status_code == 400 and "needs a reason" in no_reason.text
-    bad_fact = httpx.post(
+    bad_fact = ui_world.http.post(
         f"{ui_world.ui}/goldens/{stored.id}/approve",
         data={"criteria": "keeps it", "facts": "one | two"},
-        headers=origin,
     )
     assert bad_fact.status_code == 400 and "step | label | value" in bad_fact.text
-    wrong_value = httpx.post(
+    wrong_value = ui_world.http.post(
         f"{ui_world.ui}/goldens/{stored.id}/approve",
         data={"criteria": "keeps it", "facts": "1 | rate | 9.99"},
-        headers=origin,
     )
     assert wrong_value.status_code == 422 and "not in step 1" in wrong_value.text
-    retired = httpx.post(
-        f"{ui_world.ui}/goldens/{stored.id}/retire", data={"reason": "obsolete"}, headers=origin
-    )
+    retired = ui_world.http.post(f"{ui_world.ui}/goldens/{stored.id}/retire", data={"reason": "obsolete"})
     assert retired.status_code == 303 and w.admin.store.find(stored.id).review.state == "retired"

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import httpx
-
 from tests.conftest import wait_for
 from tests.optimize.conftest import checks, skill_md
 from tests.ui.conftest import BLOCKED, GOOD
@@ -204,10 +202,10 @@ def test_approve_asks_for_a_confirmation_that_restates_what_will_be_served_then_
 def test_a_confirmation_for_a_change_that_is_no_longer_waiting_is_a_conflict(world):
     change = world.change(GOOD)
     world.control.approve(GOOD, "tester", change.id)
-    response = httpx.get(f"{world.ui}/changes/{GOOD}/confirm", params={"change_id": change.id})
+    response = world.http.get(f"{world.ui}/changes/{GOOD}/confirm", params={"change_id": change.id})
     assert response.status_code == 409 and "no longer the one waiting" in response.text
     blocked = world.change(BLOCKED)
-    page = httpx.get(f"{world.ui}/changes/{BLOCKED}/confirm", params={"change_id": blocked.id}).text
+    page = world.http.get(f"{world.ui}/changes/{BLOCKED}/confirm", params={"change_id": blocked.id}).text
     assert 'data-testid="confirm-approve" disabled' in page
 
 
@@ -245,11 +243,8 @@ def test_approving_a_change_that_needs_acknowledgement_asks_which_cells_it_accep
 def test_a_forged_approval_without_a_reason_is_refused_and_audited(world):
     propose_new_skill(world)
     change = world.change(NEW)
-    response = httpx.post(
-        f"{world.ui}/changes/{NEW}/approve",
-        data={"change_id": change.id},
-        headers={"Origin": world.ui},
-        follow_redirects=False,
+    response = world.http.post(
+        f"{world.ui}/changes/{NEW}/approve", data={"change_id": change.id}, follow_redirects=False
     )
     assert response.status_code == 422 and "needs acknowledgement" in response.text
     assert world.control.live_revision(NEW) is None

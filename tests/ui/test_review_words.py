@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from optimize.control.quarantine import propose_removal
 from tests.optimize.conftest import NO_CODE, ab, checks, ready_body, replay_blocked, routing, skill_md
-from tests.ui.conftest import GOOD, rewrite
+from tests.ui.conftest import GOOD, TOKEN, rewrite
 from tests.ui.test_browser import card
 
 GREEN = "rgb(23, 128, 61)"  # --ok in ingot.css
@@ -185,7 +185,7 @@ def test_the_optimize_disabled_note_renders_its_command_as_code(world, page):
         "description": "no teacher model configured: set BASE_URL and TEACHER_MODEL (see .env.example), "
         "then restart `ingot serve`",
     }  # what optimize_missing says on a machine with no model settings
-    options = UIOptions("tester", runs_env=dict(os.environ), optimize=reasons)
+    options = UIOptions("tester", TOKEN, runs_env=dict(os.environ), optimize=reasons)
     with running_asgi(ui_app(world.library, world.control, world.mcp, (), options), lifespan="off") as ui:
         for path, testid in ((f"/skills/{GOOD}", "optimize-blocked"), ("/runs", "run-blocked")):
             page.goto(f"{ui}{path}")

@@ -20,7 +20,7 @@ from ingot.model_runtime import optimize_missing
 from ingot.settings import Settings, load_settings
 from tests.conftest import running_asgi, wait_for
 from tests.scripted_llm import grade_json, scripted_llm
-from tests.ui.conftest import BLOCKED
+from tests.ui.conftest import BLOCKED, TOKEN
 from ui.runs import RunConflict, RunManager, clean, progress_of, verdict_of
 
 # Stand-in for `ingot optimize`: reports four scored tasks of a one-step run as the CLI does (not
@@ -142,7 +142,7 @@ def test_starting_a_body_pass_in_the_browser_shows_live_progress_and_queues_the_
             teacher_model="teacher-model",
             judge_model="judge-model",
         )
-        options = UIOptions("tester", runs_env=env, optimize=optimize_missing(settings))
+        options = UIOptions("tester", TOKEN, runs_env=env, optimize=optimize_missing(settings))
         app = ui_app(world.library, world.control, world.mcp, (), options)
         with running_asgi(app, lifespan="off") as ui:
             if start_from == "runs-page":
@@ -186,10 +186,9 @@ def test_a_stopping_run_keeps_its_skill_busy_until_it_has_exited(tmp_path):
 
 
 def test_unknown_runs_are_not_found(world):
-    import httpx
 
-    assert httpx.get(f"{world.ui}/runs/run-20260101T000000-abcdef").status_code == 404
-    assert httpx.get(f"{world.ui}/api/runs/nope").status_code == 404
+    assert world.http.get(f"{world.ui}/runs/run-20260101T000000-abcdef").status_code == 404
+    assert world.http.get(f"{world.ui}/api/runs/nope").status_code == 404
 
 
 def test_with_no_model_configured_start_is_disabled_with_the_reason_and_a_forced_post_starts_nothing(
@@ -203,7 +202,7 @@ def test_with_no_model_configured_start_is_disabled_with_the_reason_and_a_forced
     assert reasons["body"].startswith(
         "no agent or teacher or judge model configured: set BASE_URL and AGENT_MODEL"
     )
-    options = UIOptions("tester", runs_env=dict(os.environ), optimize=reasons)
+    options = UIOptions("tester", TOKEN, runs_env=dict(os.environ), optimize=reasons)
     with running_asgi(ui_app(world.library, world.control, world.mcp, (), options), lifespan="off") as ui:
         page.goto(f"{ui}/runs")
         assert page.get_by_test_id("run-start").is_disabled()
@@ -255,7 +254,7 @@ def test_an_evaluate_run_streams_its_steps_while_held_and_then_shows_the_change_
             "HF_HUB_OFFLINE": "1",
         }
         settings = load_settings(base_url=server.url, agent_model="agent-model", judge_model="judge-model")
-        options = UIOptions("tester", runs_env=env, optimize=optimize_missing(settings))
+        options = UIOptions("tester", TOKEN, runs_env=env, optimize=optimize_missing(settings))
         app = ui_app(world.library, world.control, world.mcp, (), options)
         change = world.change(BLOCKED).id
         try:

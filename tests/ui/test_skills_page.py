@@ -7,12 +7,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-import httpx
-
 from ingot.cli.serve import UIOptions, ui_app
 from optimize.measure.mining import MiningReport, latest, record
 from tests.conftest import running_asgi
-from tests.ui.conftest import GOOD
+from tests.ui.conftest import GOOD, TOKEN
 from ui.skills import component_text, shorten
 
 
@@ -25,7 +23,7 @@ def test_a_skill_page_shows_its_body_rendered_its_files_counts_score_and_flags(w
     )
     report = MiningReport(GOOD, 12, 12, 0, 5, 5, 0.8125, {}, (), 0)
     record(world.control.runs_dir / "mining", report, dt.datetime(2026, 11, 30, 9, 15, tzinfo=dt.UTC))
-    options = UIOptions("tester", runs_env=dict(os.environ), tasks_dir=tasks)
+    options = UIOptions("tester", TOKEN, runs_env=dict(os.environ), tasks_dir=tasks)
     with running_asgi(ui_app(world.library, world.control, world.mcp, (), options), lifespan="off") as ui:
         page.goto(f"{ui}/library")
         row = page.locator(f"[data-testid=skill-row][data-skill='{GOOD}']")
@@ -81,10 +79,10 @@ def test_a_skill_body_cannot_run_script_or_fetch_anything(world, page):
 
 
 def test_a_skill_page_for_a_name_nothing_serves_is_not_found(world):
-    response = httpx.get(f"{world.ui}/skills/relase-notes", headers={"Accept": "application/json"})
+    response = world.http.get(f"{world.ui}/skills/relase-notes", headers={"Accept": "application/json"})
     assert response.status_code == 404 and "release-notes" in response.json()["error"]
-    assert httpx.get(f"{world.ui}/skills/..%2Fetc").status_code in (400, 404)
-    index = httpx.get(f"{world.ui}/skills", follow_redirects=True)  # the list lives on the Library page
+    assert world.http.get(f"{world.ui}/skills/..%2Fetc").status_code in (400, 404)
+    index = world.http.get(f"{world.ui}/skills", follow_redirects=True)  # the list lives on the Library page
     assert index.status_code == 200 and str(index.url).endswith("/library")
 
 

@@ -19,6 +19,7 @@ from optimize.control.changes import ChangeControl
 from scripts import demo
 from tests.conftest import running_asgi, running_mcp, wait_for
 from tests.scripted_llm import scripted_llm
+from tests.ui.conftest import TOKEN, sign_in
 from tests.ui.test_browser import card, served_revision
 
 SKILL = "release-notes"
@@ -61,13 +62,18 @@ def test_the_first_ten_minutes_propose_evaluate_review_approve_and_roll_back(
             _env_file=None, **{k.lower(): v for k, v in env.items() if k.endswith(("_MODEL", "URL"))}
         )
         options = UIOptions(
-            "tester", runs_env=runs_env, optimize=optimize_missing(settings), tasks_dir=Path(env["TASKS_DIR"])
+            "tester",
+            TOKEN,
+            runs_env=runs_env,
+            optimize=optimize_missing(settings),
+            tasks_dir=Path(env["TASKS_DIR"]),
         )
         with (
             running_mcp(library, control=control) as mcp,
             running_asgi(ui_app(library, control, mcp, (), options), lifespan="off") as ui,
         ):
             world = Demo(mcp)
+            sign_in(page, ui, options)  # the link `ingot serve` prints, opened once
             # 2. Review: only the admission checks are measured; Evaluate measures the rest.
             page.goto(f"{ui}/review")
             waiting = card(page, SKILL)

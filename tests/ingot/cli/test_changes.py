@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
+from ingot.errors import EXIT_CODES
 from ingot.home import establish
 from optimize.control.changes import ChangeControl
-from tests.conftest import BUNDLED_SKILLS, write_skill
+from tests.conftest import BUNDLED_SKILLS, REPO, write_skill
 from tests.ingot.cli.test_errors import error_line
 from tests.ingot.cli.test_main import ingot
 from tests.optimize.conftest import body_rewrite, ready_body
@@ -237,6 +239,12 @@ def test_a_withheld_proposal_says_so_and_exits_with_the_conflict_code(tmp_path, 
     assert control.queue.get("release-notes").id == waiting
     (archived,) = [r for r in control.queue.archived("release-notes") if r["archived_status"] == "withheld"]
     assert archived["id"] in line
+    approve = ingot(
+        "approve", "release-notes", "--change", archived["id"], "--skills", str(root), cwd=tmp_path
+    )
+    assert "was withheld (audit line" in error_line(approve, 3)  # the chain's word, not the file's
+    status = ingot("status", "--skills", str(root), cwd=tmp_path)
+    assert status.returncode == 0 and "ARCHIVE" not in status.stdout  # the archive agrees with the chain
 
 
 def test_pending_json_carries_each_change_s_passport_and_size(tmp_path, library_factory):
@@ -298,3 +306,50 @@ def test_a_removal_is_proposed_measured_approved_and_undone_from_the_command_lin
     assert back.returncode == 0, back.stderr
     assert (root / "release-notes" / "SKILL.md").is_file()
     assert ingot("audit", "verify", cwd=tmp_path).returncode == 0
+
+
+def test_approving_a_displaced_change_is_one_conflict_whether_or_not_another_waits(tmp_path, library_factory):
+    root, control = setup(tmp_path, library_factory)
+    args = ("--skills", str(root))
+    seen = control.queue.get("release-notes").id
+    newer, _ = control.propose(
+        "release-notes", "optimizer", body_rewrite(root, "release-notes", "NEWER-RULE"), ready_body()
+    )
+    waiting = error_line(ingot("approve", "release-notes", "--change", seen, *args, cwd=tmp_path), 3)
+    assert f"was displaced by {newer.id} (audit line" in waiting and f"is now {newer.id}" in waiting
+    control.reject("release-notes", "not this one either", "ana", newer.id)
+    none = error_line(ingot("approve", "release-notes", "--change", seen, *args, cwd=tmp_path), 3)
+    assert f"was displaced by {newer.id}" in none and "'release-notes' has no pending change" in none
+    status = ingot("status", *args, cwd=tmp_path)  # displaced and rejected: the archive agrees
+    assert status.returncode == 0 and "ARCHIVE" not in status.stdout, status.stdout
+    # The table `ingot --help` prints and docs/cli.md show say the same of code 3.
+    meaning = dict(EXIT_CODES)[3]
+    assert "displaced" in meaning and "whether or not another change waits" in meaning
+    table = (REPO / "docs" / "cli.md").read_text()
+    for code, said in EXIT_CODES:
+        assert f"| {code} | {said} |" in table, code
+
+
+def test_a_forged_archive_record_neither_blocks_a_genuine_approval_nor_passes_as_one(
+    tmp_path, library_factory
+):
+    root, control = setup(tmp_path, library_factory)
+    args = ("--skills", str(root))
+    genuine = control.queue.get("release-notes")
+    archive = control.queue.archive_folder / "release-notes"
+    archive.mkdir(parents=True)
+    forged = {"id": genuine.id, "archived_status": "approved", "archived_by": "mallory", "archived_at": "now"}
+    (archive / f"{genuine.id}.json").write_text(json.dumps(forged))
+    never = "chg-00000000abcd"  # an id no proposal ever had, "approved" by the same hand
+    (archive / f"{never}.json").write_text(json.dumps({**forged, "id": never}))
+    status = ingot("status", *args, cwd=tmp_path)
+    assert status.returncode == 1, status.stdout  # said loudly, and believed by nothing
+    loud = [line for line in status.stdout.splitlines() if line.startswith("ARCHIVE ")]
+    assert len(loud) == 2 and all("says 'approved', but the audit chain holds no decision" in x for x in loud)
+    passed = ingot("approve", "release-notes", "--change", never, *args, cwd=tmp_path)
+    assert f"no change '{never}' was ever queued" in error_line(passed, 2)  # not "already approved"
+    approved = ingot("approve", "release-notes", "--change", genuine.id, *args, cwd=tmp_path)
+    assert approved.returncode == 0 and approved.stdout.startswith("promoted release-notes"), approved.stderr
+    assert control.live_revision("release-notes") == genuine.candidate_revision
+    again = error_line(ingot("approve", "release-notes", "--change", genuine.id, *args, cwd=tmp_path), 3)
+    assert "already approved by " in again and "mallory" not in again and "(audit line" in again

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -238,9 +239,23 @@ def test_serve_answers_mcp_and_ui_then_stops_on_sigterm(tmp_path):
         assert wait_for(up, timeout=60, interval=0.2)["match"] == "incident-postmortem"
         import httpx
 
-        page = httpx.get(f"http://127.0.0.1:{ui_port}/library")
-        assert page.status_code == 200 and "incident-postmortem" in page.text
-        assert "Changes to review" in httpx.get(f"http://127.0.0.1:{ui_port}/", follow_redirects=True).text
+        ui = f"http://127.0.0.1:{ui_port}"
+        assert httpx.get(f"{ui}/library").status_code == 401  # not signed in: not even a page
+        # The one line that lets a person in: a one-time link, and where the token is kept.
+        said = re.search(
+            r"ingot: sign in to the UI: (\S+) \(works once; after that, /login takes the token in (\S+)\)",
+            output.read_text(),
+        )
+        assert said and said.group(1).startswith(f"{ui}/login/"), output.read_text()
+        token_file = Path(said.group(2))
+        assert token_file.name == "ui-token" and token_file.stat().st_mode & 0o777 == 0o600
+        assert said.group(1).rsplit("/", 1)[1] not in token_file.read_text()  # the link is not the token
+        with httpx.Client() as browser:
+            assert browser.get(said.group(1)).status_code == 303
+            page = browser.get(f"{ui}/library")
+            assert page.status_code == 200 and "incident-postmortem" in page.text
+            assert "Changes to review" in browser.get(f"{ui}/", follow_redirects=True).text
+        assert httpx.get(said.group(1)).status_code == 401  # used: dead
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=20)

@@ -84,8 +84,12 @@ def on_path(monkeypatch):
 
 
 def params(root: Path, **env: str) -> StdioServerParameters:
+    # The SDK hands the child only a few variables: PYTHONPATH too, so the child runs this code.
+    inherited = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
     return StdioServerParameters(
-        command="ingot", args=["mcp"], env={"SKILLS_DIRS": str(root), "GIT_HISTORY": "false", **env}
+        command="ingot",
+        args=["mcp"],
+        env={**inherited, "SKILLS_DIRS": str(root), "GIT_HISTORY": "false", **env},
     )
 
 
@@ -280,3 +284,32 @@ def test_reading_answers_while_another_process_holds_the_change_lock(skills_root
     routed, body, proposal = run(go())
     assert routed["match"] == "git-commit-messages" and body.text.startswith("---")
     assert proposal.is_error and "retry" in proposal.content[0].text
+
+
+def test_over_stdio_a_waiting_change_is_its_process_s_whatever_name_another_host_declares(
+    skills_root, on_path
+):
+    """Two hosts, two `ingot mcp` processes declaring the same client name: the second cannot
+    displace the first one's waiting change; the first, still connected, replaces its own."""
+    args = {
+        "name": "supplier-audit",
+        "description": "Drafts supplier audit summaries from a quarter's invoices.",
+        "body": "# Supplier audit\n\nCollect the supplier's invoices, then summarise them.",
+    }
+    info = types.Implementation(name="agent-a", version="1")
+
+    async def go():
+        async with Client(params(skills_root), client_info=info) as first:
+            queued = await first.call_tool("create_skill", args)
+            async with Client(params(skills_root), client_info=info) as second:
+                taken = await second.call_tool("create_skill", {**args, "body": "# Mine\n\nMine."})
+            again = await first.call_tool("create_skill", {**args, "body": "# Better\n\nBetter."})
+            return queued, taken, again
+
+    queued, taken, again = run(go())
+    assert not queued.is_error and not again.is_error, (queued.content, again.content)
+    assert taken.is_error and "from another MCP session already waits" in taken.content[0].text
+    home = establish((skills_root,))
+    [change] = ChangeControl(home.path, (skills_root,)).pending()
+    assert change.id == again.structured_content["change_id"] and b"Better." in change.files["SKILL.md"]
+    assert change.note == "proposed over MCP by agent-a" and change.owner.startswith("stdio:")
