@@ -53,14 +53,19 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600, durable: bool = Tru
 TEMP_NAME = re.compile(r"^\.[^/]+\.[A-Za-z0-9_]{8}\.tmp$")  # what write_atomic's mkstemp creates
 
 
-def remove_stale_temps(folder: Path) -> list[str]:
-    """Delete the temp files a killed `write_atomic` left in `folder`; returns their names.
+def remove_stale_temps(folder: Path, of: str | None = None) -> list[str]:
+    """Delete the temp files a killed `write_atomic` left in `folder` (only those of the file named
+    `of`, if given); returns their names.
 
-    Only for folders whose writers are serialised by a lock the caller holds: a temp file of a
+    Only for files whose writers are serialised by a lock the caller holds: a temp file of a
     write in progress would otherwise be removed under it."""
     removed = []
     try:
-        candidates = [p for p in folder.iterdir() if TEMP_NAME.match(p.name) and p.is_file()]
+        candidates = [
+            p
+            for p in folder.iterdir()
+            if TEMP_NAME.match(p.name) and (of is None or p.name.startswith(f".{of}.")) and p.is_file()
+        ]
     except FileNotFoundError:
         return removed
     for path in candidates:

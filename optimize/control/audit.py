@@ -77,6 +77,10 @@ ALLOWED_FIELDS = frozenset(
         "trust",  # an autonomy line's whole trust for one class (optimize/control/autonomy.py)
         "kind",  # an approved change's kind (optimize/control/kinds.py), carried into its git commit
         "manifest_digest",  # a baseline's: every served skill and revision (optimize/control/baseline.py)
+        # Where the inbox read a candidate it proposed (its folder, or git:<root>:<skill>) and,
+        # for a candidate branch, the git tree: what makes the inbox exactly-once (inbox_state.py).
+        "origin",
+        "origin_tree",
     }
 )
 META = frozenset({"schema", "seq", "time", "prev", "hash", "mac"})

@@ -13,12 +13,14 @@ re-verification itself is verify.py.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ingot.errors import IngotError, NotFound, WriteFailed, os_reason
+from ingot.fsutil import remove_stale_temps
 from mcp_server.registry import Limits
 from optimize.control import evidence as evidence_mod
 from optimize.control import proposals
@@ -36,6 +38,8 @@ from optimize.control.pending import PendingChange, PendingQueue
 from optimize.control.promote import ABSENT, Outcome, Promoter, check_skill_name
 from optimize.control.status import Status, report
 from optimize.control.verify import ApprovalRefused, Neighbours, Verifier, accepted
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -180,6 +184,7 @@ class ChangeControl:
         """Promotions first, then the queue: a pending change the audit log says was already
         promoted or rejected (killed before it was archived) is archived now. Nothing is settled
         from a chain that does not verify: a forged outcome line must not archive anything."""
+        self._remove_leftovers()
         notes = self.promoter.recover(self.roots)
         state = self.audit.verify()
         if not state.ok:
@@ -202,6 +207,22 @@ class ChangeControl:
                 self.queue.archive(change.skill, reason, fate.status, "ingot-recovery")
                 notes.append(f"{change.skill}: pending {change.id} archived as {fate.status}")
         return notes
+
+    def _remove_leftovers(self) -> list[str]:
+        """Delete what a killed write left half-done (write_atomic's temp files beside the chain,
+        the queue's records, the inbox's seen-list and the claims' anchors; an evidence bundle's
+        unfinished folder), and say so in one log line. Nothing else writes those without the
+        lock this runs under, so no write in progress is touched. Returns what it removed."""
+        removed = [*remove_stale_temps(self.runs_dir)]
+        removed += [f"pending/{name}" for name in self.queue.remove_leftovers()]
+        removed += evidence_mod.remove_unfinished(self.runs_dir)
+        for claim in self.audit.anchors.claims():
+            removed += [str(claim.parent / name) for name in remove_stale_temps(claim.parent, of=claim.name)]
+        if removed:
+            log.warning(
+                "recovery removed what a killed write left in %s: %s", self.runs_dir, ", ".join(removed)
+            )
+        return removed
 
     def _settle_staged(self, entries: list[AuditEntry]) -> list[str]:
         """Finish what a killed propose or re-evaluation left staged (pending.py): a record whose

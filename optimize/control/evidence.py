@@ -8,8 +8,10 @@ applied, each significance test as fields; approval recomputes it), the provenan
 endpoints of every role, never keys; the task set's origin and hash), and cost with the run's
 ledger ("unknown" when it is). Nothing unmeasured gets a default value. The file's SHA-256 is
 its digest: a pending change records it, and approval refuses a bundle whose bytes changed
-since. Bundles are written once (temp file + rename) and never edited: re-evaluating a change
-writes a new bundle and the old one stays where it was.
+since. Bundles are written once, whole or not at all (both files in a `.tmp-<id>` folder
+beside it, then one rename), and never edited: re-evaluating a change writes a new bundle and
+the old one stays where it was. Recovery removes the `.tmp-` folder of a write a kill cut short
+(`remove_unfinished`).
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import secrets
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ingot import faults
 from ingot.errors import IngotError
-from ingot.fsutil import write_atomic
+from ingot.fsutil import fsync_dir, write_atomic
 from optimize.control.gate import Thresholds, p_clause
 from optimize.control.passport import FAIL, PASS, Passport, passport
 from optimize.control.replay_rule import FINDING_OF, STATE_OF
@@ -98,10 +103,30 @@ def write_bundle(
     verdict = passport(data, champion_revision, thresholds)
     data["passport"] = {"thresholds": thresholds.__dict__, **verdict.as_json()}
     folder = runs_dir / "evidence" / skill / bundle_id
-    folder.mkdir(parents=True, exist_ok=False)
-    _write_atomic(folder / "evidence.json", json.dumps(data, indent=2, sort_keys=True).encode())
-    _write_atomic(folder / "EVIDENCE.md", render_markdown(data, verdict).encode())
+    stage = folder.with_name(f"{UNFINISHED}{bundle_id}")
+    stage.mkdir(parents=True, exist_ok=False)
+    _write_atomic(stage / "evidence.json", json.dumps(data, indent=2, sort_keys=True).encode())
+    _write_atomic(stage / "EVIDENCE.md", render_markdown(data, verdict).encode())
+    faults.point(f"rename evidence bundle {bundle_id} into place")
+    os.rename(stage, folder)
+    fsync_dir(folder.parent)
     return load(folder / "evidence.json")
+
+
+UNFINISHED = ".tmp-"  # a bundle being written: never read, removed by recovery if left
+
+
+def remove_unfinished(runs_dir: Path) -> list[str]:
+    """Delete the bundle folders a killed write left unfinished; returns their paths (relative to
+    `runs_dir`). Only under the change lock, which every bundle write holds."""
+    removed = []
+    for stage in sorted((runs_dir / "evidence").glob(f"*/{UNFINISHED}*")):
+        if stage.is_dir() and not stage.is_symlink():
+            shutil.rmtree(stage, ignore_errors=True)
+        else:
+            stage.unlink(missing_ok=True)
+        removed.append(stage.relative_to(runs_dir).as_posix())
+    return removed
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

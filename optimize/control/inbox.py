@@ -11,14 +11,16 @@ Two kinds of source, scanned by `Inbox.scan` (each tick of `ingot serve`, or `in
   branch changed since it left HEAD becomes a pending change with source `git:<sha>` (the last
   commit touching it). Nothing is checked out; files come from `git archive`.
 
-What was seen is kept in `<home>/inbox.json` (origin -> revision, change id, outcome), so a
-candidate is queued once per revision, a refused one is not retried until it changes, and a
-restart loses nothing. A candidate identical to what is live queues nothing.
+Exactly once: whether a candidate was proposed is read from the audit chain, whose `propose`
+line names the candidate's origin, and `propose` checks it again under the lock after recovery
+(inbox_state.py, proposals.py). So a pass killed at any write, or run by two processes at once,
+queues each revision once; a refused or same-as-live candidate is reported once (`<home>/inbox.json`)
+and checked again each pass; a restart loses nothing. A candidate identical to what is live
+queues nothing.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
@@ -29,16 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from ingot.errors import IngotError
-from ingot.fsutil import write_atomic
 from mcp_server.library import Similarity
 from mcp_server.registry import NAME_PATTERN
 from optimize.control.changes import ChangeControl
 from optimize.control.gitrepo import GitError, GitRepo
+from optimize.control.inbox_state import InboxState, Seen
 from optimize.control.promote import tree_revision
+from optimize.control.proposals import AlreadyProposed
 from optimize.control.quarantine import CandidateRefused, admit, read_candidate
 
 log = logging.getLogger(__name__)
-SCHEMA_VERSION = 1
 SimilarTo = Callable[[str, str], Similarity]
 
 
@@ -83,7 +85,8 @@ class Inbox:
         self.candidate_roots = tuple(Path(os.path.realpath(r.expanduser())) for r in candidate_roots)
         self.similar_to, self.branch, self.settle_s = similar_to, branch, settle_s
         self.queued, self.clock = queued, clock
-        self.path = control.runs_dir / "inbox.json"
+        self.state = InboxState(control.runs_dir, control.audit)
+        self.path = self.state.path
         served = {Path(os.path.realpath(r)) for r in control.roots}
         for root in self.candidate_roots:
             if root in served or any(root.is_relative_to(s) for s in served):
@@ -95,32 +98,24 @@ class Inbox:
     # -- state -------------------------------------------------------------------------------
 
     def seen(self) -> dict[str, dict[str, Any]]:
-        """Each origin Ingot has read: its revision (or git tree), change id and outcome."""
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.warning("%s is unreadable (%s); every candidate will be read again", self.path, exc)
-            return {}
-        return dict(data.get("seen", {})) if data.get("schema_version") == SCHEMA_VERSION else {}
+        """Each origin Ingot has read: its revision (or git tree), change id and outcome (from the
+        chain where it proposed one)."""
+        return self.state.load().listing()
 
     def _remember(self, key: str, record: Mapping[str, Any] | None) -> None:
+        """Record a reported refusal or same-as-live outcome (None: forget the origin). Losing it
+        to a kill costs one repeated report, never a proposal."""
         with self.control.writing():  # recovery first, as before every write
-            seen = self.seen()
-            if record is None:
-                seen.pop(key, None)
-            else:
-                seen[key] = dict(record)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            data = {"schema_version": SCHEMA_VERSION, "seen": seen}
-            write_atomic(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
+            self.state.put(key, record)
 
     # -- scanning ----------------------------------------------------------------------------
 
     def scan(self) -> list[InboxEvent]:
+        """One pass: settle what a killed write left, read what the chain says was proposed (a
+        seen-list that disagrees is refused), then queue, report or withdraw each candidate."""
+        self.control.recover()
+        seen = self.state.load()
         events: list[InboxEvent] = []
-        seen = self.seen()
         present: set[str] = set()
         for root in self.candidate_roots:
             for folder in sorted(root.iterdir()) if root.is_dir() else []:
@@ -130,15 +125,13 @@ class Inbox:
                 present.add(key)
                 if self.clock() - newest_mtime(folder) < self.settle_s:
                     continue  # still being written
-                event = self._folder(folder, seen.get(key))
+                event = self._folder(folder, seen)
                 if event is not None:
                     events.append(event)
         if self.branch:
             for root in self.control.roots:
                 events += self._git(root, seen, present)
-        for key, record in seen.items():
-            if key not in present and self._owned(key):
-                events += self._gone(key, record)
+        events += self._gone(seen, present)
         return events
 
     def _owned(self, key: str) -> bool:
@@ -148,18 +141,18 @@ class Inbox:
             return bool(self.branch)
         return any(Path(key).parent == root for root in self.candidate_roots)
 
-    def _folder(self, folder: Path, before: Mapping[str, Any] | None) -> InboxEvent | None:
+    def _folder(self, folder: Path, seen: Seen) -> InboxEvent | None:
         name, key = folder.name, str(folder)
         if not NAME_PATTERN.match(name):
             why = f"{name!r} is not a skill name (lowercase letters, digits, single hyphens)"
-            return self._refused(key, name, key, None, why, before)
+            return self._refused(seen, key, name, key, None, why)
         try:
             files, description = read_candidate(folder, name, self.control, new=self._new(name))
         except CandidateRefused as exc:
-            return self._refused(key, name, key, None, str(exc), before)
-        return self._candidate(key, name, "inbox", key, files, description, before)
+            return self._refused(seen, key, name, key, None, str(exc))
+        return self._candidate(seen, key, name, "inbox", key, files, description)
 
-    def _git(self, root: Path, seen: Mapping[str, Mapping[str, Any]], present: set[str]) -> list[InboxEvent]:
+    def _git(self, root: Path, seen: Seen, present: set[str]) -> list[InboxEvent]:
         repo = GitRepo.of(root)
         if repo is None or self.branch is None:
             return []
@@ -177,22 +170,23 @@ class Inbox:
             if tree is None:
                 continue  # deleted on the branch: withdrawn below, like a deleted folder
             present.add(key)
-            before = seen.get(key)
-            if before is not None and before.get("tree") == tree:
-                continue
+            latest = seen.latest(key)
+            if latest is not None and latest.tree == tree:
+                continue  # the chain's line for this origin was read from this very tree
             origin = f"git:{sha}"
             if not NAME_PATTERN.match(skill):
-                why = f"{skill!r} is not a skill name"
-                events.append(self._refused(key, skill, origin, tree, why, before))
+                refused = self._refused(seen, key, skill, origin, tree, f"{skill!r} is not a skill name")
+                events += [refused] if refused else []
                 continue
             with tempfile.TemporaryDirectory(prefix="ingot-git-candidate-") as scratch:
                 try:
                     folder = repo.export(sha, rel_path, Path(scratch), self.control.limits)
                     files, description = read_candidate(folder, skill, self.control, new=self._new(skill))
                 except (GitError, CandidateRefused) as exc:
-                    events.append(self._refused(key, skill, origin, tree, str(exc), before))
+                    refused = self._refused(seen, key, skill, origin, tree, str(exc))
+                    events += [refused] if refused else []
                     continue
-            event = self._candidate(key, skill, origin, origin, files, description, before, tree=tree)
+            event = self._candidate(seen, key, skill, origin, origin, files, description, tree=tree)
             if event is not None:
                 events.append(event)
         return events
@@ -203,38 +197,52 @@ class Inbox:
 
     def _candidate(
         self,
+        seen: Seen,
         key: str,
         skill: str,
         source: str,
         origin: str,
         files: Mapping[str, bytes],
         description: str,
-        before: Mapping[str, Any] | None,
         tree: str | None = None,
     ) -> InboxEvent | None:
         revision = tree_revision(files)
-        if before is not None and before.get("revision") == revision:
-            return None  # this revision was handled already (queued, refused or the same as live)
-        record = {"skill": skill, "revision": revision, "tree": tree, "change_id": None}
+        latest = seen.latest(key)
+        if latest is not None and latest.revision == revision:
+            return None  # the chain holds its propose line: queued (or withheld) once, never again
+        after = {"after": latest.seq if latest else 0}
+        record = {"skill": skill, "revision": revision, "tree": tree, "change_id": None} | after
         if self.control.live_revision(skill) == revision:
+            report = seen.reports.get(key) or {}
+            if (report.get("did"), report.get("revision")) == ("same as live", revision):
+                return None  # reported already (and checked again just now)
             self._remember(key, {**record, "did": "same as live"})
             why = f"{revision[:12]} is already live; nothing to review"
             return InboxEvent(skill, origin, "same as live", why)
         pending = self.control.queue.get(skill)
         if pending is not None and pending.candidate_revision == revision:
-            self._remember(key, {**record, "did": "queued", "change_id": pending.id})
-            return None  # queued by an earlier scan that was cut short, or by another process
+            return None  # these very bytes wait for review already, from another proposer
         try:
             similarity = self.similar_to(skill, description)
-            proposed = admit(self.control, skill, files, source, similarity, f"written to {origin}")
+            proposed = admit(
+                self.control,
+                skill,
+                files,
+                source,
+                similarity,
+                f"written to {origin}",
+                origin=key,
+                origin_tree=tree,
+            )
+        except AlreadyProposed:
+            return None  # another pass (another process) proposed it since this one read the chain
         except CandidateRefused as exc:
-            return self._refused(key, skill, origin, tree, str(exc), before, revision)
+            return self._refused(seen, key, skill, origin, tree, str(exc), revision)
         except IngotError as exc:  # the lock was busy, a disk was full: try again next scan
             log.warning("inbox: could not queue %s from %s: %s", skill, origin, exc)
             return None
         change = proposed.change
         did = "withheld" if proposed.withheld else "queued"
-        self._remember(key, {**record, "did": did, "change_id": change.id})
         if did == "queued" and self.queued is not None:
             self.queued(skill, change.id)
         detail = proposed.withheld or f"{change.kind} {change.id}; `ingot evaluate {skill}` measures it"
@@ -242,37 +250,51 @@ class Inbox:
 
     def _refused(
         self,
+        seen: Seen,
         key: str,
         skill: str,
         origin: str,
         tree: str | None,
         why: str,
-        before: Mapping[str, Any] | None,
         revision: str | None = None,
     ) -> InboxEvent | None:
-        if before is not None and before.get("did") == "refused" and before.get("why") == why:
-            return None  # reported once; fixed candidates have a new revision and are read again
+        report = seen.reports.get(key) or {}
+        if (report.get("did"), report.get("why")) == ("refused", why):
+            return None  # reported once; it was checked again and still fails the same way
+        latest = seen.latest(key)
         self._remember(
             key,
             {"skill": skill, "revision": revision, "tree": tree, "change_id": None}
-            | {"did": "refused", "why": why},
+            | {"did": "refused", "why": why, "after": latest.seq if latest else 0},
         )
         return InboxEvent(skill, origin, "refused", why)
 
-    def _gone(self, key: str, record: Mapping[str, Any]) -> list[InboxEvent]:
-        """The candidate was deleted: withdraw its change if that is still the one pending, and
-        only then forget the candidate (a kill in between withdraws it again next scan, a no-op;
-        the other order would leave the change pending with nothing left to withdraw it)."""
-        skill, change_id = str(record.get("skill")), record.get("change_id")
-        withdrawn = False
-        if change_id:
-            try:
-                withdrawn = self.control.withdraw(skill, str(change_id), "inbox", "its candidate was deleted")
-            except (OSError, IngotError) as exc:
-                log.warning("inbox: could not withdraw %s %s (next scan retries): %s", skill, change_id, exc)
-                return []
-        self._remember(key, None)
-        origin = key if not key.startswith("git:") else f"git branch {self.branch}"
-        if not withdrawn:
-            return []
-        return [InboxEvent(skill, origin, "withdrawn", "its candidate was deleted", str(change_id))]
+    def _gone(self, seen: Seen, present: set[str]) -> list[InboxEvent]:
+        """Candidates deleted since they were read: withdraw the pending change one of them
+        proposed (by the chain), then forget what was reported for it. A kill in between
+        withdraws nothing more next pass (the change is no longer pending) and forgets it then."""
+        events: list[InboxEvent] = []
+        known = {*seen.proposals, *seen.filed}
+        gone = [k for k in sorted(known) if k not in present and self._owned(k)]
+        if not gone:
+            return events
+        waiting = {c.id: c for c in self.control.queue.scan()[0]}
+        for key in gone:
+            ids = {p.change_id for p in seen.proposals.get(key, ())}
+            for change_id in sorted(ids & set(waiting)):
+                skill = waiting[change_id].skill
+                try:
+                    withdrawn = self.control.withdraw(skill, change_id, "inbox", "its candidate was deleted")
+                except (OSError, IngotError) as exc:
+                    log.warning(
+                        "inbox: could not withdraw %s %s (next scan retries): %s", skill, change_id, exc
+                    )
+                    continue
+                if withdrawn:
+                    origin = key if not key.startswith("git:") else f"git branch {self.branch}"
+                    events.append(
+                        InboxEvent(skill, origin, "withdrawn", "its candidate was deleted", change_id)
+                    )
+            if key in seen.filed:
+                self._remember(key, None)
+        return events

@@ -30,7 +30,7 @@ from typing import Any
 
 from ingot import faults
 from ingot.errors import IngotError
-from ingot.fsutil import check_relative, fsync_dir, write_atomic
+from ingot.fsutil import check_relative, fsync_dir, remove_stale_temps, write_atomic
 from optimize.control.kinds import KINDS
 from optimize.control.promote import ABSENT, check_skill_name, tree_revision
 
@@ -262,6 +262,19 @@ class PendingQueue:
             except (OSError, ValueError, IngotError):
                 found.append((path, None))
         return found
+
+    def remove_leftovers(self) -> list[str]:
+        """Delete the temp files a killed write left in the queue's folders (slots, staged
+        records, each skill's archive); returns their paths relative to the queue's folder. Under
+        the change lock only: every write here holds it."""
+        folders = [self.folder, self.staged_folder]
+        if self.archive_folder.is_dir():
+            folders += sorted(p for p in self.archive_folder.iterdir() if p.is_dir() and not p.is_symlink())
+        return [
+            (folder / name).relative_to(self.folder).as_posix()
+            for folder in folders
+            for name in remove_stale_temps(folder)
+        ]
 
     def discard(self, path: Path) -> None:
         """Drop a staged record whose audit line was never written."""

@@ -6,20 +6,24 @@ one recoverable step, and a record the chain does not hold is never pending (una
 unqueued). The change's kind is classified here, from its bytes against the live skill
 (kinds.what_changes), whoever proposed it. A candidate whose passport is worse than the waiting
 one's (blocked behind ready or needs-acknowledgement, or needs-acknowledgement behind ready)
-never displaces it: it is archived as withheld. Whether a change may go live is decided at
+never displaces it: it is archived as withheld. A candidate read from somewhere (the inbox's
+`origin`) is proposed at most once per revision: under the lock, after recovery, a revision the
+newest `propose` line of its origin already holds is refused (`AlreadyProposed`), so a writer
+killed anywhere and run again never queues it twice. Whether a change may go live is decided at
 approval (changes.py, verify.py), never here.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ingot.errors import IngotError, SkillChanged, WriteFailed, os_reason, write_or_fail
 from optimize.control import evidence as evidence_mod
+from optimize.control.audit import AuditEntry
 from optimize.control.kinds import what_changes
 from optimize.control.lock import PromotionConflict
 from optimize.control.passport import STATES, passport
@@ -34,6 +38,10 @@ log = logging.getLogger(__name__)
 
 class SlotTaken(PromotionConflict):
     """Another proposer's change waits in the skill's slot, and this proposal may not displace it."""
+
+
+class AlreadyProposed(PromotionConflict):
+    """The chain already holds a `propose` line for this revision from this origin."""
 
 
 class ProposalWithheld(PromotionConflict):
@@ -73,6 +81,8 @@ def propose(
     seen: tuple[str, ...] = (),
     own_slot_only: bool = False,
     owner: str | None = None,
+    origin: str | None = None,
+    origin_tree: str | None = None,
 ) -> Proposed:
     """Quarantine a candidate (`files` None: the skill's removal) with its evidence; returns it
     and where a displaced one went. Its kind is what the files change against the live skill.
@@ -85,6 +95,8 @@ def propose(
     `own_slot_only` (create_skill): a change waiting in the slot is displaced only by its own
     `owner` (the MCP session the server assigned its proposer, never a name the client
     declared); any other is refused as a conflict, and so is every proposal without an owner.
+    `origin` (and `origin_tree`, a git tree): where the candidate was read, recorded in its line;
+    a revision its origin's newest line holds is `AlreadyProposed` and writes nothing.
 
     The record and its `propose` line are one recoverable step (pending.py: stage, audit,
     place); a write that fails leaves nothing queued and says so in one line."""
@@ -107,8 +119,10 @@ def propose(
             raise IngotError(
                 f"the candidate is {skill!r} exactly as it is live ({champion[:12]}): nothing to review"
             )
-        changes = what_changes(control.champion_files(skill), files, skill)
         candidate = ABSENT if files is None else tree_revision(files)
+        if origin is not None:
+            _once(control, skill, origin, candidate)
+        changes = what_changes(control.champion_files(skill), files, skill)
         bundle = evidence_mod.write_bundle(
             control.runs_dir,
             skill,
@@ -156,6 +170,8 @@ def propose(
             change_id=change.id,
             archive=str(archive.relative_to(control.runs_dir)) if archive else None,
             reason=f"withheld: {withheld[0]}" if withheld else None,
+            origin=origin,
+            origin_tree=origin_tree,
         )
         try:
             control.queue.place(change, archive, withheld[0] if withheld else None)
@@ -238,6 +254,32 @@ def attach_evidence(
                 f"updated: {os_reason(exc)}; the next change-control command finishes it"
             ) from exc
         return updated, bundle
+
+
+def proposed_from(entries: Iterable[AuditEntry]) -> dict[str, list[AuditEntry]]:
+    """Each origin's standing `propose` lines, oldest first: what the inbox has proposed, by the
+    chain. A change withdrawn since (its candidate was deleted) no longer stands: the same bytes
+    written again are proposed again."""
+    entries = list(entries)
+    withdrawn = {e.get("change_id") for e in entries if e.get("action") == "withdraw"}
+    found: dict[str, list[AuditEntry]] = {}
+    for entry in entries:
+        origin, standing = entry.get("origin"), entry.get("change_id") not in withdrawn
+        if entry.get("action") == "propose" and isinstance(origin, str) and standing:
+            found.setdefault(origin, []).append(entry)
+    return found
+
+
+def _once(control: ChangeControl, skill: str, origin: str, candidate: str) -> None:
+    """`AlreadyProposed` when the newest `propose` line from `origin` holds `candidate` (the lock
+    is held and recovery ran, so the chain is settled; a line a killed writer left counts)."""
+    lines = proposed_from(control.audit.entries()).get(origin)
+    if lines and lines[-1].get("to_revision") == candidate:
+        line = lines[-1]
+        raise AlreadyProposed(
+            f"{skill!r} at {candidate[:12]} from {origin} was proposed already as "
+            f"{line.get('change_id')} (audit line {line.seq}); nothing was queued again"
+        )
 
 
 def _withheld(

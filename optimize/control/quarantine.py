@@ -117,13 +117,17 @@ def admit(
     similarity: Similarity,
     note: str | None,
     new: bool | None = None,
+    origin: str | None = None,
+    origin_tree: str | None = None,
 ) -> Proposed:
     """Run the checks on a complete candidate tree and queue it as a pending change, classified
     by what it changes (kinds.py), its evidence the checks alone (evaluated later). `new`: the
     proposer meant a new skill (True) or a change to a live one (False); None takes whichever the
-    library says."""
+    library says. `origin`: where the inbox read it (proposed once per revision, proposals.py)."""
     measurements = admission(name, files, lambda _name, _description: similarity)
-    return control.propose(name, source, files, measurements, note, new=new)
+    return control.propose(
+        name, source, files, measurements, note, new=new, origin=origin, origin_tree=origin_tree
+    )
 
 
 def propose_removal(control: ChangeControl, name: str, note: str | None) -> Proposed:

@@ -5,6 +5,7 @@ once with one clear line."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -21,6 +22,9 @@ from mcp_server.skillmd import split, with_description
 from optimize.control import evidence
 from optimize.control.changes import ChangeControl
 from optimize.control.inbox import Inbox
+from optimize.control.inbox_state import InboxStateRefused
+from optimize.control.promote import tree_revision
+from optimize.control.quarantine import admit, read_candidate
 from tests.conftest import BUNDLED_SKILLS, free_port, wait_for
 from tests.scripted_llm import scripted_llm
 
@@ -289,3 +293,131 @@ def test_a_candidate_that_changes_only_the_description_is_a_description_change(s
     cells = {c.name: c.state for c in control.passport(change).cells}
     assert cells["held-out A/B"] == cells["replay"] == cells["cost"] == "n/a"  # routing evidence decides
     assert cells["routing impact"] == "missing"  # measured by `ingot evaluate` (or serve's worker)
+
+
+# -- the seen-list decides nothing --------------------------------------------------------------
+
+
+def seen_list(control: ChangeControl, entries: dict) -> Path:
+    path = control.runs_dir / "inbox.json"
+    path.write_text(json.dumps({"schema_version": 1, "seen": entries}))
+    return path
+
+
+def propose_lines(control: ChangeControl) -> list:
+    return [e for e in control.audit.entries() if e.get("action") == "propose"]
+
+
+def test_a_forged_seen_list_claiming_a_candidate_was_queued_is_refused_in_one_line(setup, tmp_path):
+    """`ingot inbox` with an inbox.json that says the candidate was queued as a change the chain
+    never held: one `Error:` line saying what to do, nothing queued in silence; once the file is
+    deleted the candidate is queued."""
+    control, served, candidates = setup
+    folder = write_candidate(candidates, "FORGED-MARK: group the changes by theme.")
+    revision = tree_revision(read_candidate(folder, SKILL, control)[0])
+    forged = {
+        "skill": SKILL,
+        "revision": revision,
+        "tree": None,
+        "did": "queued",
+        "change_id": "chg-0123456789ab",
+    }
+    path = seen_list(control, {str(folder): forged})
+    env = {k: v for k, v in os.environ.items() if k != "INGOT_HOME"}
+    done = subprocess.run(
+        [sys.executable, "-m", "ingot.cli", "inbox", "--skills", str(control.roots[0])],
+        cwd=tmp_path,
+        env=env | {"HF_HUB_OFFLINE": "1", "CANDIDATE_ROOTS": str(candidates), "INBOX_SETTLE_S": "0"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    [line] = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and line.startswith("Error: ") and "Traceback" not in done.stderr
+    assert f"says {folder} was queued as chg-0123456789ab" in line and "holds no such propose line" in line
+    assert f"Delete it (`rm {path}`)" in line
+    assert control.pending() == [] and propose_lines(control) == []
+    path.unlink()
+    [event] = inbox_for(control, served, candidates, clock=Clock()).scan()
+    assert event.did == "queued" and [e.get("origin") for e in propose_lines(control)] == [str(folder)]
+
+
+@pytest.mark.parametrize("did", ["refused", "same as live"])
+def test_a_forged_report_never_keeps_a_candidate_from_being_queued(setup, did):
+    control, served, candidates = setup
+    folder = write_candidate(candidates, "FORGED-MARK: group the changes by theme.")
+    revision = tree_revision(read_candidate(folder, SKILL, control)[0])
+    forged = {"skill": SKILL, "revision": revision, "tree": None, "change_id": None, "did": did, "why": "x"}
+    seen_list(control, {str(folder): forged})
+    [event] = inbox_for(control, served, candidates, clock=Clock()).scan()
+    assert event.did == "queued" and control.queue.get(SKILL).id == event.change_id
+
+
+def test_a_forged_claim_naming_a_genuine_change_of_another_candidate_is_refused(setup):
+    control, served, candidates = setup
+    inbox = inbox_for(control, served, candidates, clock=Clock())
+    other = write_candidate(candidates, "OTHER-MARK: from another folder.", name="other")
+    (other / "SKILL.md").write_text((other / "SKILL.md").read_text().replace(f"name: {SKILL}", "name: other"))
+    mine = write_candidate(candidates, "MINE-MARK: group the changes by theme.")
+    files = read_candidate(mine, SKILL, control)[0]
+    queued = admit(
+        control, SKILL, files, "inbox", served.similarity(SKILL, "x"), None, origin=str(other)
+    ).change
+    assert queued.candidate_revision == tree_revision(files)  # a genuine line, from another origin
+    claim = {"skill": SKILL, "revision": queued.candidate_revision, "tree": None, "did": "queued"}
+    for change_id, revision in ((queued.id, queued.candidate_revision), (queued.id, "f" * 64)):
+        seen_list(control, {str(mine): claim | {"change_id": change_id, "revision": revision}})
+        with pytest.raises(InboxStateRefused, match="holds no such propose line"):
+            inbox.scan()
+    seen_list(control, {str(mine): claim | {"did": "skipped"}})  # an outcome Ingot never records
+    with pytest.raises(InboxStateRefused, match="an entry .* that Ingot never writes"):
+        inbox.scan()
+    assert len(propose_lines(control)) == 1
+
+
+def test_a_seen_list_an_older_ingot_wrote_is_believed_where_the_chain_holds_its_line(setup):
+    """Before lines named origins, inbox.json said "queued as chg-…": such an entry is believed
+    when the chain holds that change's line for the same skill and revision, so an upgrade queues
+    nothing twice and a deleted candidate still withdraws its change."""
+    control, served, candidates = setup
+    folder = write_candidate(candidates, "OLD-MARK: group the changes by theme.")
+    files = read_candidate(folder, SKILL, control)[0]
+    old, _ = admit(control, SKILL, files, "inbox", served.similarity(SKILL, "x"), None)  # no origin
+    entry = {"skill": SKILL, "revision": old.candidate_revision, "tree": None, "did": "queued"}
+    seen_list(control, {str(folder): entry | {"change_id": old.id}})
+    inbox = inbox_for(control, served, candidates, clock=Clock())
+    assert inbox.scan() == [] and len(propose_lines(control)) == 1
+    assert inbox.seen()[str(folder)]["change_id"] == old.id
+    shutil.rmtree(folder)
+    [event] = inbox.scan()
+    assert (event.did, event.change_id) == ("withdrawn", old.id)
+    assert json.loads((control.runs_dir / "inbox.json").read_text())["seen"] == {}
+
+
+def test_a_lost_seen_list_is_rebuilt_from_the_chain_and_queues_nothing_again(setup):
+    control, served, candidates = setup
+    inbox = inbox_for(control, served, candidates, clock=Clock())
+    folder = write_candidate(candidates, "Group the changes by theme.")
+    [event] = inbox.scan()
+    (control.runs_dir / "inbox.json").unlink(missing_ok=True)
+    assert inbox.scan() == [] and len(propose_lines(control)) == 1
+    assert inbox.seen()[str(folder)] | {"tree": None} == {
+        "skill": SKILL,
+        "revision": control.queue.get(SKILL).candidate_revision,
+        "did": "queued",
+        "change_id": event.change_id,
+        "tree": None,
+    }
+
+
+def test_a_candidate_deleted_and_written_again_with_the_same_bytes_is_queued_again(setup):
+    control, served, candidates = setup
+    inbox = inbox_for(control, served, candidates, clock=Clock())
+    write_candidate(candidates, "Group the changes by theme.")
+    [queued] = inbox.scan()
+    shutil.rmtree(candidates / SKILL)
+    assert [e.did for e in inbox.scan()] == ["withdrawn"]
+    write_candidate(candidates, "Group the changes by theme.")  # the author changed their mind
+    [again] = inbox.scan()
+    assert again.did == "queued" and again.change_id != queued.change_id
+    assert control.queue.get(SKILL).id == again.change_id

@@ -1,15 +1,14 @@
 """Every way into the queue under SIGKILL at each of its fault points: `ingot propose` (displacing
-a waiting change, and withheld behind a better one), `ingot evaluate`'s new evidence, the
-inbox's ingest and withdraw, and `create_skill`. Whatever instant the kill hits, after recovery
-a pending record is pending only if the chain holds its line (so it stays approvable), the
-change it displaced is archived only if the chain says so, and a candidate deleted by its
-author is never left pending.
+a waiting change, and withheld behind a better one), `ingot evaluate`'s new evidence and
+`create_skill`. Whatever instant the kill hits, after recovery a pending record is pending only
+if the chain holds its line (so it stays approvable), and the change it displaced is archived
+only if the chain says so. The inbox's pass, and `ingot propose` under EIO too, are
+test_inbox_faults.py's.
 
 Each writer runs in a forked child (killpoints.py) on a fresh copy of one prepared world."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,6 @@ from ingot.home import establish
 from mcp_server.library import Library
 from optimize.control.audit import AuditLog
 from optimize.control.changes import ChangeControl
-from optimize.control.inbox import Inbox
 from optimize.control.pending import PendingChange
 from optimize.control.quarantine import agent_candidate
 from tests.conftest import BUNDLED_SKILLS
@@ -33,14 +31,13 @@ AGENT_DESCRIPTION = "Plans glaze firing schedules for a ceramic kiln."
 
 
 class World:
-    """The bundled skills under change control, a candidate folder for the inbox, and `prepare`
-    done to it; `reset()` puts it back to that moment."""
+    """The bundled skills under change control, with `prepare` done to them; `reset()` puts the
+    world back to that moment."""
 
     def __init__(self, base: Path, embedder, prepare: Callable[[World], None]) -> None:
         self.base, self.world, self.template = base, base / "w", base / "template"
-        self.root, self.candidates = self.world / "skills", self.world / "candidates"
+        self.root = self.world / "skills"
         shutil.copytree(BUNDLED_SKILLS, self.root)
-        self.candidates.mkdir()
         self.home = establish((self.root,)).path
         library = Library((self.root,), embedder)
         library.reload()
@@ -58,9 +55,6 @@ class World:
 
     def control(self) -> ChangeControl:
         return ChangeControl(self.home, (self.root,))
-
-    def inbox(self) -> Inbox:
-        return Inbox(self.control(), (self.candidates,), self.similar_to, settle_s=0, clock=lambda: 4e9)
 
     def reset(self) -> None:
         shutil.rmtree(self.world)
@@ -91,23 +85,10 @@ def waiting(world: World, measurements: dict | None = None, marker: str = "WAITI
 
 @pytest.fixture(scope="module")
 def worlds(tmp_path_factory, embedder) -> dict[str, World]:
-    def candidate(world: World) -> None:
-        shutil.copytree(BUNDLED_SKILLS / SKILL, world.candidates / SKILL)
-        skill_md = world.candidates / SKILL / "SKILL.md"
-        skill_md.write_text(skill_md.read_text() + "\nINBOX-MARK: group the changes by theme.\n")
-
-    def deleted_candidate(world: World) -> None:
-        candidate(world)
-        [event] = world.inbox().scan()
-        assert event.did == "queued"
-        shutil.rmtree(world.candidates / SKILL)
-
     prepare = {
         "propose": waiting,
         "withheld": waiting,
         "evaluate": waiting,
-        "inbox": candidate,
-        "withdraw": deleted_candidate,
         "create_skill": lambda world: None,
     }
     return {name: World(tmp_path_factory.mktemp(name), embedder, how) for name, how in prepare.items()}
@@ -186,44 +167,6 @@ def test_new_evidence_killed_anywhere_leaves_the_change_on_audited_evidence(worl
             assert now.evidence_digest != change.evidence_digest, where
 
     every_kill(world, evaluate, check)
-
-
-def test_an_inbox_ingest_killed_anywhere_queues_the_candidate_once_on_the_next_scan(worlds):
-    world = worlds["inbox"]
-
-    def scan() -> None:
-        world.inbox().scan()
-
-    def check(where: str) -> None:
-        world.settled(where)
-        world.inbox().scan()  # the next scan
-        _, pending = world.settled(where)
-        [change] = pending
-        assert change.source == "inbox" and b"INBOX-MARK" in change.files["SKILL.md"], where
-        [record] = json.loads((world.home / "inbox.json").read_text())["seen"].values()
-        assert record["change_id"] == change.id and record["did"] == "queued", where
-        proposals = [e for e in AuditLog(world.home).entries() if e.get("action") == "propose"]
-        assert len(proposals) == 1, where
-
-    every_kill(world, scan, check)
-
-
-def test_an_inbox_withdraw_killed_anywhere_never_leaves_a_deleted_candidate_pending(worlds):
-    world = worlds["withdraw"]
-    world.reset()
-    queued = world.control().queue.get(SKILL).id
-
-    def scan() -> None:
-        world.inbox().scan()
-
-    def check(where: str) -> None:
-        world.inbox().scan()  # the next scan finishes what the killed one started
-        control, pending = world.settled(where)
-        assert pending == [], where
-        assert control.queue.decided(SKILL, queued)["archived_status"] == "withdrawn", where
-        assert json.loads((world.home / "inbox.json").read_text())["seen"] == {}, where
-
-    every_kill(world, scan, check)
 
 
 def test_create_skill_killed_anywhere_is_queued_with_its_line_or_not_at_all(worlds):
