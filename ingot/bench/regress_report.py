@@ -63,8 +63,10 @@ def row(edit: Any, cell: Mapping[str, Any], live: Mapping[str, Any] | None = Non
         "expected": expected,
         "expected_drift": edit.expect.get("drift"),
     }
-    if live is not None:
-        base["live_verdict"] = live.get("verdict") if live.get("status") == "measured" else None
+    if live is not None:  # its cost is in the ledger too, apart from the change's verdict cost
+        measured = live.get("status") == "measured"
+        base["live_verdict"] = live.get("verdict") if measured else None
+        base["live_usd"] = (live.get("cost") or {}).get("usd") if measured else None
     if cell.get("status") != "measured":
         return {**base, "verdict": None, "why": cell.get("why")}
     drift = [d["ruling"] for d in cell.get("drift") or ()]

@@ -110,7 +110,21 @@ def test_the_rebuilt_bench_meets_its_targets_on_the_scripted_models(report):
     }
     rewords = [r for r in report["rows"] if r["class"] == "cosmetic"]
     assert all(r["verdict"] == "PASS" for r in rewords if r["kind"] != "rewords-unexercised-instruction")
-    assert report["drift_recognised"] == "4 of 4"
+    assert report["drift_recognised"] == "13 of 13"
+    # World moves no fact lists (provenance alone) and moves of a value a rule line states: every
+    # one recognised, none an incident when the live revision is replayed alone (`ingot replay`).
+    incidents = report["headline"]["false incidents from `ingot replay` on world moves"]
+    assert incidents["count"] == 0 and incidents["n"] == 13 and incidents["not_measured"] == 0
+    assert report["headline"]["world moves outside the listed facts as labelled"] == "5 of 5"
+    assert {r["id"]: r["verdict"] for r in report["rows"] if r["class"] == "world-rule-line"} == {
+        "wr-amber-moved": "PASS",
+        # Labelled cosmetic, but the stand-in agent does not read "**Answer** as a table" as the
+        # format instruction and stops answering as a table: the BLOCK catches a real change.
+        "wr-amber-unlisted": "BLOCK",
+        "wr-amber-flaps": "WARN",
+        "wr-amber-flip-rule": "BLOCK",  # the rule rewritten to the moved value: never kept by it
+    }
+    assert classes["world-unlisted"]["BLOCK"]["count"] == 2  # the two regressions in a moved world
     # Issue 36's classes, labelled before they were run. A changed action or recipient in a step
     # no blessed run exercises WARNs whatever the coverage model rules; a flipped comparative or a
     # dropped quantifier BLOCKs where a blessed run exercises it and WARNs where none does.
@@ -138,7 +152,8 @@ def test_the_rebuilt_bench_meets_its_targets_on_the_scripted_models(report):
     low, high = headline["ci95_bootstrap"]
     assert low < headline["rate"] <= high <= 1.0 and headline["ci95_wilson"][0] < low
     assert report["cost_per_verdict_usd"] > 0 and report["noise_floor_pass_rate"] == 1.0
-    assert report["ledger"]["usd"] == pytest.approx(sum(r["usd"] for r in report["rows"]), abs=1e-5)
+    spent = sum(r["usd"] + (r.get("live_usd") or 0) for r in report["rows"])  # + `ingot replay` runs
+    assert report["ledger"]["usd"] == pytest.approx(spent, abs=1e-5)
     assert report["measures"].startswith("scripted models: mechanics")
 
 

@@ -105,7 +105,9 @@ def test_bench_regress_on_an_endpoint_rerecords_and_redrafts_the_goldens_and_rep
         assert report["measures"].startswith("real models: detection by agent-model")
         assert report["notes"] == [] and report["edits"] >= 60
         assert measured(report)[0] >= 0.95 and measured(report)[1] == 1.0
-        assert measured(report)[2] == {"cosmetic": 0, "world-drift": 0, "improving": 0}
+        blocked = measured(report)[2]  # wr-amber-unlisted's BLOCK: see tests/ingot/bench/test_regress.py
+        assert blocked == {**dict.fromkeys(blocked, 0), "world-rule-line": blocked["world-rule-line"]}
+        assert blocked["world-rule-line"] <= 1 and len(blocked) == 5
         assert measured(json.loads((out / "report.json").read_text())) == measured(report)
         sent = len(server.chat_requests())
         again = ingot(
