@@ -221,7 +221,9 @@ def change_control(
         neighbours=None if read_only else neighbours,
         autonomy_streak=settings.autonomy_streak,
         review_window_s=settings.review_window,
-        git=GitHistory(settings.git_history, settings.git_push_remote, signing_key(settings)),
+        git=GitHistory(
+            settings.git_history, settings.git_push_remote, signing_key(settings), settings.audit_remote_url
+        ),
         live_edits=settings.live_edits,
     )
     return control

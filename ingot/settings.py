@@ -120,6 +120,12 @@ class Settings(BaseSettings):
     git_push_remote: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9._-]+$", description="Push each such commit to this remote."
     )
+    audit_remote_url: str | None = Field(
+        default=None,
+        description="Where GIT_PUSH_REMOTE really is (URL or path): `ingot audit verify` fetches the "
+        "pushed history from here, not from the repository's config, which whoever can edit the "
+        "repository can repoint, and fails if that config points elsewhere.",
+    )
     git_signing_key: Path | None = Field(
         default=None,
         description="Sign every Ingot commit with this SSH key (replicas verify it); attach its evidence.",

@@ -12,7 +12,8 @@ Limits (`ToolLimits`), because any local process can be a client: `create_skill`
 and capped per source (the client name it declared at initialize, so one noisy agent cannot lock
 the others out) and for all sources together (a process may declare any name). Which waiting
 change a client may replace is never decided by that name: only the session the server assigned
-it (`session_owner`) replaces its own change; no other client displaces it. It never waits
+it (`session_owner`), or for a client without one the `replace_token` its first call returned,
+replaces its own change; no other client displaces it. It never waits
 more than a moment for the change lock (a busy lock answers "busy, retry", so routing keeps its
 threads); results name a skill's root by label, never by its path on this disk; and a caller's
 `cwd` is looked into (for `paths` constraints) only under the operator's ALLOWED_CALLER_ROOTS.
@@ -21,6 +22,7 @@ threads); results name a skill's root by label, never by its path on this disk; 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import math
 import secrets
@@ -285,10 +287,37 @@ def session_owner(ctx: Context, process: str) -> str | None:
     return "mcp-session:" + hashlib.sha256(session.encode()).hexdigest()[:32]
 
 
+def slot_owner(ctx: Context, process: str, key: bytes, replace_token: str | None) -> tuple[str, str | None]:
+    """The owner a create_skill's change is recorded with, and the token to hand back (None: the
+    session is the credential). A client with a session (stdio, or the initialize handshake) owns
+    its change by that session. A 2026-07-28 request has none, so its change is owned by a token
+    this server issues (a nonce and its HMAC under `key`, this process's secret) and returns;
+    presenting it later replaces that change. A token this process did not issue (forged, or
+    from before a restart) is refused. Only a digest of the token is recorded."""
+    if replace_token:
+        nonce, _, mac = replace_token.partition(".")
+        if not hmac.compare_digest(mac.encode(), _token_mac(key, nonce).encode()):
+            raise ToolError(
+                "not queued: this replace_token was not issued by this server (or it restarted since); "
+                "call create_skill without it: a change still waiting then keeps its slot"
+            )
+        return "token:" + hashlib.sha256(replace_token.encode()).hexdigest()[:32], replace_token
+    owner = session_owner(ctx, process)
+    if owner is not None:
+        return owner, None
+    nonce = secrets.token_urlsafe(16)
+    token = f"{nonce}.{_token_mac(key, nonce)}"
+    return "token:" + hashlib.sha256(token.encode()).hexdigest()[:32], token
+
+
+def _token_mac(key: bytes, nonce: str) -> str:
+    return hmac.new(key, nonce.encode(), hashlib.sha256).hexdigest()[:32]
+
+
 def source_note(source: str) -> str:
     """The pending change's note for a create_skill from `source`: shown to the reviewer, and how
     the per-client cap counts what a client already has waiting (it survives a restart)."""
-    return f"proposed over MCP by {source}"
+    return f"proposed over MCP by a client that calls itself {source!r}"
 
 
 def _add_create_skill(
@@ -307,6 +336,7 @@ def _add_create_skill(
     )
     working = threading.BoundedSemaphore(limits.create_concurrency)
     process = secrets.token_hex(8)  # this server's identity for its one stdio client
+    key = secrets.token_bytes(32)  # what this process signs the replace tokens it issues with
 
     @mcp.tool
     def create_skill(
@@ -316,6 +346,14 @@ def _add_create_skill(
         ],
         body: Annotated[str, Field(description="The instructions, in markdown.")],
         ctx: Context,
+        replace_token: Annotated[
+            str | None,
+            Field(
+                description="To replace a change of yours that still waits: the replace_token the "
+                "create_skill that queued it returned (given to clients without an MCP session).",
+                max_length=128,
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Propose a new reusable skill from what you just did. It is quarantined for human review
         and is NOT served until approved; existing skills are never overwritten."""
@@ -328,11 +366,13 @@ def _add_create_skill(
                 else f"at most {limits.create_total_per_minute:g} a minute from all clients"
             )
             raise ToolError(f"not queued: too many create_skill calls ({per}); retry in {math.ceil(wait)} s")
+        owner, token = slot_owner(ctx, process, key, replace_token)
         if not working.acquire(blocking=False):
             raise ToolError("not queued: busy with other create_skill calls; retry in a few seconds")
         try:
             agents = [c for c in quick.pending() if c.source == "agent"]
-            mine = sum(1 for c in agents if c.note == source_note(source))
+            notes = (source_note(source), f"proposed over MCP by {source}")  # the note as 0.1.0 wrote it
+            mine = sum(1 for c in agents if c.note in notes)
             if mine >= limits.create_max_pending:
                 raise ToolError(
                     f"not queued: {mine} changes from {source!r} already wait for review (the limit is "
@@ -350,7 +390,7 @@ def _add_create_skill(
                 body,
                 library.similarity,
                 note=source_note(source),
-                owner=session_owner(ctx, process),
+                owner=owner,
             )
         except SlotTaken as exc:  # another session's change waits under that name: never displaced
             raise ToolError(f"not queued: {exc}") from exc
@@ -372,10 +412,14 @@ def _add_create_skill(
             }
         if queued is not None:
             queued(change.skill, change.id)
+        kept = {"replace_token": token} if token else {}
+        how = "; to replace it while it waits, call create_skill again with its replace_token"
         return {
             "status": "pending",
             "skill": change.skill,
             "change_id": change.id,
             "candidate_revision": change.candidate_revision,
-            "message": "queued for human review; it will not be served until a person approves it",
+            **kept,
+            "message": "queued for human review; it will not be served until a person approves it"
+            + (how if token else ""),
         }

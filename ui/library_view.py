@@ -23,14 +23,15 @@ from optimize.control.passport import BLOCKED
 from optimize.control.passport import STATES as CHANGE_STATES
 from optimize.control.status import SkillStatus
 
-IN_STEP, DRIFTED, NOT_SERVED = "in step", "drifted", "not served"
-SKILL_STATES = (IN_STEP, DRIFTED, NOT_SERVED)
+IN_STEP, DRIFTED, LAID_OUT, NOT_SERVED = "in step", "drifted", "laid out otherwise", "not served"
+SKILL_STATES = (IN_STEP, DRIFTED, LAID_OUT, NOT_SERVED)
 STATE_CHOICES = SKILL_STATES + tuple(CHANGE_STATES)
 PENDING_CHOICES = ("yes", "no")
 SKILL_CLASSES = ("body", "description")  # the autonomy classes of a change to an existing skill
 STATE_MEANING = {
     IN_STEP: "served at the revision Ingot last put live (or never changed by Ingot)",
     DRIFTED: "changed on disk outside change control",
+    LAID_OUT: "its files are the revision Ingot put live, but modes or extra entries in the folder differ",
     NOT_SERVED: "Ingot put it live, but it is missing or invalid on disk now",
 }
 
@@ -50,7 +51,9 @@ class Entry:
     def skill_state(self) -> str:
         if self.skill is None:
             return NOT_SERVED
-        return DRIFTED if self.status is not None and self.status.drifted else IN_STEP
+        if self.status is not None and self.status.drifted:
+            return DRIFTED
+        return LAID_OUT if self.status is not None and self.status.laid_out_otherwise else IN_STEP
 
     @property
     def states(self) -> tuple[str, ...]:

@@ -321,11 +321,13 @@ def retire(skills: tuple[Path, ...], golden_id: str, reason: str) -> None:
 def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
     """Replay SKILL's goldens with its live revision alone (catches a serving-model change).
 
-    A regression with the world unchanged (every recorded tool call answered as recorded) is an
-    incident: a model or harness change; every change class of SKILL drops to manual autonomy,
-    and a revision autonomy promoted is rolled back. A golden one of whose tool calls answers
-    differently now is stale instead (the world moved): named with the values that moved and how
-    to re-bless it, and never an incident. Exits 0 when the cell passes (a stale golden that held
+    A regression with the world unchanged (every world tool answered as recorded) is an incident:
+    a model or harness change, and the output says which serving model it was recorded and
+    replayed with; every change class of SKILL drops to manual autonomy, and a revision autonomy
+    promoted is rolled back. A golden one of whose tool calls answers differently now is stale
+    instead (the world moved): named with the values that moved and how to re-bless it, never an
+    incident, unless replaying it with every call answered as recorded regresses too (then the
+    move does not explain it, and it is an incident). Exits 0 when the cell passes (a stale golden that held
     against today's values included), 1 when it fails, is missing (the replays could not decide,
     or a stale golden did not hold) or has nothing to replay."""
     from ingot.cli.progress import progress
@@ -352,10 +354,7 @@ def replay(skills: tuple[Path, ...], skill: str, as_json: bool) -> None:
     if cell.get("verdict") == "BLOCK":  # a world move is stale (WARN), never a BLOCK here
         live = control.live_revision(skill) or "none"
         reasons = "; ".join(cell.get("reasons") or [])
-        why = (
-            f"a blessed run regressed on the live revision {live[:12]} with the world unchanged "
-            f"(a model or harness change): {reasons}"
-        )
+        why = f"a blessed run regressed on the live revision {live[:12]}: {reasons}"
         for note in report_incident(control, skill, why, "ingot-replay", key=f"replay:{live}"):
             click.echo(f"incident: {note}", err=True)
     sys.exit(0 if cell.get("verdict") == "PASS" else 1)
@@ -367,7 +366,7 @@ def _usd(value: float | None) -> str:
 
 def _echo_cell(skill: str, cell: dict[str, Any]) -> None:
     from optimize.control.replay_rule import FINDING_OF, STATE_OF
-    from optimize.measure.replay_verdict import said_rulings
+    from optimize.measure.replay_verdict import cause, said_rulings
 
     if cell["status"] != "measured":
         click.echo(f"replay not measured: {cell['why']}")
@@ -397,7 +396,7 @@ def _echo_cell(skill: str, cell: dict[str, Any]) -> None:
             )
             click.echo(f"      re-bless: {entry['rebless']}")
         elif entry["verdict"] == "BLOCK":
-            click.echo("      incident: regressed with the world unchanged (a model or harness change)")
+            click.echo(f"      incident: regressed; {cause(entry)}")
     click.echo(f"replay: {STATE_OF.get(cell['verdict'], 'fail')} (the passport's replay cell)")
     for ruling in said_rulings(cell):
         click.echo(f"  ruled by a model: {ruling}")

@@ -151,7 +151,9 @@ def status(skills: tuple[Path, ...], as_json: bool) -> None:
     """Live revisions, drift from the audited revision, pending changes and the audit chain (on a
     replica, REPLICA_REMOTE set: what it serves, its lag and what it refused).
 
-    Exits 1 when a skill has drifted, the audit chain is broken, a pending record is not in it, or
+    Exits 1 when a skill has drifted (under LIVE_EDITS=quarantine also when its folder holds its
+    revision's bytes laid out otherwise: modes, hidden entries, empty folders), the audit chain
+    is broken, a pending record is not in it, or
     commits are not reaching GIT_PUSH_REMOTE."""
     if not skills and load_settings().replica_remote:
         _replica_status(as_json)
@@ -170,6 +172,8 @@ def status(skills: tuple[Path, ...], as_json: bool) -> None:
                 + (f"  (audited {(skill.audited_revision or 'absent')[:12]})" if skill.drifted else "")
                 + (f"  pending {skill.pending}" if skill.pending else "")
             )
+            if skill.laid_out_otherwise:
+                click.echo(f"  its folder: {'; '.join(skill.layout)} ({_LAYOUT_FIX[_live_edits(report)]})")
         for problem in report.invalid:
             click.echo(f"SKIPPED {problem}")
         for problem in report.unaudited:
@@ -191,13 +195,7 @@ def status(skills: tuple[Path, ...], as_json: bool) -> None:
                 "change-control command (or `ingot serve`) settles it from what is live"
             )
         _echo_sandbox(sandbox)
-    if (
-        report.drifted
-        or not audit.ok
-        or report.unaudited
-        or report.archive_disagrees
-        or any(r.git and r.git.push_failed for r in report.roots)
-    ):
+    if _fails(report) or any(r.git and r.git.push_failed for r in report.roots):
         sys.exit(1)
 
 
@@ -205,6 +203,7 @@ def status(skills: tuple[Path, ...], as_json: bool) -> None:
 _FLAGS = {
     "recovery-pending": "RECOVERY PENDING",
     "drifted": "DRIFTED",
+    "laid-out-otherwise": "LAID OUT OTHERWISE",
     "removed": "removed by Ingot",
     "unaudited": "unaudited",
     "ok": "ok",
@@ -216,9 +215,35 @@ def _skill_state(skill) -> str:  # noqa: ANN001 - a SkillStatus
         return "recovery-pending"
     if skill.drifted:
         return "drifted"
+    if skill.laid_out_otherwise:
+        return "laid-out-otherwise"
     if skill.removed:
         return "removed"
     return "unaudited" if skill.audited_revision is None else "ok"
+
+
+# What puts a folder laid out otherwise back, per LIVE_EDITS (the bytes MCP serves are unaffected).
+_LAYOUT_FIX = {
+    "quarantine": "the guard restores the approved layout on its next pass; `ingot guard` now",
+    "serve": "MCP serves the same bytes; a harness reading the folder sees this; "
+    "LIVE_EDITS=serve restores nothing",
+}
+
+
+def _layout_fails(report) -> bool:  # noqa: ANN001 - a Status
+    """Under LIVE_EDITS=quarantine the folders harnesses read are promised to be approved
+    revisions, so one laid out otherwise fails the report; under serve it is shown only."""
+    return _live_edits(report) == "quarantine" and bool(report.laid_out_otherwise)
+
+
+def _fails(report) -> bool:  # noqa: ANN001 - a Status
+    """What makes `ingot status` not ok (besides a failed push, which JSON reports per root)."""
+    unsound = report.unaudited or report.archive_disagrees or not report.audit.ok
+    return bool(report.drifted or _layout_fails(report) or unsound)
+
+
+def _live_edits(report) -> str:  # noqa: ANN001 - a Status
+    return "quarantine" if any(r.live_edits == "quarantine" for r in report.roots) else "serve"
 
 
 def _status_json(report, sandbox) -> dict:  # noqa: ANN001 - a Status and a SandboxStatus
@@ -226,7 +251,7 @@ def _status_json(report, sandbox) -> dict:  # noqa: ANN001 - a Status and a Sand
     audit = report.audit
     return {
         "schema_version": 1,
-        "ok": not (report.drifted or not audit.ok or report.unaudited or report.archive_disagrees),
+        "ok": not _fails(report),
         "skills": [
             {
                 "name": s.name,
@@ -235,6 +260,7 @@ def _status_json(report, sandbox) -> dict:  # noqa: ANN001 - a Status and a Sand
                 "live_revision": s.live_revision,
                 "audited_revision": s.audited_revision,
                 "pending": s.pending,
+                "layout": list(s.layout) if s.laid_out_otherwise else [],
             }
             for s in report.skills
         ],

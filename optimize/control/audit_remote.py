@@ -9,7 +9,12 @@ the claims put back. `check` fetches the branch from the remote itself into a sc
 the highest audit line a commit on it records, and requires the chain to hold that line at that
 sequence number with the same hash and MAC. With GIT_SIGNING_KEY only commits with a good
 signature by that key count, so a commit pushed by someone without the key cannot fail it.
-Not checked here: lines after the newest pushed one (proposals, rejections, a push not yet
+Where the remote is: by default the URL the repository's config gives GIT_PUSH_REMOTE, which
+whoever can edit the repository can repoint (to a copy reset to an older genuine tip); with
+AUDIT_REMOTE_URL set, the branch is fetched from that URL (and with the user's own ssh setup, not
+the repository's `core.sshCommand`), and a repository whose remote points elsewhere fails.
+Not checked here: a remote branch rewound by someone who can force-push to it (protect the branch
+against non-fast-forward pushes); lines after the newest pushed one (proposals, rejections, a push not yet
 delivered), and every other commit of the history (`ingot verify-history` does that).
 """
 
@@ -18,7 +23,7 @@ from __future__ import annotations
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -32,6 +37,11 @@ HOW_TO_ENABLE = (
     "a chain truncated to an older head, with its claims put back, would pass; keep the skills "
     "roots in a git repository (GIT_HISTORY on) and set GIT_PUSH_REMOTE to check the chain against "
     "the pushed history"
+)
+
+UNPINNED = (
+    "its URL came from the repository's config, which whoever can edit the repository can repoint: "
+    "set AUDIT_REMOTE_URL to pin it"
 )
 
 
@@ -78,7 +88,17 @@ def _check_repo(repo: GitRepo, git: GitHistory, entries: Mapping[int, AuditEntry
             branch = repo.branch()
             if branch is None:
                 raise GitError(f"{repo.top} has a detached HEAD, so no branch of it is pushed")
-            copy, tip = _fetch(repo, remote, branch, Path(scratch))
+            url = _url(repo, remote)
+            if git.pinned_url and not _same_place(url, git.pinned_url, repo.top):
+                return RemoteCheck(
+                    "broken",
+                    f"BROKEN: the repository's remote {remote} points at {url}, not at AUDIT_REMOTE_URL "
+                    f"{git.pinned_url}: its config was changed, so pushes (and this check) would go "
+                    f"elsewhere. Put it back (`git -C {repo.top} remote set-url {remote} "
+                    f"{git.pinned_url}`) and find out who changed it",
+                )
+            name = "AUDIT_REMOTE_URL" if git.pinned_url else remote
+            copy, tip = _fetch(repo, name, git.pinned_url or url, branch, Path(scratch))
             signers = _allowed_signers(git.signing_key, Path(scratch)) if git.signing_key else None
             newest, unsigned = _newest(copy, tip, signers)
         except GitError as exc:
@@ -87,7 +107,7 @@ def _check_repo(repo: GitRepo, git: GitHistory, entries: Mapping[int, AuditEntry
                 f"NOT CHECKED: {exc}; the local checks above stand, but a truncated chain is not caught "
                 "until the remote can be read: run `ingot audit verify` again when it can",
             )
-    where = f"{remote} ({branch})"
+    where = f"{remote} ({branch})" if not git.pinned_url else f"AUDIT_REMOTE_URL ({branch})"
     if not newest:
         signed = " with a good signature by GIT_SIGNING_KEY" if signers else ""
         return RemoteCheck(
@@ -95,7 +115,10 @@ def _check_repo(repo: GitRepo, git: GitHistory, entries: Mapping[int, AuditEntry
             f"not checked: no commit on {where}{signed} records an audit line yet; the first promotion "
             "or `ingot baseline` pushed there records one",
         )
-    return _compare(newest, entries, where, unsigned)
+    found = _compare(newest, entries, where, unsigned)
+    if found.state == "ok" and not git.pinned_url:
+        found = replace(found, message=f"{found.message}; {UNPINNED}")
+    return found
 
 
 def _compare(
@@ -146,16 +169,36 @@ def _compare(
     )
 
 
-def _fetch(repo: GitRepo, remote: str, branch: str, scratch: Path) -> tuple[GitRepo, str]:
-    """`branch` fetched from `remote` (the local repository's remote of that name) into a fresh
-    bare repository: every object comes from the remote, checked by git as it arrives."""
+def _url(repo: GitRepo, remote: str) -> str:
+    """The URL the repository's config gives `remote` (a relative path made absolute)."""
     found = repo.run("remote", "get-url", remote)
     if found.returncode != 0:
         raise GitError(f"GIT_PUSH_REMOTE={remote} is not a remote of {repo.top} (`git remote -v` lists them)")
-    url = found.stdout.decode("utf-8", "replace").strip()
+    return _absolute(found.stdout.decode("utf-8", "replace").strip(), repo.top)
+
+
+def _absolute(url: str, top: Path) -> str:
     if "://" not in url and ":" not in url.split("/")[0] and not Path(url).is_absolute():
-        url = str(repo.top / url)  # a path relative to the work tree, as git reads it there
-    ssh = repo.run("config", "--get", "core.sshCommand").stdout.decode().strip()
+        return str(top / url)  # a path relative to the work tree, as git reads it there
+    return url
+
+
+def _same_place(url: str, pinned: str, top: Path) -> bool:
+    """Whether two remote URLs name one place (paths compared resolved, a trailing slash or
+    `.git` aside for URLs)."""
+    a, b = _absolute(url, top), _absolute(pinned, top)
+    if "://" not in a and ":" not in a.split("/")[0] and "://" not in b and ":" not in b.split("/")[0]:
+        return Path(a).resolve() == Path(b).resolve()
+    return a.rstrip("/").removesuffix(".git") == b.rstrip("/").removesuffix(".git")
+
+
+def _fetch(repo: GitRepo, remote: str, url: str, branch: str, scratch: Path) -> tuple[GitRepo, str]:
+    """`branch` fetched from `url` (`remote` names it in messages) into a fresh bare repository:
+    every object comes from the remote, checked by git as it arrives. A URL from the repository's
+    config is fetched with its `core.sshCommand` too, as its pushes are; AUDIT_REMOTE_URL's with
+    the user's own ssh setup."""
+    pinned = remote == "AUDIT_REMOTE_URL"
+    ssh = "" if pinned else repo.run("config", "--get", "core.sshCommand").stdout.decode().strip()
     copy = GitRepo(scratch / "remote.git")
     copy.top.mkdir()
     copy.git("init", "--quiet", "--bare")

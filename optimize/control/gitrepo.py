@@ -48,6 +48,7 @@ class GitHistory:
     enabled: bool = True
     push_remote: str | None = None
     signing_key: Path | None = None  # an SSH key: every Ingot commit is signed with it (GIT_SIGNING_KEY)
+    pinned_url: str | None = None  # where the push remote really is (AUDIT_REMOTE_URL): audit_remote.py
 
 
 @dataclass(frozen=True)

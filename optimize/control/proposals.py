@@ -326,7 +326,9 @@ def _refuse_others(control: ChangeControl, skill: str, owner: str | None) -> Non
         else f"from another proposer ({waiting.source})"
     )
     how = (
-        "" if owner is not None else " (this client has no MCP session, so it can replace no waiting change)"
+        ""
+        if owner is not None
+        else " (this proposal has no MCP session or replace token, so it can replace no waiting change)"
     )
     raise SlotTaken(
         f"a change for {skill!r} {whose} already waits for review ({waiting.id}){how}; pick another "

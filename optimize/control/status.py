@@ -15,13 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcp_server.registry import Limits, Registry
+from mcp_server.registry import Limits, Registry, Skill
 from optimize.control.approved import FOLDER_SWITCHES
 from optimize.control.audit import AuditError, AuditLog
 from optimize.control.audit_verify import Verification
 from optimize.control.decisions import disagreements, fates
 from optimize.control.gitrepo import GitError, GitRepo
 from optimize.control.pending import PendingQueue
+from optimize.control.promote import layout
 from optimize.control.pushes import PushState, read_state
 from optimize.measure.sandbox import Sandbox
 
@@ -35,6 +36,9 @@ class SkillStatus:
     pending: str | None  # id of the pending change, if any
     recovery_pending: bool = False  # an audited intent has no outcome yet (a killed promotion)
     removed: bool = False  # Ingot's last completed change to it removed it (rolled back to absent)
+    # At its audited revision by bytes, yet the folder differs from that revision's layout
+    # (promote/layout.py: modes, hidden entries, empty folders, links): what differs.
+    layout: tuple[str, ...] = ()
 
     @property
     def drifted(self) -> bool:
@@ -45,6 +49,12 @@ class SkillStatus:
         if self.removed:
             return self.live_revision is not None
         return self.audited_revision is not None and self.audited_revision != self.live_revision
+
+    @property
+    def laid_out_otherwise(self) -> bool:
+        """Its bytes are the revision Ingot put live, its folder is not that revision's layout:
+        MCP serves the same bytes, a harness reading the folder sees other modes or entries."""
+        return bool(self.layout) and not self.drifted and not self.recovery_pending
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,10 @@ class Status:
     def drifted(self) -> tuple[SkillStatus, ...]:
         return tuple(s for s in self.skills if s.drifted)
 
+    @property
+    def laid_out_otherwise(self) -> tuple[SkillStatus, ...]:
+        return tuple(s for s in self.skills if s.laid_out_otherwise)
+
 
 def _audited(audit: AuditLog) -> tuple[dict[str, str | None], set[str]]:
     """Each skill's revision as of Ingot's last completed change to it (None: it removed the
@@ -150,6 +164,7 @@ def report(
             pending.get(s.name),
             s.name in interrupted,
             s.name in removed,
+            _layout(s) if s.revision == audited.get(s.name) and s.name not in interrupted else (),
         )
         for s in served.values()
     ]
@@ -180,6 +195,19 @@ def report(
         _unaudited(audit, changes, queue),
         _archive_disagrees(audit, queue),
     )
+
+
+def _layout(skill: Skill) -> tuple[str, ...]:
+    """What `skill`'s folder holds besides its revision's layout (layout.py), its bytes being the
+    revision's: each file's expected mode comes from its first bytes. At most five phrases."""
+    expected = {}
+    for file in skill.files:
+        try:
+            with open(skill.folder / file.path, "rb") as handle:
+                expected[file.path] = layout.file_mode(handle.read(4))
+        except OSError:
+            pass  # `differences` reports it unreadable or missing
+    return tuple(layout.differences(skill.folder, expected, limit=5))
 
 
 def _archive_disagrees(audit: AuditLog, queue: PendingQueue) -> tuple[str, ...]:

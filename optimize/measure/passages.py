@@ -154,10 +154,15 @@ def negated(text: str) -> bool:
 # What makes a passage a rule (provenance.py never writes a moved value into one, and
 # commitments.py never lets a moved value stand in for a rule's recorded one).
 CONDITIONS = words("if unless when whenever until only otherwise else provided providing once")
-COMPARATIVES = words("above below over under exceed exceeds exceeded exceeding beyond")
+COMPARATIVES = words("above below over under exceed exceeds exceeded exceeding beyond within before after")
+# Obligations state a rule as well as conditions do ("deploy requires a green status", "the p99
+# must stay within 95 ms"): over-reading one costs a substitution, missing one rewrites a rule.
+OBLIGATIONS = words("must should shall require requires required need needs needed never always")
 RULE_PHRASES = re.compile(
-    r"\b(?:as long as|in case|at (?:least|most)|(?:more|less|fewer|greater|higher|lower) than"
-    r"|no (?:more|later|earlier|less) than)\b",
+    r"\b(?:as long as|as soon as|in case|at (?:least|most)|up to|prior to"
+    r"|(?:more|less|fewer|greater|higher|lower|older|newer|younger|longer|shorter|bigger|smaller"
+    r"|earlier|later|cheaper) than|no (?:more|later|earlier|less) than|(?:or|and) (?:more|less|fewer"
+    r"|above|below|over|under|higher|lower))\b",
     re.I,
 )
 # A comparison sign; an arrow ("->", "=>", "<-") restates a change, it states no condition.
@@ -166,7 +171,12 @@ COMPARISON = re.compile(r"(?<![-=])>|<(?!-)|[≤≥]")
 
 def states_a_rule(text: str) -> bool:
     """Whether a passage states a condition or rule ("go only when the status is green",
-    "unless", "if ... then", "page if p99 > 95 ms", "at least 3"): a value in it is a threshold
-    or a condition the skill set, not a restatement of what a tool returned."""
+    "unless", "if ... then", "page if p99 > 95 ms", "at least 3", "95 ms or more", "deploy
+    requires a green status", "as soon as"): a value in it is a threshold or a condition the
+    skill set, not a restatement of what a tool returned."""
     low = {t.casefold() for t in tokens(text)}
-    return bool(low & (CONDITIONS | COMPARATIVES) or RULE_PHRASES.search(text) or COMPARISON.search(text))
+    return bool(
+        low & (CONDITIONS | COMPARATIVES | OBLIGATIONS)
+        or RULE_PHRASES.search(text)
+        or COMPARISON.search(text)
+    )

@@ -9,7 +9,9 @@ fact or not. When a replay's answer to that call differs from the recording, the
 by construction: a read-only world tool observed live (the `World` every replay of the
 evaluation shares), or, for the live revision replayed alone at the recorded bytes, a sandbox or
 workspace tool (its bytes did not change, so only its surroundings can have). Answers replayed
-from the recording never move. `value_cards` says from what to what, with the call.
+from the recording never move. Not tracked: a value of one character (a one-digit count), which
+L0 holds as any number; whether a move explains its loss is the recorded-world replay's call
+(regress.py). `value_cards` says from what to what, with the call.
 Where a moved value goes in the golden's answer (level0.Expected): only into passages that
 restate it (`restating`), never into one that states a rule or condition (`states_a_rule`:
 "only when", "unless", "if ... then", "page if p99 > 95 ms"), nor where the skill's own words put

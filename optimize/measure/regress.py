@@ -33,7 +33,7 @@ from optimize.measure.coverage import coverage
 from optimize.measure.drift import ResearchCheck, World, WorldSource, drift_cards
 from optimize.measure.golden_store import GoldenStore
 from optimize.measure.goldens import GoldenError
-from optimize.measure.level0 import SIDE_EFFECT_TOOLS
+from optimize.measure.level0 import SIDE_EFFECT_TOOLS, Expected
 from optimize.measure.provenance import moved_calls, supplied, value_cards
 from optimize.measure.replay import Replayer, ReplayLimits
 from optimize.measure.replay_cache import cache_key, read_cache, write_cache
@@ -245,6 +245,9 @@ def _measure(
             tick()
     for work, judgement in zip(works, candidates, strict=True):
         work.judgement = judgement
+        work.serving_model = replayer.serving_model
+    if champion_files is None:
+        _replay_in_the_recorded_world(works, candidate_files, llm, cascade, sandbox, settings)
     entries = [golden_entry(w, alone=champion_files is None) for w in works]
     covered = _coverage(skill, champion_files, candidate_files, works, llm, tiers, settings)
     verdict, reasons, _ = replay_cell_verdict(
@@ -291,6 +294,33 @@ def _measure(
             "research": world.research is not None,
         },
     }
+
+
+def _replay_in_the_recorded_world(
+    works: list[GoldenWork],
+    files: Mapping[str, bytes],
+    llm: LLMClient,
+    cascade: Cascade,
+    sandbox: Sandbox | None,
+    settings: ReplaySettings,
+) -> None:
+    """The live revision replayed alone (no unchanged champion to blame against): for each golden
+    whose world moved and whose replay regressed, replay it once more with every call answered
+    from the recording (a `World` with no source) and judge that against the answer as recorded.
+    Passing there, the move explains the difference (stale); regressing there too, the world is
+    not the cause: a model or harness change. Model-free blame, one extra replay per such golden."""
+    doubtful = [
+        w
+        for w in works
+        if (w.moved_calls or w.drift) and w.judgement is not None and w.judgement.verdict != "pass"
+    ]
+    if not doubtful:
+        return
+    frozen = Replayer(llm, World(), sandbox, settings.limits)
+    for work in doubtful:
+        golden, review = work.stored.golden, work.stored.review
+        work.frozen_run = frozen.run(golden, work.recorded, files)
+        work.frozen = cascade.judge(Expected(golden, review, {}, work.supplied), work.frozen_run)
 
 
 def _coverage(

@@ -11,14 +11,19 @@ only, none, and for instructions any. A recipient is who a message or a task goe
 words after a verb that takes one (page, notify, ask, ...) or after a preposition of a verb
 that sends (send ... to, post in, share with); an owner is named by "owner", "owned by",
 "assigned to" and the like.
-What it cannot do: parse a sentence. It reads word sequences, so a recipient before its verb
-("the engineer was paged") is not found as one, and a word outside its tables is not a relation.
+A recipient also comes before such a verb in the passive ("the on-call engineer was paged",
+"the customer must be notified"): the words before a form of "be" or "get" (and any modal or
+adverb in between) that precede the verb's participle.
+What it cannot do: parse a sentence. It reads word sequences, so a recipient further from its
+verb ("the engineer, who is on call, was paged") is not found as one, and a word outside its
+tables is not a relation.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from optimize.measure.passages import STOP, TOKEN, stem, tokens, words
 
@@ -49,6 +54,13 @@ _COMPARATIVES: tuple[tuple[tuple[str, ...], str, bool], ...] = (
     (("fewer", "than"), "below", False),
     (("lower", "than"), "below", False),
     (("smaller", "than"), "below", False),
+    (("older", "than"), "above", False),
+    (("longer", "than"), "above", False),
+    (("bigger", "than"), "above", False),
+    (("newer", "than"), "below", False),
+    (("younger", "than"), "below", False),
+    (("shorter", "than"), "below", False),
+    (("cheaper", "than"), "below", False),
     (("earlier", "than"), "before", False),
     (("prior", "to"), "before", False),
     (("later", "than"), "after", False),
@@ -89,6 +101,7 @@ _SENDING = {
         ),
         frozenset({"to"}),
     ),
+    **dict.fromkeys(words("email e-mail"), frozenset({"to"})),
     "post": frozenset({"to", "in", "on"}),
     "share": frozenset({"with"}),
 }
@@ -96,6 +109,13 @@ _IRREGULAR = {"sent": "send", "told": "tell", "gave": "give", "given": "give", "
 _OWNER = words("owner owners assignee assignees dri")
 _OWNED = words("owned owns assigned responsible accountable")
 _DETERMINERS = words("the a an our your their his her its my this that these those some")
+# A passive's auxiliaries ("was paged", "gets notified") and what may stand between the phrase and
+# them ("must always be told").
+_BE = words("be is are was were been being get gets got gotten")
+_BETWEEN = words("must should shall will would can could may might not never always also then promptly")
+_NOT = words("not never no don't doesn't")
+# What may stand before a verb that starts a clause ("then send ...", "please forward ...").
+_CLAUSE = words("and then please to must should shall will can also always first not never do don't or")
 # Words that end a recipient's phrase besides stop words: prepositions, adverbs of time and order.
 _BOUNDARY = words(
     "within about before after during until unless via per than first last next then now immediately "
@@ -145,7 +165,7 @@ def quantifiers(text: str, with_any: bool = False) -> list[tuple[str, str]]:
     return out
 
 
-def _lemma(token: str) -> str:
+def lemma(token: str) -> str:
     """A verb's base form, as far as these tables need it (paged, notifies, emailing -> page...)."""
     low = token.casefold()
     if low in _IRREGULAR:
@@ -189,6 +209,42 @@ def _phrase(found: Sequence[str], start: int, breaks: set[int]) -> list[str]:
     return out
 
 
+def _sender(low: Sequence[str], lemmas: Sequence[str], i: int, breaks: set[int]) -> int | None:
+    """Where the verb whose preposition `low[i]` is stands ("send ... to"), within eight words:
+    one that starts its clause first ("the weekly report" is no verb), else the nearest one not
+    after a determiner."""
+    found = [
+        j
+        for j in range(i - 1, max(-1, i - 9), -1)
+        if low[i] in _SENDING.get(lemmas[j], ()) and not (j and low[j - 1] in _DETERMINERS)
+    ]
+    starts = [j for j in found if not j or j - 1 in breaks or low[j - 1] in _CLAUSE]
+    return (starts or found or [None])[0]
+
+
+def _phrase_before(found: Sequence[str], low: Sequence[str], aux: int, breaks: set[int]) -> list[str]:
+    """The noun phrase that ends before the auxiliary at `aux` (and the modals and adverbs before
+    it): at most four words, not across punctuation, stopping at a determiner, stop word,
+    boundary word, number or relation word."""
+    first, last = _span_before(found, low, aux, breaks)
+    return list(found[first:last])
+
+
+def _span_before(found: Sequence[str], low: Sequence[str], aux: int, breaks: set[int]) -> tuple[int, int]:
+    """[first, last) of `_phrase_before`'s words in `found`."""
+    j = aux - 1
+    while j >= 0 and (low[j] in _BE or low[j] in _BETWEEN) and j not in breaks:
+        j -= 1
+    last, count = j + 1, 0
+    while j >= 0 and count < 4 and j not in breaks:
+        if not found[j][0].isalpha() or low[j] in STOP or low[j] in _BOUNDARY or low[j] in RELATION_WORDS:
+            break
+        if low[j] in _DETERMINERS or low[j] in _OWNER or low[j] in _OWNED:
+            break
+        j, count = j - 1, count + 1
+    return j + 1, last
+
+
 def party_words(text: str) -> set[str]:
     """Stemmed words of `text` with hyphenated ones split ("on-call" -> "call"), stop words out:
     what a recipient's or owner's words are looked for in."""
@@ -204,28 +260,61 @@ def _value(phrase: Sequence[str]) -> str:
     return " ".join(sorted(party_words(" ".join(phrase))))
 
 
+@dataclass(frozen=True)
+class Party:
+    """Who receives or owns something in a passage, and, for a recipient, what reaches them."""
+
+    kind: str  # recipient | owner
+    value: str  # canonical: stemmed words, sorted
+    said: str  # the words as written
+    verb: str = ""  # a recipient's verb, in its base form (page, send, notify)
+    thing: tuple[str, ...] = ()  # what is sent, when the words before the preposition name it
+    negated: bool = False  # "not to support", "do not page the manager"
+
+
 def parties(text: str) -> list[tuple[str, str, str]]:
     """(recipient | owner, canonical value, words as written) of who receives or owns something in
     `text`. An owner word with no name after it ("with an owner each") is the owner `owner`: the
     passage requires one."""
+    return [(p.kind, p.value, p.said) for p in find_parties(text)]
+
+
+def find_parties(text: str) -> list[Party]:
+    """`parties`, with each recipient's verb, what is sent and whether it is negated."""
     found, breaks = _spans(text)
     low = [t.casefold() for t in found]
-    lemmas = [_lemma(t) for t in found]
-    out: list[tuple[str, str, str]] = []
+    lemmas = [lemma(t) for t in found]
+    out: list[Party] = []
     for i, token in enumerate(low):
         phrase: list[str] = []
+        if token in ("owns", "own") and i and low[i - 1] not in _BE:  # "Alice owns the rollout"
+            phrase = _phrase_before(found, low, i, breaks)
+            if phrase:
+                out.append(Party("owner", _value(phrase), " ".join(phrase)))
+                continue
         if token in _OWNER or token in _OWNED:
-            out.append(("owner", "owner", found[i]))
+            out.append(Party("owner", "owner", found[i]))
             nxt = i + 1 + (i + 1 < len(low) and low[i + 1] in ("by", "to", "is", "are"))
             phrase = _phrase(found, nxt, breaks) if token in _OWNER or nxt > i + 1 else []
             if phrase:
-                out.append(("owner", _value(phrase), " ".join(phrase)))
+                out.append(Party("owner", _value(phrase), " ".join(phrase)))
             continue
         if i in breaks:
             continue  # "ask, then ...": nothing follows the verb in its clause
+        verb, thing = "", ()
         takes = lemmas[i] in _TO_WHOM and (not i or low[i - 1] not in _DETERMINERS)
-        if takes or any(token in _SENDING.get(v, ()) for v in lemmas[max(0, i - 6) : i]):
-            phrase = _phrase(found, i + 1, breaks)
+        sent_on = i + 1 < len(low) and low[i + 1] in _SENDING.get(lemmas[i], ()) and i not in breaks
+        at = _sender(low, lemmas, i, breaks)
+        sender = lemmas[at] if at is not None else ""
+        if takes and lemmas[i] != token and i >= 2 and low[i - 1] in _BE and not sent_on:
+            phrase, verb = _phrase_before(found, low, i - 1, breaks), lemmas[i]  # passive: who comes first
+        elif takes:
+            phrase, verb = _phrase(found, i + 1, breaks), lemmas[i]
+        elif sender:
+            phrase, verb = _phrase(found, i + 1, breaks), sender
+            first, last = _span_before(found, low, i, breaks)
+            thing = tuple(found[max(first, (at or 0) + 1) : last])  # what stands between verb and "to"
         if phrase and _value(phrase):
-            out.append(("recipient", _value(phrase), " ".join(phrase)))
+            negated = any(low[j] in _NOT for j in range(max(0, i - 3), i))
+            out.append(Party("recipient", _value(phrase), " ".join(phrase), verb, thing, negated))
     return out

@@ -43,6 +43,11 @@ class GoldenWork:
     drift: list = field(default_factory=list)
     supplied: tuple[Supplied, ...] = ()  # the answer's values tool calls supplied (provenance.py)
     moved_calls: list = field(default_factory=list)  # recorded calls the replays got another answer for
+    serving_model: str | None = None
+    # The live revision alone, its world moved and its replay regressed: replayed once more with
+    # every call answered as recorded, and that replay's judgement (regress.py).
+    frozen_run: ReplayRun | None = None
+    frozen: Judgement | None = None
 
 
 def expected(work: GoldenWork) -> Expected:
@@ -108,7 +113,24 @@ def golden_entry(work: GoldenWork, alone: bool = False) -> dict[str, Any]:
             for r, j in zip(work.controls, work.control_judgements, strict=True)
         ],
         "controls_from_cache": work.controls_cached,
+        "serving_model": work.serving_model,
     }
+    if work.frozen is not None and work.frozen_run is not None:
+        frozen, frozen_run = work.frozen, work.frozen_run
+        entry["recorded_world"] = {  # replayed with every call answered as recorded
+            "verdict_found": frozen.verdict,
+            "evidence": frozen.evidence,
+            "tier": frozen.tier,
+            "note": frozen.note,
+            "partial": frozen_run.partial,
+            "answer": (frozen_run.answer or "")[:2000],
+            "usd": _sum(
+                [
+                    frozen_run.cost_usd,
+                    *(d.cost_usd for d in frozen.decisions if d.model and not d.from_cassette),
+                ]
+            ),
+        }
     entry["verdict"], entry["why"] = golden_verdict(entry, alone)
     if world_moved(entry):
         entry["rebless"] = rebless(golden)
@@ -121,7 +143,9 @@ def golden_entry(work: GoldenWork, alone: bool = False) -> dict[str, Any]:
         )
     )
     judging = [d.cost_usd for d in judgement.decisions if d.model and not d.from_cassette]
-    entry["usd"] = _sum([run.cost_usd, *judging])
+    entry["usd"] = _sum(
+        [run.cost_usd, *judging, *([entry["recorded_world"]["usd"]] if "recorded_world" in entry else [])]
+    )
     return entry
 
 

@@ -1,16 +1,16 @@
-"""The replay verdict's rules, as pure functions of a replay cell's per-golden findings.
-
-One golden's verdict: BLOCK for a regression established by L0 evidence or by L2 and L3
-agreeing, on a complete replay, in something the controls (the unchanged champion replayed the
-same way) do not also show; WARN for a contested or partial finding, a replay that did not
-finish, a world fact that moved without corroboration, or a golden the unchanged champion
-itself fails every time (stale); PASS otherwise. The live revision replayed alone (`ingot
-replay`, no controls): a difference on a golden one of whose recorded calls answered differently
-(the world moved, model-free: provenance.py) is stale, a WARN that is not the revision's; a BLOCK
-there is one with the world unchanged (a model or harness change). The change's coverage: an instruction it
-alters that no blessed run exercised (shown by no replay, and not ruled wording only or
-exercised by a model), or that nothing could decide, is a WARN "not exercised by any blessed
-run"; coverage missing from a cell that replayed a change is a WARN too, never a PASS. A
+"""The replay verdict's rules, as pure functions of a replay cell's per-golden findings. One
+golden's verdict: BLOCK for a regression established by L0 evidence or by L2 and L3 agreeing, on
+a complete replay, in something the controls (the unchanged champion replayed the same way) do
+not also show; WARN for a contested or partial finding, a replay that did not finish, a world
+fact that moved without corroboration, or a golden the unchanged champion itself fails every
+time (stale); PASS otherwise. The live revision replayed alone (`ingot replay`, no controls): a
+difference on a golden one of whose recorded calls answered differently (the world moved,
+model-free: provenance.py) is stale, a WARN that is not the revision's, unless its replay with
+every call answered as recorded regressed too; a BLOCK there is a model or harness change, and
+`cause` says which world and which serving model it was found with. The change's coverage: an
+instruction it alters that no blessed run exercised (shown by no replay, and not ruled wording
+only or exercised by a model), or that nothing could decide, is a WARN "not exercised by any
+blessed run"; coverage missing from a cell that replayed a change is a WARN too, never a PASS. A
 model's ruling decides an instruction only where the model-free comparison (wording.py,
 recomputed here from the instruction's text) finds nothing but wording: where it finds another
 action, object, recipient, number, unit, negation, comparative or quantifier, only a replay
@@ -70,9 +70,35 @@ def moves(entry: Mapping[str, Any]) -> list[str]:
 
 def is_stale(entry: Mapping[str, Any], alone: bool) -> bool:
     """The live revision replayed alone on a golden whose world moved: the golden records a world
-    that is gone (re-bless it), and no unchanged champion replayed in today's world can tell a
-    regression from the move, so a difference is not the revision's."""
-    return alone and world_moved(entry)
+    that is gone (re-bless it), and a difference is not the revision's, unless the revision,
+    replayed once more with every call answered as recorded (`recorded_world`), regressed
+    there too: then the move does not explain it (see `cause`)."""
+    again = entry.get("recorded_world")
+    failed_as_recorded = isinstance(again, Mapping) and again.get("verdict_found") == "regressed"
+    return alone and world_moved(entry) and not failed_as_recorded
+
+
+def cause(entry: Mapping[str, Any]) -> str:
+    """Why the live revision, replayed alone, regressed on a golden, model-free: the world as it
+    was (every world tool answered as recorded, or the recorded answers replayed after it moved),
+    and which serving model the golden was recorded with against the one replayed."""
+    if world_moved(entry):
+        world = (
+            f"the world moved ({'; '.join(moves(entry))}), but replayed with every call answered as "
+            "recorded it regressed too"
+        )
+    else:
+        world = "the world is unchanged (every world tool answered as recorded)"
+    recorded, serving = entry.get("recorded_model"), entry.get("serving_model")
+    if recorded and serving and recorded != serving:
+        model = f"the serving model changed (recorded with {recorded}, replayed with {serving})"
+    elif recorded and serving:
+        model = (
+            f"the serving model is the one recorded ({serving}): the harness or the model's behaviour changed"
+        )
+    else:
+        model = "a model or harness change"
+    return f"{world}: {model}"
 
 
 def golden_verdict(entry: Mapping[str, Any], alone: bool = False) -> tuple[str, str]:
@@ -101,7 +127,7 @@ def golden_verdict(entry: Mapping[str, Any], alone: bool = False) -> tuple[str, 
     if stale:
         why += f"; stale: the world moved since it was recorded ({'; '.join(moves(entry))}): re-bless it"
     elif alone and verdict == "BLOCK":
-        why += "; the world is unchanged (every tool call answered as recorded): a model or harness change"
+        why += f"; {cause(entry)}"
     return verdict, why
 
 

@@ -107,7 +107,11 @@ def test_one_noisy_client_spends_only_its_own_rate_and_cap(world):
     assert "3 changes from 'noisy-agent' already wait" in noisy[3].content[0].text
     assert [r.is_error for r in quiet] == [False, False], [r.content[0].text for r in quiet if r.is_error]
     notes = sorted(c.note for c in control.pending())
-    assert notes == ["proposed over MCP by noisy-agent"] * 3 + ["proposed over MCP by quiet-agent"] * 2
+    assert (
+        notes
+        == ["proposed over MCP by a client that calls itself 'noisy-agent'"] * 3
+        + ["proposed over MCP by a client that calls itself 'quiet-agent'"] * 2
+    )
 
 
 class Official:
@@ -164,11 +168,64 @@ def test_create_skill_displaces_only_the_waiting_change_of_its_own_session(world
     for refused in (taken, forged, later):
         text = refused.content[0].text
         assert refused.is_error and "from another MCP session already waits for review" in text, text
-    assert "no MCP session" in forged.content[0].text  # a 2026-07-28 request has none to own it
     assert not again.is_error, again.content[0].text  # a client may replace its own change
     [change] = control.pending()
     assert change.id == again.structured_content["change_id"] and b"Better." in change.files["SKILL.md"]
-    assert change.note == "proposed over MCP by agent-a" and change.owner.startswith("mcp-session:")
+    assert (
+        change.note == "proposed over MCP by a client that calls itself 'agent-a'"
+        and change.owner.startswith("mcp-session:")
+    )
+
+
+def test_a_client_without_a_session_replaces_its_change_only_with_the_token_it_was_given(world):
+    """A 2026-07-28 request has no session, so its create_skill returns a replace token the
+    server issued; presenting it replaces that change. No token, another client's token, a
+    token the server never issued or one from before a restart displaces nothing."""
+    root, library, control = world
+    limits = ToolLimits(create_per_minute=10_000, create_burst=1000)
+    args = skill_args(5)
+
+    async def go(url: str, calls: list[dict]) -> list:
+        out = []
+        for call in calls:
+            async with Official(url, "agent-m", "auto") as client:
+                out.append(await client.call_tool("create_skill", {**args, **call}))
+        return out
+
+    with running_mcp(library, control=control, limits=limits) as url:
+        [first] = asyncio.run(go(url, [{}]))
+        assert not first.is_error, first.content[0].text
+        token = first.structured_content["replace_token"]
+        assert "call create_skill again with its replace_token" in first.structured_content["message"]
+        nonce, _, mac = token.partition(".")
+        bare, forged, other, accented, mine = asyncio.run(
+            go(
+                url,
+                [
+                    {"body": "No token.\n"},
+                    {"body": "Forged.\n", "replace_token": f"{nonce}.{'0' * len(mac)}"},
+                    {"body": "Someone else's.\n", "replace_token": token[::-1]},
+                    {"body": "Not ASCII.\n", "replace_token": f"{nonce}.é{mac[1:]}"},
+                    {"body": "Better.\n", "replace_token": token},
+                ],
+            )
+        )
+    for refused in (bare, forged, other, accented):
+        assert refused.is_error, refused.content[0].text
+    assert "was not issued by this server" in accented.content[0].text  # one line, no traceback
+    assert "from another MCP session already waits for review" in bare.content[0].text
+    assert "was not issued by this server" in forged.content[0].text
+    assert not mine.is_error, mine.content[0].text
+    assert mine.structured_content["replace_token"] == token  # the same token keeps the slot
+    [change] = control.pending()
+    assert change.id == mine.structured_content["change_id"] and b"Better." in change.files["SKILL.md"]
+    assert change.owner.startswith("token:")
+    kept = [f for f in control.runs_dir.rglob("*") if f.is_file() and token.encode() in f.read_bytes()]
+    assert kept == []  # only a digest of the credential is written
+    with running_mcp(library, control=control, limits=limits) as url:  # a restarted server
+        [stale] = asyncio.run(go(url, [{"body": "After a restart.\n", "replace_token": token}]))
+    assert stale.is_error and "or it restarted since" in stale.content[0].text
+    assert [c.id for c in control.pending()] == [change.id]
 
 
 def test_a_session_id_the_server_never_assigned_is_refused_before_any_tool_runs(world):

@@ -69,6 +69,23 @@ def test_the_library_filters_by_name_state_pending_and_autonomy_without_javascri
     assert row.get_by_test_id("skill-autonomy").inner_text() == "body manual · description supervised"
 
 
+def test_a_skill_whose_folder_is_laid_out_otherwise_is_never_shown_in_step(world, plain):
+    """Ingot put GOOD live; a chmod keeps its bytes (and the served revision) but not the layout
+    Ingot wrote: the Library says so, with what differs, and the state filter finds it."""
+    world.control.approve(GOOD, "reviewer", world.control.queue.get(GOOD).id)
+    (world.root / GOOD / "SKILL.md").chmod(0o600)
+    plain.goto(f"{world.ui}/library?state=laid+out+otherwise")
+    assert listed(plain) == [GOOD]
+    chip = plain.get_by_test_id("skill-state").locator(".chip")
+    assert chip.inner_text() == "laid out otherwise"
+    assert "SKILL.md mode 0600, not 0644" in chip.get_attribute("title")
+    (world.root / GOOD / "SKILL.md").chmod(0o644)
+    plain.reload()
+    assert listed(plain) == []
+    plain.goto(f"{world.ui}/library?state=in+step&name={GOOD}")
+    assert listed(plain) == [GOOD]
+
+
 def test_filters_that_match_nothing_say_so_and_link_to_clear_them(world, plain):
     page = plain
     page.goto(f"{world.ui}/library?name=zzz&state=blocked")
@@ -85,7 +102,7 @@ def test_a_filter_value_outside_the_choices_is_one_line_naming_them(world):
     response = world.http.get(f"{world.ui}/library?state=bogus", headers={"Accept": "application/json"})
     assert response.status_code == 400
     assert response.json()["error"] == (
-        "unknown state 'bogus': choose one of in step, drifted, not served, "
+        "unknown state 'bogus': choose one of in step, drifted, laid out otherwise, not served, "
         "ready, needs-acknowledgement, blocked, stale"
     )
     page = world.http.get(f"{world.ui}/library?autonomy=sometimes")

@@ -45,6 +45,13 @@ def test_audit_verify_checks_the_chain_against_the_remote_and_exits_by_what_it_f
     assert genuine.returncode == 0, genuine.stderr
     local, remote = genuine.stdout.splitlines()
     assert local.startswith("ok: ") and remote.startswith(f"outside: ok: the chain holds audit line {seq} ")
+    assert remote.endswith("set AUDIT_REMOTE_URL to pin it")
+    pinned = verify(team, GIT_PUSH_REMOTE="origin", AUDIT_REMOTE_URL=str(team.remote))
+    assert pinned.returncode == 0 and "outside: ok: the chain holds audit line" in pinned.stdout
+    assert "AUDIT_REMOTE_URL (main)" in pinned.stdout and "to pin it" not in pinned.stdout
+    elsewhere = verify(team, GIT_PUSH_REMOTE="origin", AUDIT_REMOTE_URL=str(team.tmp / "other.git"))
+    assert elsewhere.returncode == 1
+    assert elsewhere.stderr.startswith("outside: BROKEN: the repository's remote")
 
     alone = verify(team)
     assert alone.returncode == 0, alone.stderr

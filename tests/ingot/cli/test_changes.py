@@ -60,6 +60,25 @@ def test_status_exits_non_zero_on_drift_and_audit_verify_names_the_bad_line(tmp_
     assert verify.returncode == 1 and "line 2" in verify.stderr
 
 
+def test_status_names_a_folder_laid_out_otherwise_and_fails_only_where_folders_are_promised(
+    tmp_path, library_factory
+):
+    """A chmod leaves the bytes (and the served revision) alone, so it is not drift; status still
+    never calls the folder ok: under LIVE_EDITS=serve it is shown and exits 0 (nothing restores
+    it), under quarantine it exits 1 and names the guard."""
+    root, control = setup(tmp_path, library_factory)
+    control.approve("release-notes", "reviewer", control.queue.get("release-notes").id)
+    (root / "release-notes" / "SKILL.md").chmod(0o755)
+    shown = ingot("status", "--skills", str(root), cwd=tmp_path)
+    line = next(line for line in shown.stdout.splitlines() if line.startswith("release-notes "))
+    assert shown.returncode == 0 and "LAID OUT OTHERWISE" in line and "DRIFTED" not in line, shown.stdout
+    assert "  its folder: SKILL.md mode 0755, not 0644 (MCP serves the same bytes;" in shown.stdout
+    guarded = ingot("status", "--skills", str(root), cwd=tmp_path, LIVE_EDITS="quarantine")
+    assert guarded.returncode == 1 and "`ingot guard` now" in guarded.stdout, guarded.stdout
+    (root / "release-notes" / "SKILL.md").chmod(0o644)
+    assert ingot("status", "--skills", str(root), cwd=tmp_path, LIVE_EDITS="quarantine").returncode == 0
+
+
 def test_reject_needs_a_reason_and_propose_refuses_escaping_symlinks(tmp_path, library_factory):
     root, control = setup(tmp_path, library_factory)
     change_id = control.queue.get("release-notes").id

@@ -118,9 +118,52 @@ def test_a_failure_with_the_world_unchanged_is_an_incident_and_says_so(tmp_path,
         with world_server([RECORDED]) as url:
             broken = replay(w, tmp_path, url, AGENT_MODEL="agent-model-2")
         assert broken.returncode == 1 and "replay: fail" in broken.stdout, broken.stdout + broken.stderr
-        assert "incident: regressed with the world unchanged (a model or harness change)" in broken.stdout
+        said = (
+            "the world is unchanged (every world tool answered as recorded): the serving model changed "
+            "(recorded with agent-model, replayed with agent-model-2)"
+        )
+        assert f"incident: regressed; {said}" in broken.stdout
         assert f"{golden.id}" in broken.stdout and "stale" not in broken.stdout
-        assert "with the world unchanged (a model or harness change)" in broken.stderr
+        assert said in broken.stderr
         assert "every class is manual" in broken.stderr and "rolled back" in broken.stderr
         assert w.control.autonomy.trust(SKILL, "body").level == "manual"
         assert w.control.live_revision(SKILL) == w.first  # autonomy's promotion undone
+
+
+def test_a_failure_the_world_move_does_not_explain_is_still_an_incident(tmp_path, library_factory):
+    """The world moved and the serving model changed at once: the move would make the golden
+    stale, but replayed once more with every call answered as recorded the live revision fails
+    too, so the move does not explain it: an incident, naming both."""
+    with latency_world(tmp_path, library_factory) as w:
+        golden = w.bless(w.record(TASK, skill=SKILL), ['keeps "Report the p99 latency"'])
+        rule = w.server.rules[0].__class__(model="agent-model-2", reply="Latency is fine.")
+        w.server.rules.insert(0, rule)
+        with world_server(["checkout p99 130 ms, slo breached"]) as url:
+            broken = replay(w, tmp_path, url, AGENT_MODEL="agent-model-2")
+            cell = json.loads(replay(w, tmp_path, url, "--json", AGENT_MODEL="agent-model-2").stdout)
+        assert broken.returncode == 1 and "replay: fail" in broken.stdout, broken.stdout + broken.stderr
+        (entry,) = cell["goldens"]
+        assert entry["id"] == golden.id and entry["moved_calls"] and entry["verdict"] == "BLOCK"
+        assert entry["recorded_world"]["verdict_found"] == "regressed" and entry["ruling"] == "regressed"
+        said = (
+            "the world moved (value from get_latency 95 -> 130 (get_latency step 1)), but replayed with "
+            "every call answered as recorded it regressed too: the serving model changed (recorded with "
+            "agent-model, replayed with agent-model-2)"
+        )
+        assert f"incident: regressed; {said}" in broken.stdout and said in broken.stderr
+        assert "stale: the world moved" not in broken.stdout
+        assert w.control.autonomy.trust(SKILL, "body").level == "manual"
+        assert w.control.live_revision(SKILL) == w.first
+
+
+def test_a_world_move_alone_is_stale_because_the_recorded_world_still_passes(tmp_path, library_factory):
+    """The stale ruling rests on a replay, not on the move alone: with every call answered as
+    recorded, the unchanged model passes the golden, so the difference today is the world's."""
+    with latency_world(tmp_path, library_factory) as w:
+        w.bless(w.record(TASK, skill=SKILL), ['keeps "p99 95 ms"'])
+        with world_server(["checkout p99 130 ms, slo breached"]) as url:
+            cell = json.loads(replay(w, tmp_path, url, "--json").stdout)
+        (entry,) = cell["goldens"]
+        assert entry["verdict_found"] != "pass" and entry["recorded_world"]["verdict_found"] == "pass"
+        assert entry["ruling"] == "stale" and entry["verdict"] == "WARN"
+        assert "95" in entry["recorded_world"]["answer"] and entry["serving_model"] == "agent-model"

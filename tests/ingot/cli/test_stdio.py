@@ -312,4 +312,7 @@ def test_over_stdio_a_waiting_change_is_its_process_s_whatever_name_another_host
     home = establish((skills_root,))
     [change] = ChangeControl(home.path, (skills_root,)).pending()
     assert change.id == again.structured_content["change_id"] and b"Better." in change.files["SKILL.md"]
-    assert change.note == "proposed over MCP by agent-a" and change.owner.startswith("stdio:")
+    assert (
+        change.note == "proposed over MCP by a client that calls itself 'agent-a'"
+        and change.owner.startswith("stdio:")
+    )

@@ -7,6 +7,8 @@ record each promotion's audit line with its hash and MAC, and the remote is not 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ingot.home import claim_path
@@ -107,3 +109,48 @@ def test_an_unreachable_remote_is_named_and_nothing_is_claimed_about_the_chain(t
     git(team.top, "remote", "remove", "origin")
     missing = outside(team)
     assert missing.state == "unchecked" and "GIT_PUSH_REMOTE=origin is not a remote of" in missing.message
+
+
+def test_a_repointed_remote_fails_when_the_remote_is_pinned_and_is_named_when_it_is_not(team, tmp_path):
+    """Whoever can truncate the chain can repoint the repository's `origin` at a copy of the
+    remote rewound to the older genuine tip, whose signed commits record the older line. Unpinned,
+    that passes, and the ok line says where the URL came from; with AUDIT_REMOTE_URL the check
+    fetches from the pinned place and a repointed `origin` fails by itself."""
+    home, claim = team.control.runs_dir, claim_path(team.root)
+    kept = [home / "audit.jsonl", home / "audit.head", claim]
+    older = {path: path.read_bytes() for path in kept}
+    old_tip = git(team.top, "rev-parse", "HEAD").strip()
+    team.promote("ONE")
+    team.promote("TWO")
+    for path, data in older.items():
+        path.write_bytes(data)
+    fake = tmp_path / "fake.git"
+    git(tmp_path, "clone", "-q", "--bare", str(team.remote), str(fake))
+    git(fake, "update-ref", "refs/heads/main", old_tip)
+    git(team.top, "remote", "set-url", "origin", str(fake))
+    unpinned = outside(team)
+    assert unpinned.state == "ok" and "its URL came from the repository's config" in unpinned.message
+    pinned = replace(team.control.git, pinned_url=str(team.remote))
+    found = outside(team, pinned)
+    assert found.state == "broken", found.message
+    assert f"the repository's remote origin points at {fake}, not at AUDIT_REMOTE_URL {team.remote}" in (
+        found.message
+    )
+    git(team.top, "remote", "set-url", "origin", str(team.remote) + "/")  # the same place, written otherwise
+    truncated = outside(team, pinned)  # now fetched from the pinned remote: the truncation shows
+    assert truncated.state == "broken" and "it was truncated" in truncated.message
+    assert truncated.message.startswith("BROKEN: AUDIT_REMOTE_URL (main) records audit line")
+
+
+def test_the_pinned_remote_is_fetched_without_the_repositorys_ssh_command(team, tmp_path):
+    """A `core.sshCommand` in the repository's config runs when the remote's URL came from that
+    config (its pushes use it too), never for AUDIT_REMOTE_URL."""
+    team.promote("ONE")
+    ran = tmp_path / "ran"
+    git(team.top, "config", "core.sshCommand", f"touch {ran}; false")
+    pinned = replace(team.control.git, pinned_url=f"ssh://nobody@127.0.0.1:1{team.remote}")
+    git(team.top, "remote", "set-url", "origin", pinned.pinned_url)
+    found = outside(team, pinned)
+    assert found.state == "unchecked" and not ran.exists(), found.message
+    outside(team)  # unpinned: the repository's own ssh command is what its pushes use
+    assert ran.exists()

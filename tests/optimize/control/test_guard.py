@@ -466,6 +466,13 @@ def test_the_guard_holds_every_folder_to_its_approved_bytes_and_layout_and_says_
         assert done.returncode == 0 and "Traceback" not in done.stderr, (done.stdout, done.stderr)
         return [line for line in done.stdout.splitlines() if not line.startswith(("direct edits", "  kept"))]
 
+    def status() -> dict:
+        """`ingot status --json` under quarantine; its exit code agrees with its "ok"."""
+        done = ingot("status", "--json", "--skills", str(root), cwd=tmp_path, LIVE_EDITS="quarantine")
+        report = json.loads(done.stdout)
+        assert done.returncode == (0 if report["ok"] else 1), (done.stdout, done.stderr)
+        return report
+
     def held(said: list[str], found: dict[str, str], where: str) -> None:
         """Each skill in `found` was restored saying that; the others were not touched; every
         folder is its approved revision, laid out; the approvals never moved."""
@@ -529,7 +536,18 @@ def test_the_guard_holds_every_folder_to_its_approved_bytes_and_layout_and_says_
     for name, (change, _) in changes.items():
         change(root / name)
     assert served_revisions(root, home) == approvals  # MCP serves the approved revision meanwhile
+    # `ingot status` says the same before the guard runs: not "ok", and exit 1 under quarantine.
+    shown = status()
+    assert shown["ok"] is False, shown
+    assert {s["name"]: s["state"] for s in shown["skills"] if s["state"] != "ok"} == {
+        name: "laid-out-otherwise" for name in changes
+    }
+    for name, (_, words) in changes.items():
+        said = "; ".join(next(s["layout"] for s in shown["skills"] if s["name"] == name))
+        assert words.removeprefix("laid out otherwise: ").removeprefix("hidden files (").rstrip(")") in said
     held(guard(), {name: words for name, (_, words) in changes.items()}, "chmods and additions")
+    shown = status()
+    assert shown["ok"] is True and {s["state"] for s in shown["skills"]} == {"ok"}, shown
 
     changes = {  # edits and deletions
         "release-notes": (

@@ -78,8 +78,20 @@ def test_the_stale_rule_of_the_live_revision_alone_never_excuses_a_changes_regre
     unchanged = {**regressed, "drift": [], "moved_calls": []}
     verdict, reasons, _ = replay_cell_verdict({**data["measurements"]["replay"], "goldens": [unchanged]})
     assert verdict == "BLOCK" and reasons[0].endswith(
-        "the world is unchanged (every tool call answered as recorded): a model or harness change"
+        "the world is unchanged (every world tool answered as recorded): a model or harness change"
     )
+    # The world moved, but the revision regressed with every call answered as recorded too: the
+    # move does not explain it, so it is not stale.
+    again = {**regressed, "recorded_world": {"verdict_found": "regressed"}}
+    again |= {"recorded_model": "m1", "serving_model": "m2"}
+    verdict, reasons, _ = replay_cell_verdict({**data["measurements"]["replay"], "goldens": [again]})
+    assert verdict == "BLOCK" and reasons[0].endswith(
+        "but replayed with every call answered as recorded it regressed too: the serving model changed "
+        "(recorded with m1, replayed with m2)"
+    )
+    held = {**again, "recorded_world": {"verdict_found": "pass"}}
+    verdict, _, _ = replay_cell_verdict({**data["measurements"]["replay"], "goldens": [held]})
+    assert verdict == "WARN"
 
 
 def instruction(**extra) -> dict:

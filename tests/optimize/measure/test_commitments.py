@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from optimize.measure.commitments import commitments_of, compare, fact_values
 from optimize.measure.passages import passages, shape
+from optimize.measure.relations import parties
 
 GOLDEN = """Look up the rate with get_rate: EUR/USD 1.0842 (ECB fixing)
 State the amount in both currencies, rounded to cents.
@@ -149,6 +150,34 @@ def test_a_changed_recipient_is_lost():
     assert lost(ACTIONS.replace("Page the on-call engineer", "Post in the ops channel"), ACTIONS) == [
         ("recipient", "call engineer")
     ]
+
+
+def test_a_recipient_before_its_verb_is_one_and_is_lost_when_it_changes():
+    """The passive names who receives before the verb; active or passive, the same party keeps it."""
+    paged = "The on-call engineer was paged at 02:10."
+    assert ("recipient", "call engineer") in lost("Posted in the ops channel at 02:10.", paged)
+    assert lost("The on-call manager was paged at 02:10.", paged) == [("recipient", "call engineer")]
+    assert lost("Paged the on-call engineer at 02:10.", paged) == []
+    told = "Refunds over 500 EUR: the customer must always be notified first."
+    assert lost("Refunds over 500 EUR: the account manager must always be notified first.", told) == [
+        ("recipient", "customer")
+    ]
+    assert lost("Refunds over 500 EUR: notify the customer first.", told) == []
+    # A thing sent in the passive names who gets it after "to", never the thing itself.
+    emailed = "The invoice was emailed to the customer."
+    assert parties(emailed) == [("recipient", "customer", "customer")]  # not "invoice"
+    assert lost("The invoice was emailed to Bob.", emailed) == [("recipient", "customer")]
+    assert lost("Emailed the invoice to the customer.", emailed) == []
+
+
+def test_an_owner_before_its_verb_and_age_and_length_comparatives_are_commitments():
+    assert lost("Bob owns the rollout.", "Alice owns the rollout.") == [("owner", "alice")]
+    assert lost("The rollout is owned by Alice.", "Alice owns the rollout.") == []
+    older = "Delete snapshots older than 3 days."
+    assert lost(older.replace("older", "newer"), older) == [("comparative", "above")]
+    assert lost("Delete snapshots more than 3 days old.", older) == []
+    shorter = "Keep the summary shorter than 200 words."
+    assert lost(shorter.replace("shorter", "longer"), shorter) == [("comparative", "below")]
 
 
 def test_a_changed_or_dropped_owner_is_lost():

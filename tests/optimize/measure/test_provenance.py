@@ -162,6 +162,13 @@ def test_the_live_revision_at_its_recorded_bytes_counts_a_changed_sandbox_answer
         "p99 ≥ 95 ms pages the on-call.",
         "Keep p99 under 95 ms.",
         "Roll back after more than 95 ms of p99.",
+        # Rules without a condition word (found by an outside review): obligations, "or more",
+        # "within", "as soon as".
+        "Deploy as soon as the status is green.",
+        "Deploy requires a green status.",
+        "Page the on-call engineer at a p99 of 95 ms or more.",
+        "The p99 must stay within 95 ms.",
+        "Never page for a p99 of 95 ms.",
     ],
 )
 def test_a_line_stating_a_rule_is_never_rewritten_by_a_moved_value(rule):
@@ -187,6 +194,8 @@ def test_a_line_stating_a_rule_is_never_rewritten_by_a_moved_value(rule):
         "p99 went 95 -> 130 ms since the deploy.",
         "Status: amber <- green at 14:05.",
         "Build 12 of 12 passed.",
+        "Checkout p99 is 95 ms and the status is green.",
+        "The status was green at 14:05 with p99 95 ms.",
     ],
 )
 def test_a_line_restating_values_states_no_rule(restated):

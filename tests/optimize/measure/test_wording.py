@@ -42,6 +42,36 @@ def test_another_action_or_recipient_is_named_whatever_else_stays():
     )
 
 
+def test_the_same_words_sending_other_things_to_other_people_are_named():
+    """A bag of words cannot see these: every word stays, who gets what changes."""
+    swaps = [
+        (
+            "Page the on-call engineer, then email the manager.",
+            "Email the on-call engineer, then page the manager.",
+            "who gets what: page -> on-call engineer, email -> manager => "
+            "email -> on-call engineer, page -> manager",
+        ),
+        (
+            "Escalate to security, not to support.",
+            "Escalate to support, not to security.",
+            "who gets what: escalate -> security, not escalate -> support => "
+            "not escalate -> security, escalate -> support",
+        ),
+        (
+            "Send the report to finance and the invoice to legal.",
+            "Send the report to legal and the invoice to finance.",
+            "who gets what: send report -> finance, send invoice -> legal => "
+            "send invoice -> finance, send report -> legal",
+        ),
+    ]
+    for old, new, said in swaps:
+        assert differences(old, new) == (said,), new
+
+
+def test_active_and_passive_name_the_same_recipient():
+    assert differences(PAGE, "4. If the status is red, the on-call engineer is paged.") == ()
+
+
 def test_numbers_units_negations_comparatives_and_quantifiers_are_named():
     fees = "Mention that transfers under 1000 EUR have no fees."
     assert differences(fees, fees.replace("under", "over")) == ("comparatives: under -> over",)
