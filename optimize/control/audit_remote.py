@@ -97,8 +97,13 @@ def _check_repo(repo: GitRepo, git: GitHistory, entries: Mapping[int, AuditEntry
                     f"elsewhere. Put it back (`git -C {repo.top} remote set-url {remote} "
                     f"{git.pinned_url}`) and find out who changed it",
                 )
-            name = "AUDIT_REMOTE_URL" if git.pinned_url else remote
-            copy, tip = _fetch(repo, name, git.pinned_url or url, branch, Path(scratch))
+            if git.pinned_url:  # fetched with the user's own ssh setup, not the repository's
+                copy, tip = _fetch(
+                    "AUDIT_REMOTE_URL", _absolute(git.pinned_url, repo.top), branch, Path(scratch)
+                )
+            else:  # as its pushes are: with the repository's `core.sshCommand`, if it sets one
+                ssh = repo.run("config", "--get", "core.sshCommand").stdout.decode().strip()
+                copy, tip = _fetch(remote, url, branch, Path(scratch), ssh)
             signers = _allowed_signers(git.signing_key, Path(scratch)) if git.signing_key else None
             newest, unsigned = _newest(copy, tip, signers)
         except GitError as exc:
@@ -177,8 +182,13 @@ def _url(repo: GitRepo, remote: str) -> str:
     return _absolute(found.stdout.decode("utf-8", "replace").strip(), repo.top)
 
 
+def _is_path(url: str) -> bool:
+    """Whether git reads `url` as a local path (no scheme, no `host:` of scp-like syntax)."""
+    return "://" not in url and ":" not in url.split("/")[0]
+
+
 def _absolute(url: str, top: Path) -> str:
-    if "://" not in url and ":" not in url.split("/")[0] and not Path(url).is_absolute():
+    if _is_path(url) and not Path(url).is_absolute():
         return str(top / url)  # a path relative to the work tree, as git reads it there
     return url
 
@@ -187,18 +197,15 @@ def _same_place(url: str, pinned: str, top: Path) -> bool:
     """Whether two remote URLs name one place (paths compared resolved, a trailing slash or
     `.git` aside for URLs)."""
     a, b = _absolute(url, top), _absolute(pinned, top)
-    if "://" not in a and ":" not in a.split("/")[0] and "://" not in b and ":" not in b.split("/")[0]:
+    if _is_path(a) and _is_path(b):
         return Path(a).resolve() == Path(b).resolve()
     return a.rstrip("/").removesuffix(".git") == b.rstrip("/").removesuffix(".git")
 
 
-def _fetch(repo: GitRepo, remote: str, url: str, branch: str, scratch: Path) -> tuple[GitRepo, str]:
-    """`branch` fetched from `url` (`remote` names it in messages) into a fresh bare repository:
-    every object comes from the remote, checked by git as it arrives. A URL from the repository's
-    config is fetched with its `core.sshCommand` too, as its pushes are; AUDIT_REMOTE_URL's with
-    the user's own ssh setup."""
-    pinned = remote == "AUDIT_REMOTE_URL"
-    ssh = "" if pinned else repo.run("config", "--get", "core.sshCommand").stdout.decode().strip()
+def _fetch(remote: str, url: str, branch: str, scratch: Path, ssh: str = "") -> tuple[GitRepo, str]:
+    """`branch` fetched from `url` (`remote` names it in messages) into a fresh bare repository,
+    with `ssh` as its `core.sshCommand` if given: every object comes from the remote, checked by
+    git as it arrives."""
     copy = GitRepo(scratch / "remote.git")
     copy.top.mkdir()
     copy.git("init", "--quiet", "--bare")

@@ -7,6 +7,7 @@ record each promotion's audit line with its hash and MAC, and the remote is not 
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import pytest
@@ -140,6 +141,8 @@ def test_a_repointed_remote_fails_when_the_remote_is_pinned_and_is_named_when_it
     truncated = outside(team, pinned)  # now fetched from the pinned remote: the truncation shows
     assert truncated.state == "broken" and "it was truncated" in truncated.message
     assert truncated.message.startswith("BROKEN: AUDIT_REMOTE_URL (main) records audit line")
+    relative = replace(pinned, pinned_url=os.path.relpath(team.remote, team.top))  # read from the work tree
+    assert outside(team, relative).message == truncated.message
 
 
 def test_the_pinned_remote_is_fetched_without_the_repositorys_ssh_command(team, tmp_path):
